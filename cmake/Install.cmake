@@ -1,0 +1,31 @@
+# Install rules, CMake package config (find_package(skipring)) and pkg-config file.
+include(CMakePackageConfigHelpers)
+
+set(SKIPRING_INSTALL_TARGETS skipring)
+if(TARGET skipring_pmpi)
+  list(APPEND SKIPRING_INSTALL_TARGETS skipring_pmpi)
+endif()
+set_target_properties(${SKIPRING_INSTALL_TARGETS} PROPERTIES
+  INSTALL_RPATH "${CMAKE_INSTALL_FULL_LIBDIR}")
+
+install(TARGETS ${SKIPRING_INSTALL_TARGETS} EXPORT skipringTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime/include/skipring
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT skipringTargets NAMESPACE skipring::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/skipringConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/skipringConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/skipringConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/skipringConfig.cmake
+              ${PROJECT_BINARY_DIR}/skipringConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/skipring.pc.in ${PROJECT_BINARY_DIR}/skipring.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/skipring.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,60 @@
+// The typed registry of SKIPRING_* parameters: one table (name, type, default, range, help)
+// from which the environment is parsed and validated at init and skipring_info prints.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace skipring {
+
+enum class LogLevel : int { kTrace, kDebug, kInfo, kWarn, kError, kOff };
+enum class ClockKind : int { kSteady, kMpiWtime };
+
+struct Config {
+  bool enable = true;             // SKIPRING_ENABLE
+  LogLevel log_level = LogLevel::kWarn;  // SKIPRING_LOG_LEVEL
+  bool report = false;            // SKIPRING_REPORT
+  size_t segment_bytes = 256 * 1024;     // SKIPRING_SEGMENT_BYTES
+  int pipeline_depth = 8;         // SKIPRING_PIPELINE_DEPTH
+  int poll_spins = 200;           // SKIPRING_POLL_SPINS
+  int idle_sleep_us = 20;         // SKIPRING_IDLE_SLEEP_US
+  ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
+  bool check = false;             // SKIPRING_CHECK
+};
+
+// One row of the registry, for printing.
+struct ParamInfo {
+  std::string name;     // e.g. "SKIPRING_SEGMENT_BYTES"
+  std::string type;     // "bool", "int", "size", "enum"
+  std::string accepts;  // human-readable domain, e.g. "1..1024" or "trace|debug|info|warn|error|off"
+  std::string default_value;
+  std::string current_value;  // in the Config passed to describe_params
+  bool set_in_env = false;
+  std::string help;
+};
+
+// Looks up an environment variable; returns false when unset.
+using EnvLookup = std::function<bool(const char* name, std::string* value)>;
+EnvLookup process_env();
+
+// Parses every SKIPRING_* parameter through `env` into *out. On a bad value returns
+// kErrConfig and sets *error to a message naming the variable, the value and what it
+// accepts. Unknown SKIPRING_* names in `known_env` (if given) are reported as errors too.
+Status load_config(const EnvLookup& env, Config* out, std::string* error,
+                   const std::vector<std::string>* env_names = nullptr);
+
+std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env);
+
+// The process-wide configuration, loaded once from the environment by init_global_config().
+// Before that it holds the defaults.
+const Config& global_config();
+Status init_global_config(std::string* error);
+// Tests only: replace the global configuration.
+void set_global_config(const Config& cfg);
+
+}  // namespace skipring

@@ -1,0 +1,82 @@
+/* skipring C API: a straggler-tolerant ring all-reduce for MPI programs.
+ *
+ * All functions return MPI error codes (MPI_SUCCESS on success) and never throw.
+ * Thread support: call from one thread at a time per communicator (MPI_THREAD_FUNNELED
+ * or SERIALIZED usage). */
+#ifndef SKIPRING_SKIPRING_H_
+#define SKIPRING_SKIPRING_H_
+
+#include <mpi.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKIPRING_VERSION_MAJOR 0
+#define SKIPRING_VERSION_MINOR 1
+#define SKIPRING_VERSION_PATCH 0
+
+/* Reads and validates every SKIPRING_* variable. Called implicitly by the first
+ * skipring_allreduce; call it after MPI_Init to get configuration errors early.
+ * Returns MPI_ERR_ARG (and logs a message naming the variable) on a bad value. */
+int skipring_init(void);
+
+/* Same semantics as MPI_Allreduce, including MPI_IN_PLACE as sendbuf. Handles predefined
+ * ops on predefined integer, floating, bool and byte types on intra-communicators natively;
+ * for user-defined ops, MAXLOC/MINLOC, derived/complex datatypes and inter-communicators it
+ * calls PMPI_Allreduce (counted as a fallback). Errors: MPI_ERR_COUNT (count < 0),
+ * MPI_ERR_BUFFER (NULL buffer, count > 0), MPI_ERR_OP (op not defined on the type),
+ * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error). */
+int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                       MPI_Op op, MPI_Comm comm);
+
+/* 1 in *handled when skipring runs (datatype, op, comm) itself, 0 when it would fall back. */
+int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled);
+
+/* Statistics of the last skipring_allreduce on a communicator (this rank's view). */
+typedef struct skipring_stats {
+  uint64_t seq;             /* collective sequence number on this communicator */
+  uint64_t bytes;           /* count * datatype size */
+  double time_s;            /* wall time of the call */
+  double wait_s;            /* total time waiting for a predecessor's data */
+  double reduce_s;          /* total time in reduction kernels */
+  double transfer_s;        /* total time from posting a send until it completed */
+  uint32_t steps;           /* ring steps this rank took part in (reduce-scatter + allgather) */
+  uint32_t messages_sent;
+  uint32_t messages_received;
+  uint32_t skips;           /* skip-ahead decisions taken by this rank */
+  uint32_t late_pieces;     /* pieces that arrived after this rank had forwarded */
+} skipring_stats_t;
+
+int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
+
+/* Process-wide counters since init (what the PMPI report line prints). */
+typedef struct skipring_totals {
+  uint64_t calls;      /* all-reduces skipring ran itself */
+  uint64_t fallbacks;  /* calls handed to PMPI_Allreduce */
+  uint64_t skips;
+  uint64_t late;
+  uint64_t bytes;
+  double time_s;
+} skipring_totals_t;
+
+int skipring_get_totals(skipring_totals_t* totals);
+/* Adds one fallback to the totals (used by the PMPI library). */
+void skipring_count_fallback(void);
+
+/* Test aid: *pending = 1 when a message is waiting unmatched on skipring's internal
+ * communicator for `comm` (there must be none between collectives). */
+int skipring_pending_messages(MPI_Comm comm, int* pending);
+
+/* Frees all per-communicator state. Called automatically at MPI_Finalize. */
+int skipring_finalize(void);
+
+/* Human-readable text for an MPI or skipring error code. */
+const char* skipring_error_string(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SKIPRING_SKIPRING_H_ */

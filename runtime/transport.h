@@ -1,0 +1,48 @@
+// Minimal transport interface: post a send or a receive of one message (a small header plus
+// a payload, each contiguous, possibly in different places), poll for completions, cancel.
+// Implemented over MPI point-to-point (mpi_transport.h) and by the in-process fake transport
+// of the test harness.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace skipring {
+
+// Identifies one posted operation; chosen by the caller, unique among outstanding ones.
+using Token = uint32_t;
+
+struct Completion {
+  Token token;
+  bool is_recv;
+  size_t payload_bytes;  // for receives: bytes of payload actually received
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // The message is header bytes followed by payload bytes. Both buffers must stay
+  // untouched until the completion is reported.
+  virtual Status post_send(int peer, int tag, const void* header, size_t header_bytes,
+                           const void* payload, size_t payload_bytes, Token token) = 0;
+  // Receives one message from `peer` with `tag`: the first header_bytes land in `header`,
+  // the rest (at most payload_bytes) in `payload`.
+  virtual Status post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
+                           size_t payload_bytes, Token token) = 0;
+  // Appends completed operations to *done; never blocks.
+  virtual Status poll(std::vector<Completion>* done) = 0;
+  // Cancels an outstanding receive (sends cannot be cancelled).
+  virtual Status cancel(Token token) = 0;
+  // Operations posted and not yet reported complete.
+  virtual size_t outstanding() const = 0;
+  // True when a message is waiting that no posted receive matches (stale-message check).
+  virtual Status unmatched_message_waiting(bool* waiting) = 0;
+};
+
+}  // namespace skipring
