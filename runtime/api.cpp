@@ -1,1 +1,294 @@
-// placeholder
+// The C API: argument checking, MPI handle mapping, per-communicator state cached as an MPI
+// attribute, process-wide totals. Nothing thrown crosses these functions.
+#include <mpi.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/communicator.h"
+#include "runtime/config.h"
+#include "runtime/include/skipring/skipring.h"
+#include "runtime/log.h"
+#include "runtime/mpi_types.h"
+
+namespace skipring {
+namespace {
+
+struct GlobalState {
+  std::mutex mutex;
+  bool initialised = false;
+  int init_error = MPI_SUCCESS;
+  int keyval = MPI_KEYVAL_INVALID;
+  int self_keyval = MPI_KEYVAL_INVALID;
+  std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
+  skipring_totals_t totals{};
+};
+
+GlobalState& state() {
+  static GlobalState* s = new GlobalState();  // never destroyed: used from MPI_Finalize hooks
+  return *s;
+}
+
+int to_mpi_error(Status s) {
+  switch (s) {
+    case Status::kOk: return MPI_SUCCESS;
+    case Status::kErrCount: return MPI_ERR_COUNT;
+    case Status::kErrBuffer: return MPI_ERR_BUFFER;
+    case Status::kErrOp: return MPI_ERR_OP;
+    case Status::kErrType: return MPI_ERR_TYPE;
+    case Status::kErrComm: return MPI_ERR_COMM;
+    case Status::kErrArg:
+    case Status::kErrConfig: return MPI_ERR_ARG;
+    case Status::kErrNoMem: return MPI_ERR_NO_MEM;
+    default: return MPI_ERR_OTHER;
+  }
+}
+
+int delete_comm_state(MPI_Comm, int, void* attr, void*) {
+  auto* c = static_cast<Communicator*>(attr);
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().comms.erase(c);
+  }
+  delete c;
+  return MPI_SUCCESS;
+}
+
+void free_all_states() {
+  std::map<Communicator*, MPI_Comm> comms;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    comms = state().comms;
+  }
+  for (auto& [c, comm] : comms) MPI_Comm_delete_attr(comm, state().keyval);
+}
+
+int on_self_delete(MPI_Comm, int, void*, void*) {
+  free_all_states();
+  return MPI_SUCCESS;
+}
+
+int init_locked() {
+  GlobalState& g = state();
+  if (g.initialised) return g.init_error;
+  int mpi_init = 0, mpi_fin = 0;
+  MPI_Initialized(&mpi_init);
+  MPI_Finalized(&mpi_fin);
+  if (!mpi_init || mpi_fin) return MPI_ERR_OTHER;  // not latched: MPI may come up later
+  g.initialised = true;
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::string error;
+  if (!ok(init_global_config(&error))) {
+    std::fprintf(stderr, "[skipring r%d] error: %s\n", world_rank, error.c_str());
+    g.init_error = MPI_ERR_ARG;
+    return g.init_error;
+  }
+  configure_logging(world_rank, global_config().log_level);
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_state, &g.keyval, nullptr);
+  // Attributes on MPI_COMM_SELF are deleted first thing in MPI_Finalize: free everything then.
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &g.self_keyval, nullptr);
+  MPI_Comm_set_attr(MPI_COMM_SELF, g.self_keyval, nullptr);
+  SKIPRING_LOG_DEBUG("initialised");
+  return MPI_SUCCESS;
+}
+
+int ensure_init() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return init_locked();
+}
+
+// Finds or creates the state for `comm` (collective on first use).
+int comm_state(MPI_Comm comm, bool create, Communicator** out) {
+  void* attr = nullptr;
+  int found = 0;
+  if (MPI_Comm_get_attr(comm, state().keyval, &attr, &found) != MPI_SUCCESS) return MPI_ERR_COMM;
+  if (found) {
+    *out = static_cast<Communicator*>(attr);
+    return MPI_SUCCESS;
+  }
+  *out = nullptr;
+  if (!create) return MPI_SUCCESS;
+  std::unique_ptr<Communicator> c;
+  Status st = Communicator::create(comm, global_config(), &c);
+  if (!ok(st)) return to_mpi_error(st);
+  if (MPI_Comm_set_attr(comm, state().keyval, c.get()) != MPI_SUCCESS) return MPI_ERR_OTHER;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().comms[c.get()] = comm;
+  }
+  *out = c.release();
+  return MPI_SUCCESS;
+}
+
+bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
+  if (!global_config().enable) return false;
+  if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return false;
+  if (!op_valid(*rop, *dt)) return false;
+  int inter = 0;
+  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
+  return true;
+}
+
+int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+             MPI_Comm comm) {
+  skipring_count_fallback();
+  return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+              MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  ROp rop;
+  if (!handles(datatype, op, comm, &dt, &rop)) {
+    // A predefined op on a predefined type MPI does not define it for is a user error.
+    if (global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
+        !op_valid(rop, dt)) {
+      return MPI_ERR_OP;
+    }
+    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
+  const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
+  if (!ok(st)) return to_mpi_error(st);
+  const CollectiveStats& s = c->last_stats();
+  std::lock_guard<std::mutex> lock(state().mutex);
+  skipring_totals_t& t = state().totals;
+  t.calls += 1;
+  t.skips += s.skips;
+  t.late += s.late_pieces;
+  t.bytes += s.bytes;
+  t.time_s += s.time_s();
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+}  // namespace skipring
+
+using namespace skipring;
+
+extern "C" {
+
+int skipring_init(void) {
+  try {
+    return ensure_init();
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                       MPI_Op op, MPI_Comm comm) {
+  try {
+    return allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {
+  try {
+    if (handled == nullptr) return MPI_ERR_ARG;
+    *handled = 0;
+    if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    DType dt;
+    ROp rop;
+    *handled = handles(datatype, op, comm, &dt, &rop) ? 1 : 0;
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
+  try {
+    if (out == nullptr) return MPI_ERR_ARG;
+    *out = skipring_stats_t{};
+    if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    Communicator* c = nullptr;
+    if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
+    if (c == nullptr) return MPI_SUCCESS;
+    const CollectiveStats& s = c->last_stats();
+    out->seq = s.seq;
+    out->bytes = s.bytes;
+    out->time_s = s.time_s();
+    out->wait_s = s.wait_s;
+    out->reduce_s = s.reduce_s;
+    out->transfer_s = s.transfer_s;
+    out->steps = static_cast<uint32_t>(s.steps.size());
+    out->messages_sent = s.messages_sent;
+    out->messages_received = s.messages_received;
+    out->skips = s.skips;
+    out->late_pieces = s.late_pieces;
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_get_totals(skipring_totals_t* totals) {
+  if (totals == nullptr) return MPI_ERR_ARG;
+  std::lock_guard<std::mutex> lock(state().mutex);
+  *totals = state().totals;
+  return MPI_SUCCESS;
+}
+
+void skipring_count_fallback(void) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().totals.fallbacks += 1;
+}
+
+int skipring_pending_messages(MPI_Comm comm, int* pending) {
+  try {
+    if (pending == nullptr) return MPI_ERR_ARG;
+    *pending = 0;
+    if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    Communicator* c = nullptr;
+    if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
+    if (c == nullptr) return MPI_SUCCESS;
+    bool waiting = false;
+    if (!ok(c->unmatched_message_waiting(&waiting))) return MPI_ERR_OTHER;
+    *pending = waiting ? 1 : 0;
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_finalize(void) {
+  try {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
+    free_all_states();
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+const char* skipring_error_string(int code) {
+  thread_local char buf[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) {
+    std::snprintf(buf, sizeof(buf), "unknown error %d", code);
+  }
+  return buf;
+}
+
+}  // extern "C"

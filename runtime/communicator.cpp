@@ -1,1 +1,86 @@
-// placeholder
+// Communicator implementation: runs one collective through the progress engine.
+#include "runtime/communicator.h"
+
+#include "collectives/ring_allreduce.h"
+#include "runtime/log.h"
+#include "runtime/progress_engine.h"
+#include "topology/ring_order.h"
+
+namespace skipring {
+
+Status Communicator::create(MPI_Comm user, const Config& cfg, std::unique_ptr<Communicator>* out) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  if (MPI_Comm_dup(user, &c->internal_) != MPI_SUCCESS) return Status::kErrComm;
+  MPI_Comm_rank(c->internal_, &c->rank_);
+  MPI_Comm_size(c->internal_, &c->size_);
+  c->cfg_ = cfg;
+  c->ring_ = identity_ring(c->size_);
+  std::string why;
+  if (!ring_is_valid(c->ring_, c->size_, &why)) {
+    SKIPRING_LOG_ERROR("ring order: {}", why);
+    return Status::kErrInternal;
+  }
+  c->transport_ = std::make_unique<MpiTransport>(c->internal_);
+  c->clock_ = make_clock(cfg.clock);
+  *out = std::move(c);
+  return Status::kOk;
+}
+
+Communicator::~Communicator() {
+  transport_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+}
+
+Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                               ROp op) {
+  if (broken_) return Status::kErrInternal;
+  RingParams p;
+  p.rank = rank_;
+  p.ring = ring_;
+  p.count = count;
+  p.dtype = dtype;
+  p.op = op;
+  p.sendbuf = sendbuf;
+  p.recvbuf = recvbuf;
+  p.segment_bytes = cfg_.segment_bytes;
+  p.depth = cfg_.pipeline_depth;
+  p.seq = static_cast<uint32_t>(seq_);
+  std::string why;
+  Status st = RingAllreduce::validate(p, &why);
+  if (!ok(st)) {
+    SKIPRING_LOG_DEBUG("allreduce rejected: {}", why);
+    return st;
+  }
+  RingAllreduce core(p, &scratch_);
+  ProgressEngine engine(transport_.get(), clock_.get(),
+                        EngineOptions{cfg_.poll_spins, cfg_.idle_sleep_us});
+  st = engine.run(&core);
+  ++seq_;
+  if (!ok(st)) {
+    broken_ = true;
+    SKIPRING_LOG_ERROR("allreduce seq {} failed: {} {}", p.seq, status_string(st), core.error());
+    return st;
+  }
+  last_stats_ = core.stats();
+  if (cfg_.log_level <= LogLevel::kDebug) {
+    SKIPRING_LOG_DEBUG("allreduce {}", last_stats_.to_string());
+  }
+  if (cfg_.check) {
+    // Every message of this collective has been received once all ranks are past the first
+    // barrier; nobody starts the next collective before the second one.
+    bool waiting = false;
+    MPI_Barrier(internal_);
+    SKIPRING_CHECK(transport_->unmatched_message_waiting(&waiting));
+    MPI_Barrier(internal_);
+    if (waiting) {
+      broken_ = true;
+      SKIPRING_LOG_ERROR("allreduce seq {}: a message is left unmatched", p.seq);
+      return Status::kErrProtocol;
+    }
+  }
+  return Status::kOk;
+}
+
+}  // namespace skipring

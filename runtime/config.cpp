@@ -1,1 +1,215 @@
-// placeholder
+// The SKIPRING_* parameter registry: parsing, validation and description.
+#include "runtime/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+extern char** environ;
+
+namespace skipring {
+namespace {
+
+struct ParamDesc {
+  const char* name;
+  const char* type;
+  const char* accepts;
+  const char* help;
+  // Parses `text` into cfg; false when the value is not accepted.
+  bool (*parse)(const std::string& text, Config* cfg);
+  std::string (*show)(const Config& cfg);
+};
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  const std::string t = lower(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return *out = true, true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return *out = false, true;
+  return false;
+}
+
+bool parse_int(const std::string& text, long lo, long hi, int* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// Accepts a byte count with an optional K/M/G suffix (powers of 1024), optional trailing B.
+bool parse_size(const std::string& text, size_t lo, size_t hi, size_t* out) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0) return false;
+  std::string suffix = lower(end);
+  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'i') suffix.pop_back();
+  unsigned long long mult = 1;
+  if (suffix == "k") mult = 1ull << 10;
+  else if (suffix == "m") mult = 1ull << 20;
+  else if (suffix == "g") mult = 1ull << 30;
+  else if (!suffix.empty()) return false;
+  if (v > std::numeric_limits<unsigned long long>::max() / mult) return false;
+  v *= mult;
+  if (v < lo || v > hi) return false;
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
+const char* bool_str(bool b) { return b ? "1" : "0"; }
+
+const char* log_level_name(LogLevel l) {
+  static const char* names[] = {"trace", "debug", "info", "warn", "error", "off"};
+  return names[static_cast<int>(l)];
+}
+
+const ParamDesc kParams[] = {
+    {"SKIPRING_ENABLE", "bool", "0|1 (also true/false, yes/no, on/off)",
+     "Use skipring's all-reduce; 0 makes the PMPI library pass every call to PMPI_Allreduce.",
+     [](const std::string& t, Config* c) { return parse_bool(t, &c->enable); },
+     [](const Config& c) { return std::string(bool_str(c.enable)); }},
+    {"SKIPRING_LOG_LEVEL", "enum", "trace|debug|info|warn|error|off",
+     "Logging threshold; lines go to stderr prefixed with the rank.",
+     [](const std::string& t, Config* c) {
+       const std::string v = lower(t);
+       for (int i = 0; i <= static_cast<int>(LogLevel::kOff); ++i) {
+         if (v == log_level_name(static_cast<LogLevel>(i))) {
+           c->log_level = static_cast<LogLevel>(i);
+           return true;
+         }
+       }
+       return false;
+     },
+     [](const Config& c) { return std::string(log_level_name(c.log_level)); }},
+    {"SKIPRING_REPORT", "bool", "0|1",
+     "PMPI library: at MPI_Finalize each rank prints one 'skipring: rank=...' line to stderr.",
+     [](const std::string& t, Config* c) { return parse_bool(t, &c->report); },
+     [](const Config& c) { return std::string(bool_str(c.report)); }},
+    {"SKIPRING_SEGMENT_BYTES", "size", "1K..1G, suffix K/M/G allowed",
+     "Pipelining unit: each chunk is sent in segments of at most this many bytes.",
+     [](const std::string& t, Config* c) {
+       return parse_size(t, 1024, size_t{1} << 30, &c->segment_bytes);
+     },
+     [](const Config& c) { return std::to_string(c.segment_bytes); }},
+    {"SKIPRING_PIPELINE_DEPTH", "int", "1..64",
+     "Segments in flight per direction (receives posted ahead, sends outstanding).",
+     [](const std::string& t, Config* c) { return parse_int(t, 1, 64, &c->pipeline_depth); },
+     [](const Config& c) { return std::to_string(c.pipeline_depth); }},
+    {"SKIPRING_POLL_SPINS", "int", "0..1000000",
+     "Progress engine: idle polls before it starts yielding the core.",
+     [](const std::string& t, Config* c) { return parse_int(t, 0, 1000000, &c->poll_spins); },
+     [](const Config& c) { return std::to_string(c.poll_spins); }},
+    {"SKIPRING_IDLE_SLEEP_US", "int", "0..100000",
+     "Progress engine: longest sleep between polls once idle for a while (0: only yield).",
+     [](const std::string& t, Config* c) { return parse_int(t, 0, 100000, &c->idle_sleep_us); },
+     [](const Config& c) { return std::to_string(c.idle_sleep_us); }},
+    {"SKIPRING_CLOCK", "enum", "steady|mpi_wtime",
+     "Time source of the progress engine; mpi_wtime under SimGrid SMPI (simulated time).",
+     [](const std::string& t, Config* c) {
+       const std::string v = lower(t);
+       if (v == "steady") return c->clock = ClockKind::kSteady, true;
+       if (v == "mpi_wtime") return c->clock = ClockKind::kMpiWtime, true;
+       return false;
+     },
+     [](const Config& c) {
+       return std::string(c.clock == ClockKind::kSteady ? "steady" : "mpi_wtime");
+     }},
+    {"SKIPRING_CHECK", "bool", "0|1",
+     "After each collective, verify no message is left unmatched on the internal communicator.",
+     [](const std::string& t, Config* c) { return parse_bool(t, &c->check); },
+     [](const Config& c) { return std::string(bool_str(c.check)); }},
+};
+
+std::mutex g_mutex;
+Config g_config;
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const char* name, std::string* value) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return false;
+    *value = v;
+    return true;
+  };
+}
+
+Status load_config(const EnvLookup& env, Config* out, std::string* error,
+                   const std::vector<std::string>* env_names) {
+  Config cfg;
+  for (const auto& p : kParams) {
+    std::string value;
+    if (!env(p.name, &value)) continue;
+    if (!p.parse(value, &cfg)) {
+      *error = std::string("invalid value '") + value + "' for " + p.name + ": accepts " +
+               p.accepts;
+      return Status::kErrConfig;
+    }
+  }
+  if (env_names != nullptr) {
+    for (const auto& n : *env_names) {
+      if (n.rfind("SKIPRING_", 0) != 0) continue;
+      bool known = false;
+      for (const auto& p : kParams) known = known || n == p.name;
+      if (!known) {
+        *error = "unknown variable " + n + " (skipring_info lists every SKIPRING_* parameter)";
+        return Status::kErrConfig;
+      }
+    }
+  }
+  *out = cfg;
+  return Status::kOk;
+}
+
+std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env) {
+  const Config defaults;
+  std::vector<ParamInfo> rows;
+  for (const auto& p : kParams) {
+    ParamInfo info;
+    info.name = p.name;
+    info.type = p.type;
+    info.accepts = p.accepts;
+    info.default_value = p.show(defaults);
+    info.current_value = p.show(cfg);
+    std::string unused;
+    info.set_in_env = env(p.name, &unused);
+    info.help = p.help;
+    rows.push_back(std::move(info));
+  }
+  return rows;
+}
+
+const Config& global_config() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_config;
+}
+
+Status init_global_config(std::string* error) {
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    names.emplace_back(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
+  }
+  Config cfg;
+  SKIPRING_CHECK(load_config(process_env(), &cfg, error, &names));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_config = cfg;
+  return Status::kOk;
+}
+
+void set_global_config(const Config& cfg) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_config = cfg;
+}
+
+}  // namespace skipring

@@ -1,1 +1,96 @@
-// placeholder
+// SKIPRING_* registry: defaults, valid values, every invalid value names the variable.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "runtime/config.h"
+
+namespace skipring {
+namespace {
+
+EnvLookup fake_env(std::map<std::string, std::string> m) {
+  return [m](const char* name, std::string* v) {
+    auto it = m.find(name);
+    if (it == m.end()) return false;
+    *v = it->second;
+    return true;
+  };
+}
+
+TEST(Config, Defaults) {
+  Config c;
+  std::string err;
+  ASSERT_EQ(load_config(fake_env({}), &c, &err), Status::kOk);
+  EXPECT_TRUE(c.enable);
+  EXPECT_FALSE(c.report);
+  EXPECT_EQ(c.segment_bytes, 256u * 1024);
+}
+
+TEST(Config, ValidValues) {
+  Config c;
+  std::string err;
+  ASSERT_EQ(load_config(fake_env({{"SKIPRING_ENABLE", "off"},
+                                  {"SKIPRING_SEGMENT_BYTES", "64K"},
+                                  {"SKIPRING_LOG_LEVEL", "DEBUG"},
+                                  {"SKIPRING_PIPELINE_DEPTH", "3"},
+                                  {"SKIPRING_CLOCK", "mpi_wtime"},
+                                  {"SKIPRING_REPORT", "1"}}),
+                        &c, &err),
+            Status::kOk)
+      << err;
+  EXPECT_FALSE(c.enable);
+  EXPECT_TRUE(c.report);
+  EXPECT_EQ(c.segment_bytes, 64u * 1024);
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.pipeline_depth, 3);
+  EXPECT_EQ(c.clock, ClockKind::kMpiWtime);
+}
+
+TEST(Config, InvalidValuesNameTheVariable) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"SKIPRING_ENABLE", "maybe"},        {"SKIPRING_SEGMENT_BYTES", "banana"},
+      {"SKIPRING_SEGMENT_BYTES", "12"},    {"SKIPRING_SEGMENT_BYTES", "4T"},
+      {"SKIPRING_PIPELINE_DEPTH", "0"},    {"SKIPRING_PIPELINE_DEPTH", "3x"},
+      {"SKIPRING_LOG_LEVEL", "loud"},      {"SKIPRING_CLOCK", "sundial"},
+      {"SKIPRING_IDLE_SLEEP_US", "-1"},    {"SKIPRING_POLL_SPINS", ""},
+  };
+  for (const auto& [name, value] : bad) {
+    Config c;
+    c.pipeline_depth = 99;  // untouched on failure
+    std::string err;
+    EXPECT_EQ(load_config(fake_env({{name, value}}), &c, &err), Status::kErrConfig)
+        << name << "=" << value;
+    EXPECT_NE(err.find(name), std::string::npos) << err;
+    EXPECT_NE(err.find("accepts"), std::string::npos) << err;
+    EXPECT_EQ(c.pipeline_depth, 99);
+  }
+}
+
+TEST(Config, UnknownVariableRejected) {
+  Config c;
+  std::string err;
+  std::vector<std::string> names = {"PATH", "SKIPRING_SEGMNT_BYTES"};
+  EXPECT_EQ(load_config(fake_env({}), &c, &err, &names), Status::kErrConfig);
+  EXPECT_NE(err.find("SKIPRING_SEGMNT_BYTES"), std::string::npos);
+}
+
+TEST(Config, DescribeListsEveryParameter) {
+  Config c;
+  c.segment_bytes = 4096;
+  auto rows = describe_params(c, fake_env({{"SKIPRING_SEGMENT_BYTES", "4K"}}));
+  ASSERT_GE(rows.size(), 9u);
+  bool found = false;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.name.rfind("SKIPRING_", 0), 0u);
+    EXPECT_FALSE(r.help.empty());
+    if (r.name == "SKIPRING_SEGMENT_BYTES") {
+      found = true;
+      EXPECT_EQ(r.current_value, "4096");
+      EXPECT_TRUE(r.set_in_env);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace skipring

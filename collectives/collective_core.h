@@ -1,0 +1,56 @@
+// The interface between a collective's I/O-free state machine and whatever drives it (the MPI
+// progress engine, the in-process harness, SimGrid): events in, actions out.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "runtime/status.h"
+#include "runtime/transport.h"
+#include "straggler/step_stats.h"
+
+namespace skipring {
+
+struct Action {
+  enum class Kind : uint8_t { kSend, kRecv, kReduce, kCopy, kDone };
+  Kind kind = Kind::kDone;
+  Token token = 0;
+  // kSend / kRecv
+  int peer = -1;
+  int tag = 0;
+  void* header = nullptr;
+  size_t header_bytes = 0;
+  void* payload = nullptr;
+  size_t payload_bytes = 0;
+  // kReduce: dst = a op b over `count` elements; report with on_reduce(token).
+  // kCopy: copy payload_bytes from a to dst, synchronously (no completion event).
+  void* dst = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kByte;
+  ROp op = ROp::kSum;
+};
+using ActionList = std::vector<Action>;
+
+class CollectiveCore {
+ public:
+  virtual ~CollectiveCore() = default;
+  // All methods append the actions to take, in order, to *out. A driver executes kSend,
+  // kRecv and kCopy in order, and for kReduce runs the kernel and later calls on_reduce.
+  virtual Status start(double now, ActionList* out) = 0;
+  virtual Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) = 0;
+  virtual Status on_send(Token t, double now, ActionList* out) = 0;
+  virtual Status on_reduce(Token t, double now, ActionList* out) = 0;
+  virtual Status on_time(double now, ActionList* out) = 0;
+  // Next clock time at which on_time must be called; +inf when none.
+  virtual double next_deadline() const = 0;
+  virtual bool done() const = 0;
+  // Text of the last protocol error.
+  virtual const std::string& error() const = 0;
+  virtual const CollectiveStats& stats() const = 0;
+};
+
+}  // namespace skipring

@@ -1,0 +1,186 @@
+// The ring all-reduce (reduce-scatter then allgather) as an I/O-free state machine.
+//
+// Events go in (start, a receive completed, a send completed, a reduction finished, the time
+// now); actions come out (post a send, post a receive, reduce, copy, done). The same core is
+// driven by the MPI progress engine (runtime/progress_engine.h), by the in-process harness of
+// n virtual ranks with a virtual clock (tests/unit/harness.h) and, later, under SimGrid SMPI.
+//
+// Geometry: the buffer is split into n chunks (uneven when n does not divide count; empty
+// chunks send nothing) and each chunk into segments of at most segment_bytes, which are
+// pipelined. Chunk c is owned by ring position c. In reduce-scatter the partial for chunk c
+// starts at position c+1 and travels the ring to its owner, each rank adding its input; in
+// allgather the owner's final segment travels the ring once.
+//
+// Every message carries a WireHeader: collective sequence number, phase, chunk, segment and
+// the contribution set (which ranks' inputs the payload sums). A rank merges a piece only when
+// the sets are disjoint; the owner completes only on the full set; anything else is a
+// protocol error, returned, never summed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_core.h"
+#include "collectives/contribution_set.h"
+#include "collectives/dtype.h"
+#include "runtime/status.h"
+#include "runtime/transport.h"
+#include "straggler/step_stats.h"
+
+namespace skipring {
+
+constexpr uint32_t kWireMagic = 0x534b5247;  // "SKRG"
+
+struct WireHeader {
+  uint32_t magic;
+  uint32_t seq;
+  uint8_t phase;  // Phase
+  uint8_t flags;
+  uint16_t set_words;
+  uint32_t chunk;
+  uint32_t segment;
+  uint32_t reserved;
+  // followed by set_words 64-bit words of the contribution set
+};
+static_assert(sizeof(WireHeader) == 24, "wire header layout");
+
+// Bytes of a header (fixed part + contribution set) for n ranks, a multiple of 8.
+inline size_t wire_header_bytes(int n) {
+  return sizeof(WireHeader) + 8 * ContributionSet::words_for(n);
+}
+
+
+
+// Chunk and segment geometry, identical on every rank.
+class RingLayout {
+ public:
+  RingLayout(int n, size_t count, size_t elem_size, size_t segment_bytes);
+  int n() const { return n_; }
+  size_t elem_size() const { return elem_; }
+  size_t chunk_offset(int c) const;  // in elements
+  size_t chunk_count(int c) const;
+  int segments(int c) const;  // 0 for an empty chunk
+  int first_segment(int c) const { return first_seg_[c]; }
+  int total_segments() const { return first_seg_[n_]; }
+  size_t segment_offset(int c, int g) const { return chunk_offset(c) + g * seg_elems_; }
+  size_t segment_count(int c, int g) const;
+  size_t segment_elems() const { return seg_elems_; }
+
+ private:
+  int n_;
+  size_t count_, elem_, seg_elems_;
+  std::vector<int> first_seg_;
+};
+
+struct RingParams {
+  int rank = 0;           // this rank (communicator rank)
+  std::vector<int> ring;  // ring order: ring[i] is the rank at position i; size n
+  size_t count = 0;
+  DType dtype = DType::kFloat;
+  ROp op = ROp::kSum;
+  const void* sendbuf = nullptr;  // == recvbuf for in place
+  void* recvbuf = nullptr;
+  size_t segment_bytes = 256 * 1024;
+  int depth = 8;  // receive slots / send slots per direction
+  uint32_t seq = 0;
+};
+
+class RingAllreduce final : public CollectiveCore {
+ public:
+  // Checks the parameters (ring is a permutation containing rank, op valid on dtype, ...).
+  static Status validate(const RingParams& p, std::string* why);
+
+  // `scratch` is reused across collectives to avoid allocation; it is resized as needed and
+  // must outlive this object.
+  RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch);
+
+  Status start(double now, ActionList* out) override;
+  Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
+  Status on_send(Token t, double now, ActionList* out) override;
+  Status on_reduce(Token t, double now, ActionList* out) override;
+  // Timers (the skip-ahead decision lives here once straggler handling is on).
+  Status on_time(double now, ActionList* out) override;
+  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
+
+  bool done() const override { return done_; }
+  const std::string& error() const override { return error_; }
+  const CollectiveStats& stats() const override { return stats_; }
+  const RingLayout& layout() const { return layout_; }
+
+ private:
+  enum class OpState : uint8_t { kWaiting, kPosted, kArrived, kReducing, kFinished };
+  struct RecvOp {
+    Phase phase;
+    int step;
+    int chunk;
+    int seg;
+    int seg_id;  // layout-wide segment index
+    OpState state = OpState::kWaiting;
+    int slot = -1;          // RS: receive slot holding header + payload
+    int out_slot = -1;      // RS: send slot the reduction writes into
+    uint8_t* header = nullptr;  // AG: header buffer (payload lands in recvbuf)
+    double t_arrived = 0;
+    double t_reduce = 0;
+  };
+  struct SendOp {
+    Phase phase;
+    int step;  // index of the step record this send's transfer time is added to
+    int seg_id;
+    int slot = -1;  // RS send slot to release on completion
+    bool done = false;
+    double t_posted = 0;
+  };
+
+  Status fail(std::string why);
+  uint8_t* seg_ptr(void* base, int c, int g) const;
+  const uint8_t* input_ptr(int c, int g) const;
+  void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set);
+  Status check_header(const uint8_t* hdr, Phase phase, int chunk, int seg, ContributionSet* set);
+  void post_receives(double now, ActionList* out);
+  void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
+                 int slot, double now, ActionList* out);
+  Status start_reduces(double now, ActionList* out);
+  void advance_wait_cursor();
+  void maybe_done(double now, ActionList* out);
+  int pos_of(int rank) const;
+  int tag_for(Phase phase, int seg_id) const;
+
+  RingParams p_;
+  RingLayout layout_;
+  int n_;
+  int pos_;  // ring position of this rank
+  int pred_, succ_;
+  size_t hdr_bytes_;
+  size_t slot_bytes_;
+  bool in_place_;
+
+  std::vector<uint8_t>* scratch_;
+  uint8_t* recv_slots_ = nullptr;
+  uint8_t* send_slots_ = nullptr;
+  uint8_t* hdr_pool_ = nullptr;
+  uint8_t* owner_hdrs_ = nullptr;  // headers of the allgather sends of our own chunk
+  size_t hdr_area_ = 0;            // header area per slot (header right-aligned in it)
+  std::vector<int> free_recv_slots_, free_send_slots_;
+
+  std::vector<RecvOp> recvs_;
+  size_t next_post_ = 0;    // first receive not yet posted
+  size_t wait_cursor_ = 0;  // first receive whose arrival is not yet accounted as wait
+  double wait_clock_ = 0;
+  int ag_posted_ = 0;       // AG receives posted and not yet arrived
+  std::vector<size_t> reduce_queue_;  // RS receives arrived, waiting for a send slot
+  size_t reduce_queue_head_ = 0;
+  std::vector<SendOp> sends_;
+  std::vector<uint8_t> local_done_;  // per segment id: our RS part no longer reads the input
+
+  int pending_ = 0;  // receives + sends + reduces not finished
+  bool done_ = false;
+  bool failed_ = false;
+  std::string error_;
+  ContributionSet scratch_set_;
+  CollectiveStats stats_;
+};
+
+}  // namespace skipring

@@ -1,0 +1,57 @@
+// A skipring communicator: skipring's state for one application communicator. It owns a
+// duplicate of the application's MPI_Comm (internal traffic never meets the application's),
+// the ring order, the transport, the clock, a scratch buffer reused across collectives, the
+// collective sequence number and the last collective's statistics.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "runtime/clock.h"
+#include "runtime/config.h"
+#include "runtime/mpi_transport.h"
+#include "straggler/step_stats.h"
+
+namespace skipring {
+
+class Communicator {
+ public:
+  // Collective over `user`: duplicates it.
+  static Status create(MPI_Comm user, const Config& cfg, std::unique_ptr<Communicator>* out);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm internal() const { return internal_; }
+  const std::vector<int>& ring() const { return ring_; }
+
+  // sendbuf == recvbuf means in place. Arguments are already validated.
+  Status allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
+
+  const CollectiveStats& last_stats() const { return last_stats_; }
+  uint64_t collectives() const { return seq_; }
+  // After a protocol or transport error the state is unusable.
+  bool broken() const { return broken_; }
+  Status unmatched_message_waiting(bool* waiting) { return transport_->unmatched_message_waiting(waiting); }
+
+ private:
+  Communicator() = default;
+
+  MPI_Comm internal_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> ring_;
+  Config cfg_;
+  std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<Clock> clock_;
+  std::vector<uint8_t> scratch_;
+  uint64_t seq_ = 0;
+  bool broken_ = false;
+  CollectiveStats last_stats_;
+};
+
+}  // namespace skipring

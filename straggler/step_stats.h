@@ -1,0 +1,56 @@
+// Per-step timing records of one collective on one rank: what the progress engine measured
+// (wait for the predecessor, reduce, transfer). The straggler detector and the experiment
+// tools read these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace skipring {
+
+enum class Phase : uint8_t { kReduceScatter = 0, kAllgather = 1 };
+
+struct StepRecord {
+  Phase phase = Phase::kReduceScatter;
+  int step = 0;        // 0..n-2 within the phase
+  int chunk = -1;      // chunk received in this step
+  int from = -1;       // rank the data came from
+  int to = -1;         // rank the result went to (-1 when kept)
+  int segments = 0;
+  double wait_s = 0;      // time ready-to-receive until the data arrived, summed over segments
+  double reduce_s = 0;    // reduction kernel time
+  double transfer_s = 0;  // send posted until completed (sends of this step)
+  double first_arrival = 0;  // clock time of the first segment's arrival
+  double last_arrival = 0;
+};
+
+// Totals per neighbour (who we waited for).
+struct NeighbourStats {
+  int rank = -1;
+  double wait_s = 0;
+  int steps = 0;
+};
+
+struct CollectiveStats {
+  uint64_t seq = 0;
+  uint64_t bytes = 0;
+  double start = 0;
+  double end = 0;
+  double wait_s = 0;
+  double reduce_s = 0;
+  double transfer_s = 0;
+  uint32_t messages_sent = 0;
+  uint32_t messages_received = 0;
+  uint32_t skips = 0;
+  uint32_t late_pieces = 0;
+  std::vector<StepRecord> steps;
+  std::vector<NeighbourStats> neighbours;
+
+  double time_s() const { return end - start; }
+  // Recomputes the totals and per-neighbour rows from `steps`.
+  void summarise();
+  std::string to_string() const;
+};
+
+}  // namespace skipring

@@ -1,0 +1,54 @@
+// In-process harness: n virtual ranks, a virtual clock and a fake network that delivers
+// messages with seeded random delays (so in arbitrary order, except MPI's non-overtaking rule
+// for the same source, destination and tag), with eager (copied at send) or rendezvous (read
+// from the sender's buffer when the transfer completes) semantics. Each rank runs the real
+// ProgressEngine over a FakeTransport. A test instrument, not a second runtime.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_core.h"
+#include "collectives/dtype.h"
+#include "runtime/status.h"
+
+namespace skipring {
+namespace harness {
+
+struct Options {
+  int n = 4;
+  size_t count = 16;
+  DType dtype = DType::kInt32;
+  ROp op = ROp::kSum;
+  bool in_place = false;
+  size_t segment_bytes = 64;
+  int depth = 4;
+  uint64_t seed = 1;
+  int collectives = 1;          // back-to-back collectives per rank (seq 0, 1, ...)
+  double latency_min = 1e-6;    // per message, virtual seconds
+  double latency_max = 5e-6;
+  double bytes_per_s = 1e9;     // transfer time = bytes / rate after matching
+  double eager_probability = 0.5;
+  std::vector<double> start_time;  // per rank; empty = all at 0
+  double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
+  std::vector<int> ring;        // ring order; empty = identity
+};
+
+struct Result {
+  Status status = Status::kOk;
+  std::string error;
+  // outputs[c][r]: rank r's receive buffer after collective c.
+  std::vector<std::vector<std::vector<uint8_t>>> outputs;
+  std::vector<std::vector<CollectiveStats>> stats;  // [c][r]
+  bool leftover_messages = false;  // anything unmatched / in flight at the end
+  double end_time = 0;
+};
+
+// inputs[c][r]: rank r's send buffer for collective c (count * dtype_size bytes).
+Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t>>>& inputs);
+
+}  // namespace harness
+}  // namespace skipring
