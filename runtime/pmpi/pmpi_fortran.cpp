@@ -1,0 +1,225 @@
+// libskipring_pmpi.so: Fortran bindings of MPI_Allreduce, MPI_Init, MPI_Init_thread and
+// MPI_Finalize. The MPI library's own Fortran entry points call PMPI_* directly, so the C
+// wrappers never see Fortran calls; these definitions (found first under LD_PRELOAD)
+// convert the arguments and take the same path as C callers.
+//
+// Covered: `include 'mpif.h'` and `use mpi` (symbols mpi_allreduce_ and its other
+// manglings), and Open MPI's `use mpi_f08` layer, which calls the ompi_*_f functions. In
+// Open MPI's mpi_f08, MPI_Allreduce and PMPI_Allreduce both end in ompi_allreduce_f, so an
+// f08 PMPI_Allreduce call is intercepted too (the mpif.h / use mpi pmpi_allreduce_ is not).
+#include <dlfcn.h>
+
+#include <initializer_list>
+
+#include "runtime/pmpi/pmpi_internal.h"
+
+// Fortran's MPI_IN_PLACE and MPI_BOTTOM are variables whose address is the sentinel.
+// Open MPI: common blocks /mpi_fortran_in_place/ and /mpi_fortran_bottom/, named as the
+// Fortran compiler mangles them (gfortran: mpi_fortran_in_place_). MPICH: the addresses
+// are recorded at Fortran MPI_Init in MPIR_F_MPI_IN_PLACE / MPIR_F_MPI_BOTTOM. All are weak
+// references, so the library loads whatever MPI provides; a missing one has address null.
+extern "C" {
+extern int mpi_fortran_in_place_ __attribute__((weak));
+extern int mpi_fortran_in_place__ __attribute__((weak));
+extern int mpi_fortran_in_place __attribute__((weak));
+extern int MPI_FORTRAN_IN_PLACE __attribute__((weak));
+extern int mpi_fortran_bottom_ __attribute__((weak));
+extern int mpi_fortran_bottom__ __attribute__((weak));
+extern int mpi_fortran_bottom __attribute__((weak));
+extern int MPI_FORTRAN_BOTTOM __attribute__((weak));
+extern void* MPIR_F_MPI_IN_PLACE __attribute__((weak));
+extern void* MPIR_F_MPI_BOTTOM __attribute__((weak));
+}
+
+namespace skipring::pmpi {
+namespace {
+
+bool MatchesSentinel(const void* p, std::initializer_list<const void*> symbol_addresses,
+                     void* const* recorded_address) {
+  if (p == nullptr) return false;
+  for (const void* address : symbol_addresses) {
+    if (address != nullptr && address == p) return true;
+  }
+  return recorded_address != nullptr && *recorded_address != nullptr && *recorded_address == p;
+}
+
+bool IsFortranInPlace(const void* p) {
+  return MatchesSentinel(p,
+                         {&mpi_fortran_in_place_, &mpi_fortran_in_place__, &mpi_fortran_in_place,
+                          &MPI_FORTRAN_IN_PLACE},
+                         &MPIR_F_MPI_IN_PLACE);
+}
+
+bool IsFortranBottom(const void* p) {
+  return MatchesSentinel(
+      p, {&mpi_fortran_bottom_, &mpi_fortran_bottom__, &mpi_fortran_bottom, &MPI_FORTRAN_BOTTOM},
+      &MPIR_F_MPI_BOTTOM);
+}
+
+// Translates a Fortran buffer argument into what the C API expects.
+void* TranslateBuffer(void* p) {
+  if (IsFortranInPlace(p)) return MPI_IN_PLACE;
+  if (IsFortranBottom(p)) return MPI_BOTTOM;
+  return p;
+}
+
+void FortranAllreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
+                      const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
+                      MPI_Fint* ierr) {
+  int rc;
+  try {
+    // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
+    // instead of reducing into the sentinel variable.
+    rc = Allreduce(TranslateBuffer(sendbuf), TranslateBuffer(recvbuf), static_cast<int>(*count),
+                   MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));
+  } catch (...) {
+    rc = MPI_ERR_INTERN;
+  }
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+// The MPI library's Fortran profiling entry points (pmpi_init_ ...), looked up at run time
+// so that this library needs no Fortran MPI library at link time. They do the Fortran-side
+// set-up (e.g. MPICH records the sentinel addresses there).
+template <typename Fn>
+Fn FindFortranPmpi(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (void* symbol = dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<Fn>(symbol);
+  }
+  return nullptr;
+}
+
+using FortranInitFn = void (*)(MPI_Fint* ierr);
+using FortranInitThreadFn = void (*)(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr);
+using FortranFinalizeFn = void (*)(MPI_Fint* ierr);
+
+// Guards against an MPI whose pmpi_* Fortran symbol would call back into one of ours.
+thread_local bool t_in_fortran_lifecycle = false;
+
+class LifecycleScope {
+ public:
+  LifecycleScope() : nested_(t_in_fortran_lifecycle) { t_in_fortran_lifecycle = true; }
+  ~LifecycleScope() { t_in_fortran_lifecycle = nested_; }
+  LifecycleScope(const LifecycleScope&) = delete;
+  LifecycleScope& operator=(const LifecycleScope&) = delete;
+  bool nested() const { return nested_; }
+
+ private:
+  bool nested_;
+};
+
+void FortranInit(MPI_Fint* ierr) {
+  int rc;
+  try {
+    LifecycleScope scope;
+    auto pmpi_init = scope.nested() ? nullptr
+                                    : FindFortranPmpi<FortranInitFn>(
+                                          {"pmpi_init_", "pmpi_init__", "pmpi_init", "PMPI_INIT"});
+    if (pmpi_init != nullptr) {
+      MPI_Fint fortran_rc = MPI_SUCCESS;
+      pmpi_init(&fortran_rc);
+      rc = fortran_rc;
+    } else {
+      rc = PMPI_Init(nullptr, nullptr);
+    }
+    if (!scope.nested()) rc = AfterInit(rc);
+  } catch (...) {
+    rc = MPI_ERR_INTERN;
+  }
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+void FortranInitThread(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
+  int rc;
+  try {
+    LifecycleScope scope;
+    auto pmpi_init_thread =
+        scope.nested() ? nullptr
+                       : FindFortranPmpi<FortranInitThreadFn>(
+                             {"pmpi_init_thread_", "pmpi_init_thread__", "pmpi_init_thread",
+                              "PMPI_INIT_THREAD"});
+    if (pmpi_init_thread != nullptr) {
+      MPI_Fint fortran_rc = MPI_SUCCESS;
+      pmpi_init_thread(required, provided, &fortran_rc);
+      rc = fortran_rc;
+    } else {
+      int c_provided = MPI_THREAD_SINGLE;
+      rc = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
+      *provided = static_cast<MPI_Fint>(c_provided);
+    }
+    if (!scope.nested()) rc = AfterInit(rc);
+  } catch (...) {
+    rc = MPI_ERR_INTERN;
+  }
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+void FortranFinalize(MPI_Fint* ierr) {
+  int rc;
+  try {
+    LifecycleScope scope;
+    if (!scope.nested()) BeforeFinalize();
+    auto pmpi_finalize =
+        scope.nested() ? nullptr
+                       : FindFortranPmpi<FortranFinalizeFn>(
+                             {"pmpi_finalize_", "pmpi_finalize__", "pmpi_finalize",
+                              "PMPI_FINALIZE"});
+    if (pmpi_finalize != nullptr) {
+      MPI_Fint fortran_rc = MPI_SUCCESS;
+      pmpi_finalize(&fortran_rc);
+      rc = fortran_rc;
+    } else {
+      rc = PMPI_Finalize();
+    }
+  } catch (...) {
+    rc = MPI_ERR_INTERN;
+  }
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+}  // namespace
+}  // namespace skipring::pmpi
+
+// Every common Fortran name mangling, plus Open MPI's mpi_f08 back-end names.
+#define SKIPRING_PMPI_FORTRAN_ALLREDUCE(name)                                                 \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,             \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,          \
+                                 MPI_Fint* ierr) {                                          \
+    skipring::pmpi::FortranAllreduce(sendbuf, recvbuf, count, datatype, op, comm, ierr);     \
+  }
+#define SKIPRING_PMPI_FORTRAN_INIT(name) \
+  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::FortranInit(ierr); }
+#define SKIPRING_PMPI_FORTRAN_INIT_THREAD(name)                                         \
+  SKIPRING_PMPI_EXPORT void name(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) { \
+    skipring::pmpi::FortranInitThread(required, provided, ierr);                         \
+  }
+#define SKIPRING_PMPI_FORTRAN_FINALIZE(name) \
+  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::FortranFinalize(ierr); }
+
+extern "C" {
+
+SKIPRING_PMPI_FORTRAN_ALLREDUCE(mpi_allreduce_)
+SKIPRING_PMPI_FORTRAN_ALLREDUCE(mpi_allreduce__)
+SKIPRING_PMPI_FORTRAN_ALLREDUCE(mpi_allreduce)
+SKIPRING_PMPI_FORTRAN_ALLREDUCE(MPI_ALLREDUCE)
+SKIPRING_PMPI_FORTRAN_ALLREDUCE(ompi_allreduce_f)
+
+SKIPRING_PMPI_FORTRAN_INIT(mpi_init_)
+SKIPRING_PMPI_FORTRAN_INIT(mpi_init__)
+SKIPRING_PMPI_FORTRAN_INIT(mpi_init)
+SKIPRING_PMPI_FORTRAN_INIT(MPI_INIT)
+SKIPRING_PMPI_FORTRAN_INIT(ompi_init_f)
+
+SKIPRING_PMPI_FORTRAN_INIT_THREAD(mpi_init_thread_)
+SKIPRING_PMPI_FORTRAN_INIT_THREAD(mpi_init_thread__)
+SKIPRING_PMPI_FORTRAN_INIT_THREAD(mpi_init_thread)
+SKIPRING_PMPI_FORTRAN_INIT_THREAD(MPI_INIT_THREAD)
+SKIPRING_PMPI_FORTRAN_INIT_THREAD(ompi_init_thread_f)
+
+SKIPRING_PMPI_FORTRAN_FINALIZE(mpi_finalize_)
+SKIPRING_PMPI_FORTRAN_FINALIZE(mpi_finalize__)
+SKIPRING_PMPI_FORTRAN_FINALIZE(mpi_finalize)
+SKIPRING_PMPI_FORTRAN_FINALIZE(MPI_FINALIZE)
+SKIPRING_PMPI_FORTRAN_FINALIZE(ompi_finalize_f)
+
+}  // extern "C"

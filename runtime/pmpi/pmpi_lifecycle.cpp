@@ -1,0 +1,141 @@
+// libskipring_pmpi.so: MPI_Init / MPI_Init_thread / MPI_Finalize interposers (C), the
+// one-time skipring initialization, and the per-rank SKIPRING_REPORT line at finalize.
+//
+// Configuration errors: when a SKIPRING_* variable holds a bad value, skipring_init logs a
+// message naming it; the wrapper also prints that message itself (so it appears whatever
+// the log level), then raises the error (MPI_ERR_ARG) on MPI_COMM_WORLD's error handler.
+// With the default MPI_ERRORS_ARE_FATAL the job aborts right at MPI_Init instead of
+// running with a configuration the user did not ask for; if the handler returns, MPI_Init
+// returns the error code and every later intercepted MPI_Allreduce raises it again.
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "runtime/config.h"
+#include "runtime/pmpi/pmpi_internal.h"
+#include "skipring/skipring.h"
+
+namespace skipring::pmpi {
+namespace {
+
+std::mutex g_init_mutex;
+std::atomic<bool> g_init_done{false};   // skipring_init has been called (g_init_rc valid)
+int g_init_rc = MPI_SUCCESS;            // written once, before g_init_done is set
+std::atomic<bool> g_finalizing{false};  // BeforeFinalize has started
+
+bool MpiActive() {
+  int initialized = 0;
+  int finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+// Prints why skipring_init failed, naming the variable (parsed again from the environment
+// so the text does not depend on the log level).
+void PrintConfigError(int rc) {
+  std::string message;
+  Config ignored;
+  if (load_config(process_env(), &ignored, &message) == Status::kOk || message.empty()) {
+    message = skipring_error_string(rc);
+  }
+  std::fprintf(stderr, "skipring: MPI_Init: invalid skipring configuration: %s\n",
+               message.c_str());
+  std::fflush(stderr);
+}
+
+// One line per rank, parsed by tools; keep the format exactly.
+void WriteReport() {
+  int rank = -1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  skipring_totals_t totals{};
+  const int rc = skipring_get_totals(&totals);
+  char line[512];
+  if (rc == MPI_SUCCESS) {
+    std::snprintf(line, sizeof(line),
+                  "skipring: rank=%d calls=%" PRIu64 " fallbacks=%" PRIu64 " skips=%" PRIu64
+                  " late=%" PRIu64 " bytes=%" PRIu64 " time_s=%.6f\n",
+                  rank, totals.calls, totals.fallbacks, totals.skips, totals.late, totals.bytes,
+                  totals.time_s);
+  } else {
+    std::snprintf(line, sizeof(line), "skipring: report unavailable on rank %d: %s\n", rank,
+                  skipring_error_string(rc));
+  }
+  std::fputs(line, stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int EnsureSkipringInit() {
+  if (g_init_done.load(std::memory_order_acquire)) {
+    return g_finalizing.load(std::memory_order_relaxed) ? kMpiNotActive : g_init_rc;
+  }
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  if (g_finalizing.load(std::memory_order_relaxed)) return kMpiNotActive;
+  if (!g_init_done.load(std::memory_order_relaxed)) {
+    if (!MpiActive()) return kMpiNotActive;
+    int rc;
+    {
+      ReentryGuard guard;
+      try {
+        rc = skipring_init();
+      } catch (...) {
+        rc = MPI_ERR_INTERN;
+      }
+    }
+    g_init_rc = rc;
+    g_init_done.store(true, std::memory_order_release);
+  }
+  return g_init_rc;
+}
+
+int AfterInit(int init_rc) {
+  if (init_rc != MPI_SUCCESS) return init_rc;
+  try {
+    const int rc = EnsureSkipringInit();
+    if (rc == MPI_SUCCESS || rc == kMpiNotActive) return MPI_SUCCESS;
+    PrintConfigError(rc);
+    PMPI_Comm_call_errhandler(MPI_COMM_WORLD, rc);  // aborts by default
+    return rc;
+  } catch (...) {
+    return MPI_ERR_INTERN;
+  }
+}
+
+void BeforeFinalize() {
+  try {
+    if (!MpiActive()) return;  // erroneous call: PMPI_Finalize reports it
+    // Load the configuration if no intercepted call did yet (MPI was initialized through
+    // PMPI directly), so SKIPRING_REPORT is honoured.
+    const int rc = EnsureSkipringInit();
+    if (g_finalizing.exchange(true)) return;  // second MPI_Finalize: nothing more to do
+    if (rc == MPI_SUCCESS && global_config().report) WriteReport();
+    ReentryGuard guard;
+    skipring_finalize();
+  } catch (...) {
+    // Finalization must go on; nothing may propagate into the caller.
+  }
+}
+
+}  // namespace skipring::pmpi
+
+extern "C" {
+
+SKIPRING_PMPI_EXPORT int MPI_Init(int* argc, char*** argv) {
+  return skipring::pmpi::AfterInit(PMPI_Init(argc, argv));
+}
+
+SKIPRING_PMPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required,
+                                         int* provided) {
+  return skipring::pmpi::AfterInit(PMPI_Init_thread(argc, argv, required, provided));
+}
+
+SKIPRING_PMPI_EXPORT int MPI_Finalize(void) {
+  skipring::pmpi::BeforeFinalize();
+  return PMPI_Finalize();
+}
+
+}  // extern "C"

@@ -1,0 +1,271 @@
+// skipring_allreduce under mpirun against PMPI_Allreduce: every predefined type x op,
+// counts {0, 1, n-1, n, n+1, a prime, large}, in place and not; results exact for integers,
+// bitwise identical on every rank and close to MPI's for floats; no message left unmatched on
+// the internal communicator after each collective; bad arguments give MPI error codes.
+// Prints "N passed, M failed" and exits non-zero on any failure.
+#include <mpi.h>
+#include <skipring/skipring.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int g_rank = 0, g_size = 1;
+long g_passed = 0, g_failed = 0;
+
+void check(bool cond, const std::string& what) {
+  if (cond) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::fprintf(stderr, "rank %d FAIL: %s\n", g_rank, what.c_str());
+  }
+}
+
+struct TypeCase {
+  MPI_Datatype type;
+  const char* name;
+  size_t size;
+  int kind;  // 0 signed int, 1 unsigned int, 2 float, 3 bool, 4 byte
+};
+
+struct OpCase {
+  MPI_Op op;
+  const char* name;
+};
+
+bool defined(int kind, MPI_Op op) {
+  const bool arith = op == MPI_SUM || op == MPI_PROD || op == MPI_MIN || op == MPI_MAX;
+  const bool logical = op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR;
+  const bool bitwise = op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR;
+  switch (kind) {
+    case 0:
+    case 1: return true;
+    case 2: return arith;
+    case 3: return logical;
+    case 4: return bitwise;
+  }
+  return false;
+}
+
+template <typename T>
+void fill_values(T* v, size_t count, std::mt19937_64& rng, MPI_Op op) {
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      std::memset(&v[i], 0, sizeof(T));
+      v[i] = op == MPI_PROD ? static_cast<T>(0.9 + 0.2 * (rng() % 1000) / 1000.0)
+                            : static_cast<T>(static_cast<double>(rng() % 20000) / 100.0 - 100.0);
+    } else {
+      v[i] = static_cast<T>(rng() % (op == MPI_PROD ? 4 : 1000));
+    }
+  }
+}
+
+void fill(const TypeCase& t, void* buf, size_t count, std::mt19937_64& rng, MPI_Op op) {
+  if (t.kind == 2) {
+    if (t.size == 4) return fill_values(static_cast<float*>(buf), count, rng, op);
+    if (t.size == 8) return fill_values(static_cast<double*>(buf), count, rng, op);
+    return fill_values(static_cast<long double*>(buf), count, rng, op);
+  }
+  auto* b = static_cast<uint8_t*>(buf);
+  if (t.kind == 3) {
+    for (size_t i = 0; i < count; ++i) b[i] = rng() & 1;
+    return;
+  }
+  // Integers: small values in the low byte of each element (little endian), rest random-free.
+  std::memset(buf, 0, count * t.size);
+  for (size_t i = 0; i < count; ++i) {
+    b[i * t.size] = static_cast<uint8_t>(op == MPI_PROD ? rng() % 4 : rng() % 200);
+    if (t.kind == 4 || op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR) {
+      for (size_t k = 0; k < t.size; ++k) b[i * t.size + k] = static_cast<uint8_t>(rng());
+    }
+  }
+}
+
+double value(const TypeCase& t, const void* buf, size_t i) {
+  if (t.size == 4) return static_cast<const float*>(buf)[i];
+  if (t.size == 8) return static_cast<const double*>(buf)[i];
+  return static_cast<double>(static_cast<const long double*>(buf)[i]);
+}
+
+// Checks every rank holds the same bytes as rank 0.
+bool identical_everywhere(const std::vector<uint8_t>& out) {
+  std::vector<uint8_t> root = out;
+  PMPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+  int same = root == out ? 1 : 0, all = 0;
+  PMPI_Allreduce(&same, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return all != 0;
+}
+
+bool no_leftovers() {
+  PMPI_Barrier(MPI_COMM_WORLD);
+  int pending = 0;
+  int rc = skipring_pending_messages(MPI_COMM_WORLD, &pending);
+  PMPI_Barrier(MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS && pending == 0;
+}
+
+void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint64_t seed) {
+  std::mt19937_64 rng(seed * 1000003 + g_rank);
+  const size_t bytes = count * t.size;
+  std::vector<uint8_t> in(bytes + 1), mine(bytes + 1, 0), ref(bytes + 1, 0);
+  fill(t, in.data(), count, rng, o.op);
+  std::string what = std::string(t.name) + " " + o.name + " count=" + std::to_string(count) +
+                     (in_place ? " in-place" : "");
+  int rc;
+  if (in_place) {
+    std::memcpy(mine.data(), in.data(), bytes);
+    rc = skipring_allreduce(MPI_IN_PLACE, mine.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  } else {
+    rc = skipring_allreduce(in.data(), mine.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  }
+  check(rc == MPI_SUCCESS, what + ": rc=" + std::to_string(rc));
+  PMPI_Allreduce(in.data(), ref.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  mine.resize(bytes);
+  ref.resize(bytes);
+  const bool order_sensitive = t.kind == 2 && (o.op == MPI_SUM || o.op == MPI_PROD);
+  if (!order_sensitive) {
+    // Long double: compare values, its 6 padding bytes are not part of the value.
+    bool same = true;
+    if (t.kind == 2 && t.size > 8) {
+      for (int i = 0; i < count; ++i) same = same && value(t, mine.data(), i) == value(t, ref.data(), i);
+    } else {
+      same = mine == ref;
+    }
+    check(same, what + ": differs from PMPI_Allreduce");
+  } else {
+    bool close = true;
+    for (int i = 0; i < count && close; ++i) {
+      const double a = value(t, mine.data(), i), b = value(t, ref.data(), i);
+      close = std::fabs(a - b) <= (t.size == 4 ? 1e-4 : 1e-10) * (1 + std::fabs(b)) * g_size;
+    }
+    check(close, what + ": not close to PMPI_Allreduce");
+  }
+  check(identical_everywhere(mine), what + ": ranks disagree");
+}
+
+void bad_input() {
+  int x[4] = {1, 2, 3, 4}, y[4];
+  check(skipring_allreduce(x, y, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_COUNT,
+        "count < 0 gives MPI_ERR_COUNT");
+  check(skipring_allreduce(nullptr, y, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_BUFFER,
+        "NULL sendbuf gives MPI_ERR_BUFFER");
+  check(skipring_allreduce(x, nullptr, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_BUFFER,
+        "NULL recvbuf gives MPI_ERR_BUFFER");
+  check(skipring_allreduce(x, y, 4, MPI_BYTE, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_OP,
+        "SUM on MPI_BYTE gives MPI_ERR_OP");
+  check(skipring_allreduce(x, y, 4, MPI_FLOAT, MPI_BXOR, MPI_COMM_WORLD) == MPI_ERR_OP,
+        "BXOR on MPI_FLOAT gives MPI_ERR_OP");
+  check(skipring_allreduce(x, y, 4, MPI_INT, MPI_SUM, MPI_COMM_NULL) == MPI_ERR_COMM,
+        "MPI_COMM_NULL gives MPI_ERR_COMM");
+  int handled = -1;
+  check(skipring_handles(MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD, &handled) == MPI_SUCCESS &&
+            handled == 0,
+        "MAXLOC is not handled natively");
+  // NULL buffers with count 0 are fine.
+  check(skipring_allreduce(nullptr, nullptr, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
+        "count 0 with NULL buffers succeeds");
+  // A user-defined op falls back to PMPI_Allreduce and is still right.
+  skipring_totals_t before, after;
+  skipring_get_totals(&before);
+  MPI_Op user;
+  MPI_Op_create(
+      [](void* in, void* inout, int* len, MPI_Datatype*) {
+        for (int i = 0; i < *len; ++i) static_cast<int*>(inout)[i] += static_cast<int*>(in)[i];
+      },
+      1, &user);
+  int one = 1, total = 0;
+  check(skipring_allreduce(&one, &total, 1, MPI_INT, user, MPI_COMM_WORLD) == MPI_SUCCESS &&
+            total == g_size,
+        "user op falls back and sums");
+  skipring_get_totals(&after);
+  check(after.fallbacks == before.fallbacks + 1, "fallback counted");
+  MPI_Op_free(&user);
+}
+
+void stats_check() {
+  std::vector<float> a(1000, 1.0f), b(1000);
+  check(skipring_allreduce(a.data(), b.data(), 1000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) ==
+            MPI_SUCCESS,
+        "stats allreduce");
+  skipring_stats_t st;
+  check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS, "last_stats");
+  check(st.bytes == 4000, "stats bytes");
+  check(st.steps == static_cast<uint32_t>(g_size > 1 ? 2 * (g_size - 1) : 0), "stats steps");
+  check(st.time_s > 0 || g_size == 1, "stats time");
+  check(st.skips == 0, "no skips without skip-ahead");
+  check(b[999] == static_cast<float>(g_size), "stats allreduce result");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  bool large = false, quick = false, expect_config_error = false;
+  for (int i = 1; i < argc; ++i) {
+    large = large || std::string(argv[i]) == "--large";
+    quick = quick || std::string(argv[i]) == "--quick";
+    expect_config_error = expect_config_error || std::string(argv[i]) == "--expect-config-error";
+  }
+  if (expect_config_error) {
+    // The message naming the variable goes to stderr; ctest checks the code here.
+    const int rc = skipring_init();
+    int x = 1, y = 0;
+    const int rc2 = skipring_allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    check(rc == MPI_ERR_ARG, "bad SKIPRING_* value fails init with MPI_ERR_ARG");
+    check(rc2 == MPI_ERR_ARG, "and every later call too");
+  } else {
+    const TypeCase types[] = {
+        {MPI_SIGNED_CHAR, "signed_char", 1, 0}, {MPI_UNSIGNED_CHAR, "unsigned_char", 1, 1},
+        {MPI_SHORT, "short", 2, 0},             {MPI_UNSIGNED_SHORT, "unsigned_short", 2, 1},
+        {MPI_INT, "int", 4, 0},                 {MPI_UNSIGNED, "unsigned", 4, 1},
+        {MPI_LONG, "long", sizeof(long), 0},    {MPI_UNSIGNED_LONG, "unsigned_long", sizeof(long), 1},
+        {MPI_LONG_LONG, "long_long", 8, 0},     {MPI_UNSIGNED_LONG_LONG, "unsigned_long_long", 8, 1},
+        {MPI_INT8_T, "int8", 1, 0},             {MPI_UINT8_T, "uint8", 1, 1},
+        {MPI_INT16_T, "int16", 2, 0},           {MPI_UINT16_T, "uint16", 2, 1},
+        {MPI_INT32_T, "int32", 4, 0},           {MPI_UINT32_T, "uint32", 4, 1},
+        {MPI_INT64_T, "int64", 8, 0},           {MPI_UINT64_T, "uint64", 8, 1},
+        {MPI_FLOAT, "float", 4, 2},             {MPI_DOUBLE, "double", 8, 2},
+        {MPI_LONG_DOUBLE, "long_double", sizeof(long double), 2},
+        {MPI_C_BOOL, "c_bool", 1, 3},           {MPI_BYTE, "byte", 1, 4},
+    };
+    const OpCase ops[] = {{MPI_SUM, "sum"},   {MPI_PROD, "prod"}, {MPI_MIN, "min"},
+                          {MPI_MAX, "max"},   {MPI_LAND, "land"}, {MPI_LOR, "lor"},
+                          {MPI_LXOR, "lxor"}, {MPI_BAND, "band"}, {MPI_BOR, "bor"},
+                          {MPI_BXOR, "bxor"}};
+    std::vector<int> counts = {0, 1, g_size - 1, g_size, g_size + 1, 1009, 100003};
+    if (quick) counts = {1, g_size + 1, 100003};
+    uint64_t seed = 1;
+    if (!large) {
+      for (const auto& t : types) {
+        for (const auto& o : ops) {
+          if (!defined(t.kind, o.op)) continue;
+          for (int count : counts) {
+            if (count < 0) continue;
+            for (bool in_place : {false, true}) run_case(t, o, count, in_place, seed++);
+          }
+        }
+      }
+      bad_input();
+      stats_check();
+    } else {
+      // 64 MiB float sum, 16 MiB double max, odd count int64, with the leak check per call.
+      run_case(types[18], ops[0], 16 << 20, false, 1);
+      run_case(types[19], ops[3], (2 << 20) + 3, true, 2);
+      run_case(types[16], ops[0], (1 << 20) + 7, false, 3);
+    }
+    check(no_leftovers(), "no message left on the internal communicator");
+  }
+  long totals[2] = {g_passed, g_failed}, sums[2];
+  PMPI_Allreduce(totals, sums, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) std::printf("%ld passed, %ld failed\n", sums[0], sums[1]);
+  MPI_Finalize();
+  return sums[1] == 0 ? 0 : 1;
+}
