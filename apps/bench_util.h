@@ -1,0 +1,114 @@
+// bench_util.h: MPI-free helpers for skipring_bench (byte sizes, percentiles, hashing, format).
+#ifndef SKIPRING_APPS_BENCH_UTIL_H_
+#define SKIPRING_APPS_BENCH_UTIL_H_
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace skipring_bench {
+
+// Parses a byte count such as "8", "64K", "64M", "1G", "2KB", "4MiB" or "1t" (binary
+// multiples, case-insensitive). Returns nullopt on malformed input or overflow.
+inline std::optional<uint64_t> ParseBytes(const std::string& text) {
+  const size_t end = text.size();
+  size_t first = 0;
+  while (first < end && std::isspace(static_cast<unsigned char>(text[first]))) ++first;
+  size_t last = end;
+  while (last > first && std::isspace(static_cast<unsigned char>(text[last - 1]))) --last;
+  size_t pos = first;
+  uint64_t value = 0;
+  const size_t digits_begin = pos;
+  while (pos < last && std::isdigit(static_cast<unsigned char>(text[pos]))) {
+    const uint64_t digit = static_cast<uint64_t>(text[pos] - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+    ++pos;
+  }
+  if (pos == digits_begin) return std::nullopt;
+  std::string suffix;
+  for (; pos < last; ++pos) {
+    suffix.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(text[pos]))));
+  }
+  int shift = 0;
+  if (suffix.empty() || suffix == "b") {
+    shift = 0;
+  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+    shift = 10;
+  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+    shift = 20;
+  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+    shift = 30;
+  } else if (suffix == "t" || suffix == "tb" || suffix == "tib") {
+    shift = 40;
+  } else {
+    return std::nullopt;
+  }
+  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+// The benchmark's message sizes: min, then min*factor (factor > 1) or min+step (factor == 1),
+// up to and including max. Stops early rather than overflow or repeat a size.
+inline std::vector<uint64_t> SizeSequence(uint64_t min_bytes, uint64_t max_bytes, uint64_t factor,
+                                          uint64_t step_bytes) {
+  std::vector<uint64_t> sizes;
+  uint64_t size = min_bytes;
+  while (size <= max_bytes) {
+    sizes.push_back(size);
+    uint64_t next = 0;
+    if (size == 0) {
+      next = factor > 1 ? 1 : step_bytes;  // a factor cannot grow 0
+    } else if (factor > 1) {
+      if (size > std::numeric_limits<uint64_t>::max() / factor) break;
+      next = size * factor;
+    } else {
+      if (size > std::numeric_limits<uint64_t>::max() - step_bytes) break;
+      next = size + step_bytes;
+    }
+    if (next <= size) break;
+    size = next;
+  }
+  return sizes;
+}
+
+// Nearest-rank percentile (p in [0, 100]) of an ascending-sorted, non-empty sample.
+inline double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0.0;
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(sorted.size()));
+  const size_t index = rank < 1.0 ? 0 : static_cast<size_t>(rank) - 1;
+  return sorted[std::min(index, sorted.size() - 1)];
+}
+
+// A 64-bit bijective mixer (splitmix64 finalizer); used to make test data look random.
+inline uint64_t Mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// Microseconds with a precision that keeps the value within 8 characters.
+inline std::string FormatMicros(double us) {
+  if (!std::isfinite(us)) return "nan";
+  if (us >= 1e5) return fmt::format("{:.0f}", us);
+  if (us >= 1e4) return fmt::format("{:.1f}", us);
+  return fmt::format("{:.2f}", us);
+}
+
+// Bandwidths and ratios with two decimals (nccl-tests style).
+inline std::string FormatRate(double value) {
+  if (!std::isfinite(value)) return "nan";
+  if (value >= 1e5) return fmt::format("{:.0f}", value);
+  return fmt::format("{:.2f}", value);
+}
+
+}  // namespace skipring_bench
+
+#endif  // SKIPRING_APPS_BENCH_UTIL_H_
