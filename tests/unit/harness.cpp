@@ -274,7 +274,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
     int next = 0;  // next collective to start
     double start_at = 0;
     std::vector<uint8_t> sendbuf, recvbuf, scratch;
-    std::unique_ptr<RingAllreduce> core;
+    std::unique_ptr<CollectiveCore> core;
     std::unique_ptr<ProgressEngine> engine;
   };
   std::vector<RankState> ranks(n);
@@ -315,7 +315,11 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       std::string why;
       Status st = RingAllreduce::validate(p, &why);
       if (!ok(st)) return fail(st, why);
-      rs.core.reset(new RingAllreduce(p, &rs.scratch));
+      if (opt.make_core) {
+        rs.core = opt.make_core(p, &rs.scratch);
+      } else {
+        rs.core.reset(new RingAllreduce(p, &rs.scratch));
+      }
       st = rs.engine->begin(rs.core.get());
       if (!ok(st)) return fail(st, rs.core->error());
     }

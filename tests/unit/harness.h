@@ -13,6 +13,7 @@
 
 #include "collectives/collective_core.h"
 #include "collectives/dtype.h"
+#include "collectives/ring_allreduce.h"
 #include "runtime/status.h"
 
 namespace skipring {
@@ -35,6 +36,9 @@ struct Options {
   std::vector<double> start_time;  // per rank; empty = all at 0
   double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
   std::vector<int> ring;        // ring order; empty = identity
+  // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.
+  std::function<std::unique_ptr<CollectiveCore>(const RingParams&, std::vector<uint8_t>* scratch)>
+      make_core;
 };
 
 struct Result {
