@@ -2,6 +2,7 @@
 #include "runtime/mpi_transport.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "runtime/log.h"
@@ -9,23 +10,13 @@
 namespace skipring {
 namespace {
 
-// A datatype covering header and payload at their absolute addresses (use with MPI_BOTTOM).
-Status make_pair_type(const void* header, size_t header_bytes, const void* payload,
-                      size_t payload_bytes, MPI_Datatype* type) {
-  int lens[2] = {static_cast<int>(header_bytes), static_cast<int>(payload_bytes)};
-  MPI_Aint disps[2];
-  MPI_Get_address(header, &disps[0]);
-  MPI_Get_address(payload, &disps[1]);
-  if (MPI_Type_create_hindexed(2, lens, disps, MPI_BYTE, type) != MPI_SUCCESS ||
-      MPI_Type_commit(type) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  return Status::kOk;
-}
-
 bool contiguous(const void* header, size_t header_bytes, const void* payload) {
   return static_cast<const uint8_t*>(header) + header_bytes == payload;
 }
+
+// MPI tags of the two parts of a split message.
+int header_tag(int tag) { return 2 * tag; }
+int payload_tag(int tag) { return 2 * tag + 1; }
 
 }  // namespace
 
@@ -56,58 +47,88 @@ int MpiTransport::take_staging(size_t bytes) {
   return idx;
 }
 
-Status MpiTransport::post(MPI_Request req, const Pending& p) {
+int MpiTransport::new_op(const Op& op) {
+  if (!free_ops_.empty()) {
+    const int i = free_ops_.back();
+    free_ops_.pop_back();
+    ops_[i] = op;
+    return i;
+  }
+  ops_.push_back(op);
+  return static_cast<int>(ops_.size()) - 1;
+}
+
+void MpiTransport::add_request(MPI_Request req, int op) {
   requests_.push_back(req);
-  pending_.push_back(p);
-  return Status::kOk;
+  request_op_.push_back(op);
+}
+
+void MpiTransport::release_op(int op) {
+  if (ops_[op].staging >= 0) free_staging_.push_back(ops_[op].staging);
+  ops_[op].remaining = -1;
+  free_ops_.push_back(op);
 }
 
 Status MpiTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
-  MPI_Request req;
-  Pending p{token, false, header_bytes, nullptr, nullptr, -1};
-  const size_t total = header_bytes + payload_bytes;
-  if (total > static_cast<size_t>(INT32_MAX)) return Status::kErrArg;
-  int rc;
-  if (payload_bytes == 0 || contiguous(header, header_bytes, payload)) {
-    rc = MPI_Isend(header, static_cast<int>(total), MPI_BYTE, peer, tag, comm_, &req);
-  } else if (payload_bytes <= kPackLimit) {
-    p.staging = take_staging(total);
-    uint8_t* buf = staging_[p.staging].data();
-    std::memcpy(buf, header, header_bytes);
-    std::memcpy(buf + header_bytes, payload, payload_bytes);
-    rc = MPI_Isend(buf, static_cast<int>(total), MPI_BYTE, peer, tag, comm_, &req);
+  if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
+  Op op{token, false, payload_bytes > kPackLimit, 1, header_bytes, payload_bytes,
+        nullptr, nullptr, -1};
+  MPI_Request reqs[2];
+  if (op.split) {
+    op.remaining = 2;
+    if (MPI_Isend(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
+                  &reqs[0]) != MPI_SUCCESS ||
+        MPI_Isend(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag),
+                  comm_, &reqs[1]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
   } else {
-    MPI_Datatype type;
-    SKIPRING_CHECK(make_pair_type(header, header_bytes, payload, payload_bytes, &type));
-    rc = MPI_Isend(MPI_BOTTOM, 1, type, peer, tag, comm_, &req);
-    MPI_Type_free(&type);  // freed once the send no longer needs it
+    const void* buf = header;
+    if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+      op.staging = take_staging(header_bytes + payload_bytes);
+      uint8_t* st = staging_[op.staging].data();
+      std::memcpy(st, header, header_bytes);
+      std::memcpy(st + header_bytes, payload, payload_bytes);
+      buf = st;
+    }
+    if (MPI_Isend(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE, peer,
+                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
   }
-  if (rc != MPI_SUCCESS) return Status::kErrTransport;
-  return post(req, p);
+  const int id = new_op(op);
+  for (int i = 0; i < op.remaining; ++i) add_request(reqs[i], id);
+  return Status::kOk;
 }
 
 Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                size_t payload_bytes, Token token) {
-  MPI_Request req;
-  Pending p{token, true, header_bytes, header, payload, -1};
-  const size_t total = header_bytes + payload_bytes;
-  if (total > static_cast<size_t>(INT32_MAX)) return Status::kErrArg;
-  int rc;
-  if (payload_bytes == 0 || contiguous(header, header_bytes, payload)) {
-    rc = MPI_Irecv(header, static_cast<int>(total), MPI_BYTE, peer, tag, comm_, &req);
-  } else if (payload_bytes <= kPackLimit) {
-    p.staging = take_staging(total);
-    rc = MPI_Irecv(staging_[p.staging].data(), static_cast<int>(total), MPI_BYTE, peer, tag,
-                   comm_, &req);
+  if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
+  Op op{token, true, payload_bytes > kPackLimit, 1, header_bytes, 0, header, payload, -1};
+  MPI_Request reqs[2];
+  if (op.split) {
+    op.remaining = 2;
+    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
+                  &reqs[0]) != MPI_SUCCESS ||
+        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag),
+                  comm_, &reqs[1]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
   } else {
-    MPI_Datatype type;
-    SKIPRING_CHECK(make_pair_type(header, header_bytes, payload, payload_bytes, &type));
-    rc = MPI_Irecv(MPI_BOTTOM, 1, type, peer, tag, comm_, &req);
-    MPI_Type_free(&type);
+    void* buf = header;
+    if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+      op.staging = take_staging(header_bytes + payload_bytes);
+      buf = staging_[op.staging].data();
+    }
+    if (MPI_Irecv(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE, peer,
+                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
   }
-  if (rc != MPI_SUCCESS) return Status::kErrTransport;
-  return post(req, p);
+  const int id = new_op(op);
+  for (int i = 0; i < op.remaining; ++i) add_request(reqs[i], id);
+  return Status::kOk;
 }
 
 Status MpiTransport::poll(std::vector<Completion>* done) {
@@ -122,49 +143,58 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
   }
   if (outcount == MPI_UNDEFINED || outcount == 0) return Status::kOk;
   for (int i = 0; i < outcount; ++i) {
-    const Pending& p = pending_[indices_[i]];
-    Completion c{p.token, p.is_recv, 0};
-    if (p.is_recv) {
+    Op& op = ops_[request_op_[indices_[i]]];
+    if (op.is_recv) {
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
-      if (bytes == MPI_UNDEFINED || static_cast<size_t>(bytes) < p.header_bytes) {
-        return Status::kErrTransport;
-      }
-      c.payload_bytes = bytes - p.header_bytes;
-      if (p.staging >= 0) {
-        const uint8_t* buf = staging_[p.staging].data();
-        std::memcpy(p.header, buf, p.header_bytes);
-        if (c.payload_bytes) std::memcpy(p.payload, buf + p.header_bytes, c.payload_bytes);
+      if (bytes == MPI_UNDEFINED) return Status::kErrTransport;
+      const bool payload_part = op.split && statuses_[i].MPI_TAG % 2 == 1;
+      if (payload_part) {
+        op.payload_bytes = static_cast<size_t>(bytes);
+      } else if (!op.split) {
+        if (static_cast<size_t>(bytes) < op.header_bytes) return Status::kErrTransport;
+        op.payload_bytes = bytes - op.header_bytes;
       }
     }
-    if (p.staging >= 0) free_staging_.push_back(p.staging);
+    if (--op.remaining > 0) continue;
+    Completion c{op.token, op.is_recv, op.is_recv ? op.payload_bytes : 0};
+    if (op.is_recv && op.staging >= 0) {
+      const uint8_t* buf = staging_[op.staging].data();
+      std::memcpy(op.header, buf, op.header_bytes);
+      if (c.payload_bytes) std::memcpy(op.payload, buf + op.header_bytes, c.payload_bytes);
+    }
+    release_op(request_op_[indices_[i]]);
     done->push_back(c);
   }
-  // Drop completed entries (highest index first so swaps do not disturb the rest).
+  // Drop completed requests (highest index first so swaps do not disturb the rest).
   std::sort(indices_.begin(), indices_.begin() + outcount, std::greater<int>());
   for (int i = 0; i < outcount; ++i) {
     const int k = indices_[i];
     requests_[k] = requests_.back();
-    pending_[k] = pending_.back();
+    request_op_[k] = request_op_.back();
     requests_.pop_back();
-    pending_.pop_back();
+    request_op_.pop_back();
   }
   return Status::kOk;
 }
 
 Status MpiTransport::cancel(Token token) {
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].token != token || !pending_[i].is_recv) continue;
-    MPI_Cancel(&requests_[i]);
-    MPI_Wait(&requests_[i], MPI_STATUS_IGNORE);
-    if (pending_[i].staging >= 0) free_staging_.push_back(pending_[i].staging);
-    requests_[i] = requests_.back();
-    pending_[i] = pending_.back();
-    requests_.pop_back();
-    pending_.pop_back();
-    return Status::kOk;
+  int id = -1;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i].remaining > 0 && ops_[i].token == token && ops_[i].is_recv) id = static_cast<int>(i);
   }
-  return Status::kErrArg;
+  if (id < 0) return Status::kErrArg;
+  for (size_t k = requests_.size(); k-- > 0;) {
+    if (request_op_[k] != id) continue;
+    MPI_Cancel(&requests_[k]);
+    MPI_Wait(&requests_[k], MPI_STATUS_IGNORE);
+    requests_[k] = requests_.back();
+    request_op_[k] = request_op_.back();
+    requests_.pop_back();
+    request_op_.pop_back();
+  }
+  release_op(id);
+  return Status::kOk;
 }
 
 Status MpiTransport::unmatched_message_waiting(bool* waiting) {

@@ -1,7 +1,9 @@
 // Transport over MPI point-to-point on skipring's internal (duplicated) communicator.
-// A message is one MPI message: header and payload go together, packed into a staging
-// buffer when small, described by an hindexed datatype (no copy) when large, or sent as is
-// when they are already contiguous.
+// Small messages (payload <= kPackLimit) travel as one MPI message: sent as is when header
+// and payload are contiguous, else packed through a staging buffer. Large messages travel as
+// two MPI messages, header then payload, each contiguous, so the payload moves straight
+// between user buffers (single-copy shared-memory paths apply). Both sides derive the form
+// from the payload size alone, so they always agree.
 #pragma once
 
 #include <mpi.h>
@@ -26,28 +28,35 @@ class MpiTransport final : public Transport {
                    size_t payload_bytes, Token token) override;
   Status poll(std::vector<Completion>* done) override;
   Status cancel(Token token) override;
-  size_t outstanding() const override { return requests_.size(); }
+  size_t outstanding() const override { return ops_.size() - free_ops_.size(); }
   Status unmatched_message_waiting(bool* waiting) override;
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;
 
  private:
-  struct Pending {
+  struct Op {
     Token token;
     bool is_recv;
+    bool split;        // header and payload as two MPI messages
+    int remaining;     // MPI requests not yet complete
     size_t header_bytes;
-    void* header;   // receive unpack targets when staged
+    size_t payload_bytes;  // receives: bytes received (filled on completion)
+    void* header;      // receive unpack targets when staged
     void* payload;
     int staging = -1;  // index into staging_ when packed
   };
   int take_staging(size_t bytes);
-  Status post(MPI_Request req, const Pending& p);
+  int new_op(const Op& op);
+  void add_request(MPI_Request req, int op);
+  void release_op(int op);
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> requests_;
-  std::vector<Pending> pending_;
+  std::vector<int> request_op_;  // requests_[i] belongs to ops_[request_op_[i]]
+  std::vector<Op> ops_;
+  std::vector<int> free_ops_;
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<int> free_staging_;
   std::vector<int> indices_;
