@@ -1,6 +1,7 @@
 // Communicator implementation: runs one collective through the progress engine.
 #include "runtime/communicator.h"
 
+#include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
 #include "runtime/progress_engine.h"
@@ -47,23 +48,31 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.segment_bytes = cfg_.segment_bytes;
   p.depth = cfg_.pipeline_depth;
   p.seq = static_cast<uint32_t>(seq_);
+  // Latency-bound sizes: recursive doubling (log2 n steps); otherwise the pipelined ring.
+  const bool small = count * dtype_size(dtype) <= cfg_.small_bytes;
   std::string why;
-  Status st = RingAllreduce::validate(p, &why);
+  Status st = small ? RecursiveDoublingAllreduce::validate(p, &why)
+                    : RingAllreduce::validate(p, &why);
   if (!ok(st)) {
     SKIPRING_LOG_DEBUG("allreduce rejected: {}", why);
     return st;
   }
-  RingAllreduce core(p, &scratch_);
+  std::unique_ptr<CollectiveCore> core;
+  if (small) {
+    core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
+  } else {
+    core = std::make_unique<RingAllreduce>(p, &scratch_);
+  }
   ProgressEngine engine(transport_.get(), clock_.get(),
                         EngineOptions{cfg_.poll_spins, cfg_.idle_sleep_us});
-  st = engine.run(&core);
+  st = engine.run(core.get());
   ++seq_;
   if (!ok(st)) {
     broken_ = true;
-    SKIPRING_LOG_ERROR("allreduce seq {} failed: {} {}", p.seq, status_string(st), core.error());
+    SKIPRING_LOG_ERROR("allreduce seq {} failed: {} {}", p.seq, status_string(st), core->error());
     return st;
   }
-  last_stats_ = core.stats();
+  last_stats_ = core->stats();
   if (cfg_.log_level <= LogLevel::kDebug) {
     SKIPRING_LOG_DEBUG("allreduce {}", last_stats_.to_string());
   }

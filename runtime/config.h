@@ -25,6 +25,7 @@ struct Config {
   int idle_sleep_us = 20;         // SKIPRING_IDLE_SLEEP_US
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
   bool check = false;             // SKIPRING_CHECK
+  size_t small_bytes = 16 * 1024;  // SKIPRING_SMALL_BYTES
 };
 
 // One row of the registry, for printing.

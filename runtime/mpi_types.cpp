@@ -1,1 +1,145 @@
-// placeholder
+// Maps predefined MPI datatype and reduction-op handles to skipring's DType / ROp.
+#include "runtime/mpi_types.h"
+
+#include <type_traits>
+
+namespace skipring {
+namespace {
+
+// DType of a C integer type, chosen by its size and signedness; kCount if none fits.
+template <typename T>
+constexpr DType integer_dtype() {
+  static_assert(std::is_integral_v<T>, "integer types only");
+  if constexpr (std::is_signed_v<T>) {
+    switch (sizeof(T)) {
+      case 1: return DType::kInt8;
+      case 2: return DType::kInt16;
+      case 4: return DType::kInt32;
+      case 8: return DType::kInt64;
+      default: return DType::kCount;
+    }
+  } else {
+    switch (sizeof(T)) {
+      case 1: return DType::kUint8;
+      case 2: return DType::kUint16;
+      case 4: return DType::kUint32;
+      case 8: return DType::kUint64;
+      default: return DType::kCount;
+    }
+  }
+}
+
+bool set_if_known(DType d, DType* out) {
+  if (d == DType::kCount) return false;
+  *out = d;
+  return true;
+}
+
+// Size of a Fortran type, which only the MPI library knows. MPI calls are not allowed before
+// MPI_Init or after MPI_Finalize, so report "unknown" (0) then. PMPI_ entry points are used
+// because this library may itself be a PMPI interposer.
+int fortran_type_size(MPI_Datatype t) {
+  int initialized = 0;
+  int finalized = 0;
+  if (PMPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return 0;
+  if (PMPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return 0;
+  int size = 0;
+  if (PMPI_Type_size(t, &size) != MPI_SUCCESS) return 0;
+  return size;
+}
+
+}  // namespace
+
+bool dtype_from_mpi(MPI_Datatype t, DType* out) {
+  // Guards handles that an MPI without Fortran support may define as MPI_DATATYPE_NULL.
+  if (out == nullptr || t == MPI_DATATYPE_NULL) return false;
+
+  // C integer types. MPI_CHAR and MPI_WCHAR are not valid for reductions (MPI-3.1 5.9.2),
+  // so they are deliberately absent.
+  if (t == MPI_SIGNED_CHAR) return set_if_known(integer_dtype<signed char>(), out);
+  if (t == MPI_UNSIGNED_CHAR) return set_if_known(integer_dtype<unsigned char>(), out);
+  if (t == MPI_SHORT) return set_if_known(integer_dtype<short>(), out);
+  if (t == MPI_UNSIGNED_SHORT) return set_if_known(integer_dtype<unsigned short>(), out);
+  if (t == MPI_INT) return set_if_known(integer_dtype<int>(), out);
+  if (t == MPI_UNSIGNED) return set_if_known(integer_dtype<unsigned>(), out);
+  if (t == MPI_LONG) return set_if_known(integer_dtype<long>(), out);
+  if (t == MPI_UNSIGNED_LONG) return set_if_known(integer_dtype<unsigned long>(), out);
+  if (t == MPI_LONG_LONG_INT || t == MPI_LONG_LONG) {
+    return set_if_known(integer_dtype<long long>(), out);
+  }
+  if (t == MPI_UNSIGNED_LONG_LONG) return set_if_known(integer_dtype<unsigned long long>(), out);
+  if (t == MPI_INT8_T) return set_if_known(DType::kInt8, out);
+  if (t == MPI_UINT8_T) return set_if_known(DType::kUint8, out);
+  if (t == MPI_INT16_T) return set_if_known(DType::kInt16, out);
+  if (t == MPI_UINT16_T) return set_if_known(DType::kUint16, out);
+  if (t == MPI_INT32_T) return set_if_known(DType::kInt32, out);
+  if (t == MPI_UINT32_T) return set_if_known(DType::kUint32, out);
+  if (t == MPI_INT64_T) return set_if_known(DType::kInt64, out);
+  if (t == MPI_UINT64_T) return set_if_known(DType::kUint64, out);
+
+  // C floating point.
+  if (t == MPI_FLOAT) return set_if_known(DType::kFloat, out);
+  if (t == MPI_DOUBLE) return set_if_known(DType::kDouble, out);
+  if (t == MPI_LONG_DOUBLE) return set_if_known(DType::kLongDouble, out);
+
+  // Logical and byte.
+  if (t == MPI_C_BOOL) {
+    static_assert(sizeof(bool) == 1, "DType::kBool is one byte");
+    return set_if_known(DType::kBool, out);
+  }
+  if (t == MPI_BYTE) return set_if_known(DType::kByte, out);
+
+  // Fortran types: their size depends on how the MPI library (and the Fortran compiler
+  // flags it was built with) define them.
+  if (t == MPI_INTEGER) {
+    switch (fortran_type_size(t)) {
+      case 4: return set_if_known(DType::kInt32, out);
+      case 8: return set_if_known(DType::kInt64, out);
+      default: return false;
+    }
+  }
+  if (t == MPI_REAL) {
+    switch (fortran_type_size(t)) {
+      case 4: return set_if_known(DType::kFloat, out);
+      case 8: return set_if_known(DType::kDouble, out);  // e.g. built with -fdefault-real-8
+      default: return false;
+    }
+  }
+  if (t == MPI_DOUBLE_PRECISION) {
+    // 16 bytes would be IEEE quad, which is not the x87 long double: not supported.
+    return fortran_type_size(t) == 8 && set_if_known(DType::kDouble, out);
+  }
+  return false;
+}
+
+bool rop_from_mpi(MPI_Op op, ROp* out) {
+  if (out == nullptr || op == MPI_OP_NULL) return false;
+  ROp r;
+  if (op == MPI_SUM) {
+    r = ROp::kSum;
+  } else if (op == MPI_PROD) {
+    r = ROp::kProd;
+  } else if (op == MPI_MIN) {
+    r = ROp::kMin;
+  } else if (op == MPI_MAX) {
+    r = ROp::kMax;
+  } else if (op == MPI_LAND) {
+    r = ROp::kLand;
+  } else if (op == MPI_LOR) {
+    r = ROp::kLor;
+  } else if (op == MPI_LXOR) {
+    r = ROp::kLxor;
+  } else if (op == MPI_BAND) {
+    r = ROp::kBand;
+  } else if (op == MPI_BOR) {
+    r = ROp::kBor;
+  } else if (op == MPI_BXOR) {
+    r = ROp::kBxor;
+  } else {
+    return false;  // MAXLOC, MINLOC, REPLACE, NO_OP, user-defined ops
+  }
+  *out = r;
+  return true;
+}
+
+}  // namespace skipring

@@ -189,17 +189,19 @@ void bad_input() {
 }
 
 void stats_check() {
-  std::vector<float> a(1000, 1.0f), b(1000);
-  check(skipring_allreduce(a.data(), b.data(), 1000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) ==
+  // Large enough for the ring (above SKIPRING_SMALL_BYTES): 2(n-1) steps.
+  const int count = 100000;
+  std::vector<float> a(count, 1.0f), b(count);
+  check(skipring_allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) ==
             MPI_SUCCESS,
         "stats allreduce");
   skipring_stats_t st;
   check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS, "last_stats");
-  check(st.bytes == 4000, "stats bytes");
+  check(st.bytes == 4u * count, "stats bytes");
   check(st.steps == static_cast<uint32_t>(g_size > 1 ? 2 * (g_size - 1) : 0), "stats steps");
   check(st.time_s > 0 || g_size == 1, "stats time");
   check(st.skips == 0, "no skips without skip-ahead");
-  check(b[999] == static_cast<float>(g_size), "stats allreduce result");
+  check(b[count - 1] == static_cast<float>(g_size), "stats allreduce result");
 }
 
 }  // namespace
