@@ -5,8 +5,8 @@ set(SKIPRING_INSTALL_TARGETS skipring)
 if(TARGET skipring_pmpi)
   list(APPEND SKIPRING_INSTALL_TARGETS skipring_pmpi)
 endif()
-set_target_properties(${SKIPRING_INSTALL_TARGETS} PROPERTIES
-  INSTALL_RPATH "${CMAKE_INSTALL_FULL_LIBDIR}")
+# Relocatable: the libraries find each other next to themselves, whatever the prefix.
+set_target_properties(${SKIPRING_INSTALL_TARGETS} PROPERTIES INSTALL_RPATH "$ORIGIN")
 
 install(TARGETS ${SKIPRING_INSTALL_TARGETS} EXPORT skipringTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -27,5 +27,8 @@ install(FILES ${PROJECT_BINARY_DIR}/skipringConfig.cmake
               ${PROJECT_BINARY_DIR}/skipringConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
 
+# The .pc file locates the prefix relative to itself, so an installed tree can be moved.
+file(RELATIVE_PATH SKIPRING_PC_RELPREFIX "${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig"
+     "${CMAKE_INSTALL_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/skipring.pc.in ${PROJECT_BINARY_DIR}/skipring.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/skipring.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
