@@ -2,6 +2,7 @@
 // attribute, process-wide totals. Nothing thrown crosses these functions.
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -26,6 +27,9 @@ struct GlobalState {
   std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
   skipring_totals_t totals{};
 };
+
+// Set once init succeeded: the per-call fast path skips the lock.
+std::atomic<bool> g_ready{false};
 
 GlobalState& state() {
   static GlobalState* s = new GlobalState();  // never destroyed: used from MPI_Finalize hooks
@@ -93,10 +97,12 @@ int init_locked() {
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &g.self_keyval, nullptr);
   MPI_Comm_set_attr(MPI_COMM_SELF, g.self_keyval, nullptr);
   SKIPRING_LOG_DEBUG("initialised");
+  g_ready.store(true, std::memory_order_release);
   return MPI_SUCCESS;
 }
 
 int ensure_init() {
+  if (g_ready.load(std::memory_order_acquire)) return MPI_SUCCESS;
   std::lock_guard<std::mutex> lock(state().mutex);
   return init_locked();
 }

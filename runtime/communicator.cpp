@@ -23,6 +23,12 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, std::unique_ptr<Co
   }
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
   c->clock_ = make_clock(cfg.clock);
+  c->engine_ = std::make_unique<ProgressEngine>(
+      c->transport_.get(), c->clock_.get(), EngineOptions{cfg.poll_spins, cfg.idle_sleep_us});
+  c->params_.rank = c->rank_;
+  c->params_.ring = c->ring_;
+  c->params_.segment_bytes = cfg.segment_bytes;
+  c->params_.depth = cfg.pipeline_depth;
   *out = std::move(c);
   return Status::kOk;
 }
@@ -37,35 +43,25 @@ Communicator::~Communicator() {
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return Status::kErrInternal;
-  RingParams p;
-  p.rank = rank_;
-  p.ring = ring_;
+  // The ring order and sizes were checked at creation; the C API checked op, type and buffers.
+  RingParams& p = params_;
   p.count = count;
   p.dtype = dtype;
   p.op = op;
   p.sendbuf = sendbuf;
   p.recvbuf = recvbuf;
-  p.segment_bytes = cfg_.segment_bytes;
-  p.depth = cfg_.pipeline_depth;
   p.seq = static_cast<uint32_t>(seq_);
+  if (!op_valid(op, dtype)) return Status::kErrOp;
   // Latency-bound sizes: recursive doubling (log2 n steps); otherwise the pipelined ring.
   const bool small = count * dtype_size(dtype) <= cfg_.small_bytes;
-  std::string why;
-  Status st = small ? RecursiveDoublingAllreduce::validate(p, &why)
-                    : RingAllreduce::validate(p, &why);
-  if (!ok(st)) {
-    SKIPRING_LOG_DEBUG("allreduce rejected: {}", why);
-    return st;
-  }
+  Status st;
   std::unique_ptr<CollectiveCore> core;
   if (small) {
     core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
   } else {
     core = std::make_unique<RingAllreduce>(p, &scratch_);
   }
-  ProgressEngine engine(transport_.get(), clock_.get(),
-                        EngineOptions{cfg_.poll_spins, cfg_.idle_sleep_us});
-  st = engine.run(core.get());
+  st = engine_->run(core.get());
   ++seq_;
   if (!ok(st)) {
     broken_ = true;

@@ -12,7 +12,9 @@
 #include "collectives/dtype.h"
 #include "runtime/clock.h"
 #include "runtime/config.h"
+#include "collectives/ring_allreduce.h"
 #include "runtime/mpi_transport.h"
+#include "runtime/progress_engine.h"
 #include "straggler/step_stats.h"
 
 namespace skipring {
@@ -49,6 +51,8 @@ class Communicator {
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;
   std::vector<uint8_t> scratch_;
+  std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
+  RingParams params_;                       // reused: the ring order is copied once
   uint64_t seq_ = 0;
   bool broken_ = false;
   CollectiveStats last_stats_;
