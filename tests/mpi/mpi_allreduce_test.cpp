@@ -147,6 +147,7 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
     check(close, what + ": not close to PMPI_Allreduce");
   }
   check(identical_everywhere(mine), what + ": ranks disagree");
+  check(no_leftovers(), what + ": a message is left unmatched on the internal communicator");
 }
 
 void bad_input() {
