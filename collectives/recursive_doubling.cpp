@@ -113,33 +113,14 @@ const void* RecursiveDoublingAllreduce::partial(int k) const {
 
 void RecursiveDoublingAllreduce::write_header(uint8_t* hdr, int id,
                                               const ContributionSet& set) const {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.seq = p_.seq;
-  h.phase = phase_of(id);
-  h.set_words = static_cast<uint16_t>(set.words());
-  h.chunk = static_cast<uint32_t>(round_of(id));
-  h.segment = 0;
-  std::memcpy(hdr, &h, sizeof(h));
-  set.write_words(reinterpret_cast<uint64_t*>(hdr + sizeof(h)));
+  encode_wire_header(hdr, WireExpect{p_.seq, phase_of(id), static_cast<uint32_t>(round_of(id)), 0},
+                     set);
 }
 
 Status RecursiveDoublingAllreduce::check_header(const uint8_t* hdr, int id, ContributionSet* set) {
-  WireHeader h;
-  std::memcpy(&h, hdr, sizeof(h));
-  if (h.magic != kWireMagic) return fail(fmt::format("{}: bad header magic", what(id)));
-  if (h.seq != p_.seq) {
-    return fail(
-        fmt::format("message of collective {} arrived during collective {}", h.seq, p_.seq));
-  }
-  if (h.phase != phase_of(id) || h.chunk != static_cast<uint32_t>(round_of(id)) || h.segment != 0) {
-    return fail(fmt::format("expected phase {} round {}, got phase {} round {} segment {}",
-                            phase_of(id), round_of(id), h.phase, h.chunk, h.segment));
-  }
-  const uint64_t* src = reinterpret_cast<const uint64_t*>(hdr + sizeof(h));
-  if (h.set_words != ContributionSet::words_for(n_) || !set->read_words(n_, src)) {
-    return fail(fmt::format("{}: corrupt contribution set", what(id)));
-  }
+  const std::string why = decode_wire_header(
+      hdr, n_, WireExpect{p_.seq, phase_of(id), static_cast<uint32_t>(round_of(id)), 0}, set);
+  if (!why.empty()) return fail(fmt::format("{}: {}", what(id), why));
   if (set->empty()) return fail(fmt::format("{}: empty contribution set", what(id)));
   return Status::kOk;
 }

@@ -119,37 +119,19 @@ const uint8_t* RingAllreduce::input_ptr(int c, int g) const {
 
 void RingAllreduce::write_header(uint8_t* hdr, Phase phase, int chunk, int seg,
                                  const ContributionSet& set) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.seq = p_.seq;
-  h.phase = static_cast<uint8_t>(phase);
-  h.set_words = static_cast<uint16_t>(set.words());
-  h.chunk = static_cast<uint32_t>(chunk);
-  h.segment = static_cast<uint32_t>(seg);
-  std::memcpy(hdr, &h, sizeof(h));
-  set.write_words(reinterpret_cast<uint64_t*>(hdr + sizeof(h)));
+  encode_wire_header(hdr, WireExpect{p_.seq, static_cast<uint8_t>(phase),
+                                     static_cast<uint32_t>(chunk), static_cast<uint32_t>(seg)},
+                     set);
 }
 
 Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, int seg,
                                    ContributionSet* set) {
-  WireHeader h;
-  std::memcpy(&h, hdr, sizeof(h));
-  if (h.magic != kWireMagic) return fail("bad header magic");
-  if (h.seq != p_.seq) {
-    return fail(fmt::format("message of collective {} arrived during collective {}", h.seq,
-                            p_.seq));
-  }
-  if (h.phase != static_cast<uint8_t>(phase) || h.chunk != static_cast<uint32_t>(chunk) ||
-      h.segment != static_cast<uint32_t>(seg)) {
-    return fail(fmt::format("expected phase {} chunk {} segment {}, got phase {} chunk {} "
-                            "segment {}",
-                            static_cast<int>(phase), chunk, seg, h.phase, h.chunk, h.segment));
-  }
-  if (h.set_words != ContributionSet::words_for(n_) ||
-      !set->read_words(n_, reinterpret_cast<const uint64_t*>(hdr + sizeof(h)))) {
-    return fail("corrupt contribution set");
-  }
-  return Status::kOk;
+  const std::string why = decode_wire_header(
+      hdr, n_,
+      WireExpect{p_.seq, static_cast<uint8_t>(phase), static_cast<uint32_t>(chunk),
+                 static_cast<uint32_t>(seg)},
+      set);
+  return why.empty() ? Status::kOk : fail(why);
 }
 
 Status RingAllreduce::start(double now, ActionList* out) {

@@ -26,31 +26,13 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/dtype.h"
+#include "collectives/wire_header.h"
 #include "runtime/status.h"
 #include "runtime/transport.h"
 #include "straggler/step_stats.h"
 
 namespace skipring {
 
-constexpr uint32_t kWireMagic = 0x534b5247;  // "SKRG"
-
-struct WireHeader {
-  uint32_t magic;
-  uint32_t seq;
-  uint8_t phase;  // Phase
-  uint8_t flags;
-  uint16_t set_words;
-  uint32_t chunk;
-  uint32_t segment;
-  uint32_t reserved;
-  // followed by set_words 64-bit words of the contribution set
-};
-static_assert(sizeof(WireHeader) == 24, "wire header layout");
-
-// Bytes of a header (fixed part + contribution set) for n ranks, a multiple of 8.
-inline size_t wire_header_bytes(int n) {
-  return sizeof(WireHeader) + 8 * ContributionSet::words_for(n);
-}
 
 
 

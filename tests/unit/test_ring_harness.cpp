@@ -12,78 +12,18 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_allreduce.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/test_data.h"
 
 namespace skipring {
 namespace {
 
-using Buffers = std::vector<std::vector<std::vector<uint8_t>>>;  // [collective][rank][bytes]
 
-bool is_float(DType t) {
-  return t == DType::kFloat || t == DType::kDouble || t == DType::kLongDouble;
-}
-
-template <typename T>
-void fill_typed(void* p, size_t count, std::mt19937_64& rng, ROp op) {
-  T* v = static_cast<T*>(p);
-  for (size_t i = 0; i < count; ++i) {
-    if constexpr (std::is_floating_point_v<T>) {
-      std::uniform_real_distribution<double> d(op == ROp::kProd ? 0.9 : -100.0,
-                                               op == ROp::kProd ? 1.1 : 100.0);
-      std::memset(&v[i], 0, sizeof(T));  // long double padding stays zero
-      v[i] = static_cast<T>(d(rng));
-    } else {
-      v[i] = static_cast<T>(rng() % (op == ROp::kProd ? 5 : 1000));
-    }
-  }
-}
-
-void fill(DType t, void* p, size_t count, std::mt19937_64& rng, ROp op) {
-  switch (t) {
-    case DType::kInt8: return fill_typed<int8_t>(p, count, rng, op);
-    case DType::kUint8: return fill_typed<uint8_t>(p, count, rng, op);
-    case DType::kInt16: return fill_typed<int16_t>(p, count, rng, op);
-    case DType::kUint16: return fill_typed<uint16_t>(p, count, rng, op);
-    case DType::kInt32: return fill_typed<int32_t>(p, count, rng, op);
-    case DType::kUint32: return fill_typed<uint32_t>(p, count, rng, op);
-    case DType::kInt64: return fill_typed<int64_t>(p, count, rng, op);
-    case DType::kUint64: return fill_typed<uint64_t>(p, count, rng, op);
-    case DType::kFloat: return fill_typed<float>(p, count, rng, op);
-    case DType::kDouble: return fill_typed<double>(p, count, rng, op);
-    case DType::kLongDouble: return fill_typed<long double>(p, count, rng, op);
-    case DType::kBool: {
-      auto* b = static_cast<uint8_t*>(p);
-      for (size_t i = 0; i < count; ++i) b[i] = rng() & 1;
-      return;
-    }
-    case DType::kByte: {
-      auto* b = static_cast<uint8_t*>(p);
-      for (size_t i = 0; i < count; ++i) b[i] = static_cast<uint8_t>(rng());
-      return;
-    }
-    default: return;
-  }
-}
-
-long double value_at(DType t, const uint8_t* p, size_t i) {
-  switch (t) {
-    case DType::kFloat: return reinterpret_cast<const float*>(p)[i];
-    case DType::kDouble: return reinterpret_cast<const double*>(p)[i];
-    case DType::kLongDouble: return reinterpret_cast<const long double*>(p)[i];
-    default: return 0;
-  }
-}
+using testdata::Buffers;
+using testdata::is_float;
+using testdata::value_at;
 
 Buffers make_inputs(const harness::Options& o, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const size_t bytes = o.count * dtype_size(o.dtype);
-  Buffers in(o.collectives, std::vector<std::vector<uint8_t>>(o.n));
-  for (auto& coll : in) {
-    for (auto& r : coll) {
-      r.assign(bytes, 0);
-      fill(o.dtype, r.data(), o.count, rng, o.op);
-    }
-  }
-  return in;
+  return testdata::make_inputs(o, seed, /*wide=*/false);
 }
 
 // Runs the harness and checks every invariant; *out (if given) gets the result.

@@ -1,0 +1,85 @@
+// Test data shared by the harness tests.
+#include "tests/unit/test_data.h"
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+namespace skipring {
+namespace testdata {
+namespace {
+
+template <typename T>
+void fill_typed(void* p, size_t count, std::mt19937_64& rng, ROp op, bool wide) {
+  T* v = static_cast<T*>(p);
+  for (size_t i = 0; i < count; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      std::uniform_real_distribution<double> d(op == ROp::kProd ? 0.9 : -100.0,
+                                               op == ROp::kProd ? 1.1 : 100.0);
+      double x = d(rng);
+      if (wide && op == ROp::kSum) x *= std::ldexp(1.0, static_cast<int>(rng() % 40) - 20);
+      std::memset(&v[i], 0, sizeof(T));  // long double padding stays zero
+      v[i] = static_cast<T>(x);
+    } else {
+      v[i] = static_cast<T>(rng() % (op == ROp::kProd ? 5 : 1000));
+    }
+  }
+}
+
+}  // namespace
+
+bool is_float(DType t) {
+  return t == DType::kFloat || t == DType::kDouble || t == DType::kLongDouble;
+}
+
+void fill(DType t, void* p, size_t count, std::mt19937_64& rng, ROp op, bool wide) {
+  switch (t) {
+    case DType::kInt8: return fill_typed<int8_t>(p, count, rng, op, wide);
+    case DType::kUint8: return fill_typed<uint8_t>(p, count, rng, op, wide);
+    case DType::kInt16: return fill_typed<int16_t>(p, count, rng, op, wide);
+    case DType::kUint16: return fill_typed<uint16_t>(p, count, rng, op, wide);
+    case DType::kInt32: return fill_typed<int32_t>(p, count, rng, op, wide);
+    case DType::kUint32: return fill_typed<uint32_t>(p, count, rng, op, wide);
+    case DType::kInt64: return fill_typed<int64_t>(p, count, rng, op, wide);
+    case DType::kUint64: return fill_typed<uint64_t>(p, count, rng, op, wide);
+    case DType::kFloat: return fill_typed<float>(p, count, rng, op, wide);
+    case DType::kDouble: return fill_typed<double>(p, count, rng, op, wide);
+    case DType::kLongDouble: return fill_typed<long double>(p, count, rng, op, wide);
+    case DType::kBool: {
+      auto* b = static_cast<uint8_t*>(p);
+      for (size_t i = 0; i < count; ++i) b[i] = rng() & 1;
+      return;
+    }
+    case DType::kByte: {
+      auto* b = static_cast<uint8_t*>(p);
+      for (size_t i = 0; i < count; ++i) b[i] = static_cast<uint8_t>(rng());
+      return;
+    }
+    default: return;
+  }
+}
+
+long double value_at(DType t, const uint8_t* p, size_t i) {
+  switch (t) {
+    case DType::kFloat: return reinterpret_cast<const float*>(p)[i];
+    case DType::kDouble: return reinterpret_cast<const double*>(p)[i];
+    case DType::kLongDouble: return reinterpret_cast<const long double*>(p)[i];
+    default: return 0;
+  }
+}
+
+Buffers make_inputs(const harness::Options& o, uint64_t seed, bool wide) {
+  std::mt19937_64 rng(seed);
+  const size_t bytes = o.count * dtype_size(o.dtype);
+  Buffers in(o.collectives, std::vector<std::vector<uint8_t>>(o.n));
+  for (auto& coll : in) {
+    for (auto& r : coll) {
+      r.assign(bytes, 0);
+      fill(o.dtype, r.data(), o.count, rng, o.op, wide);
+    }
+  }
+  return in;
+}
+
+}  // namespace testdata
+}  // namespace skipring
