@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -67,6 +68,12 @@ bool parse_size(const std::string& text, size_t lo, size_t hi, size_t* out) {
 }
 
 const char* bool_str(bool b) { return b ? "1" : "0"; }
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 const char* log_level_name(LogLevel l) {
   static const char* names[] = {"trace", "debug", "info", "warn", "error", "off"};
@@ -134,6 +141,42 @@ const ParamDesc kParams[] = {
        return parse_size(t, 0, size_t{1} << 30, &c->small_bytes);
      },
      [](const Config& c) { return std::to_string(c.small_bytes); }},
+    {"SKIPRING_SKIP", "bool", "0|1",
+     "Skip ahead past a slow predecessor (1). 0: plain ring, run-to-run identical results.",
+     [](const std::string& t, Config* c) { return parse_bool(t, &c->skip); },
+     [](const Config& c) { return std::string(bool_str(c.skip)); }},
+    {"SKIPRING_ALPHA", "double", "a number > 1 and <= 1000",
+     "Skip threshold factor: skip when the wait exceeds alpha * T + T_trans.",
+     [](const std::string& t, Config* c) {
+       char* end = nullptr;
+       errno = 0;
+       const double v = std::strtod(t.c_str(), &end);
+       if (t.empty() || errno != 0 || *end != '\0' || !(v > 1.0) || v > 1000.0) return false;
+       c->alpha = v;
+       return true;
+     },
+     [](const Config& c) { return fmt_double(c.alpha); }},
+    {"SKIPRING_SKIP_MIN_WAIT_US", "int", "0..10000000",
+     "Floor of the skip threshold in microseconds (guards against noise when T is tiny).",
+     [](const std::string& t, Config* c) {
+       return parse_int(t, 0, 10000000, &c->skip_min_wait_us);
+     },
+     [](const Config& c) { return std::to_string(c.skip_min_wait_us); }},
+    {"SKIPRING_INJECT", "spec", "rules 'rank=R,delay=D|dist=...,at=arrive|rs|ag|step,prob=P,every=N,seed=S' separated by ';'",
+     "Straggler injection for experiments (see README); empty: none.",
+     [](const std::string& t, Config* c) {
+       c->inject = t;
+       return true;  // validated by the injection parser at init (its message names the part)
+     },
+     [](const Config& c) { return c.inject.empty() ? std::string("(none)") : c.inject; }},
+    {"SKIPRING_TRACE", "path", "a directory (created if missing)",
+     "Write a per-rank Chrome-trace JSON (opens in Perfetto) of every collective into it.",
+     [](const std::string& t, Config* c) {
+       if (t.empty()) return false;
+       c->trace_dir = t;
+       return true;
+     },
+     [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }},
 };
 
 std::mutex g_mutex;

@@ -26,6 +26,13 @@ struct Config {
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
   bool check = false;             // SKIPRING_CHECK
   size_t small_bytes = 16 * 1024;  // SKIPRING_SMALL_BYTES
+  // Straggler handling (DESIGN.md 2): skip ahead when the predecessor is later than
+  // alpha * T + T_trans (and at least skip_min_wait_us).
+  bool skip = true;                // SKIPRING_SKIP
+  double alpha = 2.0;              // SKIPRING_ALPHA (> 1)
+  int skip_min_wait_us = 50;       // SKIPRING_SKIP_MIN_WAIT_US
+  std::string inject;              // SKIPRING_INJECT (validated by parse_inject_spec)
+  std::string trace_dir;           // SKIPRING_TRACE (empty: no trace)
 };
 
 // One row of the registry, for printing.
