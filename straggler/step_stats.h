@@ -23,6 +23,10 @@ struct StepRecord {
   double transfer_s = 0;  // send posted until completed (sends of this step)
   double first_arrival = 0;  // clock time of the first segment's arrival
   double last_arrival = 0;
+  double t_start = 0;  // clock time this rank was ready for the step (its first receive posted)
+  double t_end = 0;    // clock time its last segment was reduced / forwarded
+  int skips = 0;       // pieces of this step this rank forwarded without waiting (skip-ahead)
+  int late_pieces = 0; // pieces that arrived after this rank had already forwarded
 };
 
 // Totals per neighbour (who we waited for).
@@ -44,6 +48,7 @@ struct CollectiveStats {
   uint32_t messages_received = 0;
   uint32_t skips = 0;
   uint32_t late_pieces = 0;
+  int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;
 
