@@ -14,7 +14,7 @@
 namespace skipring {
 
 struct Action {
-  enum class Kind : uint8_t { kSend, kRecv, kReduce, kCopy, kDone };
+  enum class Kind : uint8_t { kSend, kRecv, kReduce, kCopy, kCancel, kDone };
   Kind kind = Kind::kDone;
   Token token = 0;
   // kSend / kRecv
@@ -26,6 +26,11 @@ struct Action {
   size_t payload_bytes = 0;
   // kReduce: dst = a op b over `count` elements; report with on_reduce(token).
   // kCopy: copy payload_bytes from a to dst, synchronously (no completion event).
+  // kCancel: cancel the outstanding receive `token` (one that can no longer be matched);
+  // no completion event follows.
+  // kSend / kRecv of a ring step carry the step (phase, index) so a driver can inject delays.
+  int8_t phase = -1;  // Phase of the step, -1 when not a step's data message
+  int16_t step = -1;
   void* dst = nullptr;
   const void* a = nullptr;
   const void* b = nullptr;

@@ -9,10 +9,19 @@
 namespace skipring {
 namespace {
 
-enum TokenKind : uint32_t { kTokRecv = 0, kTokSend = 1, kTokReduce = 2 };
+enum TokenKind : uint32_t {
+  kTokRecv = 0,
+  kTokSend = 1,
+  kTokReduce = 2,        // ring piece reduction (index: receive)
+  kTokAux = 3,           // skip-ahead protocol message (index: aux op)
+  kTokOwnerReduce = 4,   // owner merge (index: owner segment)
+};
 constexpr uint32_t kTokShift = 29;
 constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 constexpr int kTagSpan = 1 << 28;
+// Tag kinds (tag = 4 * segment id + kind), and one control tag per pair of neighbours.
+constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
+constexpr int kTagCtrl = kTagSpan - 1;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -99,8 +108,8 @@ int RingAllreduce::pos_of(int rank) const {
   return -1;
 }
 
-int RingAllreduce::tag_for(Phase phase, int seg_id) const {
-  return (2 * seg_id + static_cast<int>(phase)) % kTagSpan;
+int RingAllreduce::tag_for(int kind, int seg_id) const {
+  return (4 * seg_id + kind) % (kTagSpan - 1);
 }
 
 Status RingAllreduce::fail(std::string why) {
@@ -117,11 +126,19 @@ const uint8_t* RingAllreduce::input_ptr(int c, int g) const {
   return seg_ptr(const_cast<void*>(p_.sendbuf), c, g);
 }
 
+uint8_t* RingAllreduce::slot_hdr(uint8_t* base, int slot) const {
+  return base + slot * slot_bytes_ + hdr_area_ - hdr_bytes_;
+}
+
+uint8_t* RingAllreduce::slot_payload(uint8_t* base, int slot) const {
+  return base + slot * slot_bytes_ + hdr_area_;
+}
+
 void RingAllreduce::write_header(uint8_t* hdr, Phase phase, int chunk, int seg,
-                                 const ContributionSet& set) {
+                                 const ContributionSet& set, uint8_t flags) {
   encode_wire_header(hdr, WireExpect{p_.seq, static_cast<uint8_t>(phase),
                                      static_cast<uint32_t>(chunk), static_cast<uint32_t>(seg)},
-                     set);
+                     set, flags);
 }
 
 Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, int seg,
@@ -132,6 +149,19 @@ Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, i
                  static_cast<uint32_t>(seg)},
       set);
   return why.empty() ? Status::kOk : fail(why);
+}
+
+double RingAllreduce::next_deadline() const {
+  double t = std::numeric_limits<double>::infinity();
+  if (!p_.skip || skippable_posted_ == 0 || done_ || failed_) return t;
+  for (size_t i = wait_cursor_; i < next_post_; ++i) {
+    const RecvOp& r = recvs_[i];
+    if (r.phase != Phase::kReduceScatter) break;
+    if (r.state == OpState::kPosted && !r.skipped && r.chunk != pos_) {
+      t = std::min(t, r.t_posted + p_.skip_threshold_s);
+    }
+  }
+  return t;
 }
 
 Status RingAllreduce::start(double now, ActionList* out) {
@@ -184,6 +214,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
       }
     }
   }
+  rs_unresolved_ = static_cast<int>(recvs_.size());
   for (int g = 0; g < max_segs; ++g) {
     for (int s = 0; s < n_ - 1; ++s) {
       const int c = (pos_ - 1 - s + 2 * n_) % n_;
@@ -194,29 +225,43 @@ Status RingAllreduce::start(double now, ActionList* out) {
     }
   }
 
-  // Scratch: receive slots, send slots (header + payload, payload 64-byte aligned), then
-  // header-only buffers for the starter's sends, the owner's allgather sends and every
-  // allgather receive.
+  // Scratch: receive slots, send slots, owner extra slots (header + payload, payload 64-byte
+  // aligned), then header-only buffers for the starter's sends, the owner's allgather sends
+  // and every allgather receive.
   const size_t hdr_area = round_up(hdr_bytes_, 64);
   hdr_area_ = hdr_area;
   const size_t max_seg = std::min(layout_.segment_elems(), layout_.chunk_count(0));
   slot_bytes_ = hdr_area + round_up(max_seg * layout_.elem_size(), 64);
   const int depth = p_.depth;
   const size_t n_hdrs = layout_.segments(start_chunk) + layout_.segments(pos_) + ag_recvs;
-  const size_t need = 64 + 2 * depth * slot_bytes_ + n_hdrs * hdr_area;
+  const size_t need = 64 + 3 * depth * slot_bytes_ + n_hdrs * hdr_area;
   if (scratch_->size() < need) scratch_->resize(need);
   uint8_t* base = scratch_->data();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   recv_slots_ = base;
   send_slots_ = base + depth * slot_bytes_;
-  hdr_pool_ = base + 2 * depth * slot_bytes_;
+  extra_slots_ = base + 2 * depth * slot_bytes_;
+  hdr_pool_ = base + 3 * depth * slot_bytes_;
   for (int i = depth - 1; i >= 0; --i) {
     free_recv_slots_.push_back(i);
     free_send_slots_.push_back(i);
+    free_extra_slots_.push_back(i);
   }
   size_t hdr_next = 0;
   auto take_hdr = [&]() { return hdr_pool_ + (hdr_next++) * hdr_area; };
   local_done_.assign(layout_.total_segments(), 0);
+  rs_sent_.assign(layout_.total_segments(), 0);
+  redirect_.assign(layout_.total_segments(), 0);
+  owner_.resize(layout_.segments(pos_));
+  for (auto& o : owner_) {
+    o.acc = ContributionSet(n_);
+    o.acc.add(p_.rank);
+  }
+
+  // Control channel from the successor (skip notices, then "done"), open for the whole
+  // reduce-scatter so that no notice is ever left unread.
+  ctrl_open_ = true;
+  post_ctrl_recv(now, out);
 
   // Reduce-scatter, step 0: our own input for chunk pos-1 goes straight to the successor.
   ContributionSet mine(n_);
@@ -224,8 +269,9 @@ Status RingAllreduce::start(double now, ActionList* out) {
   for (int g = 0; g < layout_.segments(start_chunk); ++g) {
     uint8_t* hdr = take_hdr();
     write_header(hdr, Phase::kReduceScatter, start_chunk, g, mine);
+    rs_sent_[layout_.first_segment(start_chunk) + g] = 1;
     post_send(Phase::kReduceScatter, 0, start_chunk, g, hdr, input_ptr(start_chunk, g), -1, now,
-              out);
+              out, /*reads_input=*/true);
   }
   owner_hdrs_ = hdr_pool_ + hdr_next * hdr_area;
   hdr_next += layout_.segments(pos_);
@@ -233,46 +279,49 @@ Status RingAllreduce::start(double now, ActionList* out) {
     if (r.phase == Phase::kAllgather) r.header = take_hdr();
   }
   post_receives(now, out);
+  resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
   maybe_done(now, out);
   return Status::kOk;
 }
 
 void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
-                              const void* payload, int slot, double now, ActionList* out) {
-  SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now};
+                              const void* payload, int slot, double now, ActionList* out,
+                              bool reads_input) {
+  SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
   sends_.push_back(s);
   Action a;
   a.kind = Action::Kind::kSend;
   a.token = make_token(kTokSend, sends_.size() - 1);
   a.peer = succ_;
-  a.tag = tag_for(phase, s.seg_id);
+  a.tag = tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id);
   a.header = hdr;
   a.header_bytes = hdr_bytes_;
   a.payload = const_cast<void*>(payload);
   a.payload_bytes = layout_.segment_count(c, g) * layout_.elem_size();
+  a.phase = static_cast<int8_t>(phase);
+  a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
   out->push_back(a);
   ++pending_;
   ++stats_.messages_sent;
 }
 
 void RingAllreduce::post_receives(double now, ActionList* out) {
-  (void)now;
   while (next_post_ < recvs_.size()) {
     RecvOp& r = recvs_[next_post_];
     Action a;
     a.kind = Action::Kind::kRecv;
     a.token = make_token(kTokRecv, next_post_);
     a.peer = pred_;
-    a.tag = tag_for(r.phase, r.seg_id);
+    a.tag = tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id);
     a.header_bytes = hdr_bytes_;
     a.payload_bytes = layout_.segment_count(r.chunk, r.seg) * layout_.elem_size();
     if (r.phase == Phase::kReduceScatter) {
       if (free_recv_slots_.empty()) break;
       r.slot = free_recv_slots_.back();
       free_recv_slots_.pop_back();
-      uint8_t* slot = recv_slots_ + r.slot * slot_bytes_;
-      a.header = slot + hdr_area_ - hdr_bytes_;
-      a.payload = slot + hdr_area_;
+      a.header = slot_hdr(recv_slots_, r.slot);
+      a.payload = slot_payload(recv_slots_, r.slot);
+      if (r.chunk != pos_) ++skippable_posted_;
     } else {
       // Allgather lands in the user's buffer: only once our reduce-scatter work on that
       // segment no longer reads it (in place) and within the pipeline depth.
@@ -281,7 +330,10 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
     }
+    StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
+    if (rec.t_start == 0) rec.t_start = now;
     r.state = OpState::kPosted;
+    r.t_posted = now;
     out->push_back(a);
     ++pending_;
     ++next_post_;
@@ -301,10 +353,290 @@ void RingAllreduce::advance_wait_cursor() {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Skip-ahead protocol
+int RingAllreduce::add_aux(AuxKind kind, int c, int g) {
+  AuxOp op;
+  op.kind = kind;
+  op.chunk = c;
+  op.seg = g;
+  op.seg_id = c >= 0 ? layout_.first_segment(c) + g : -1;
+  aux_.push_back(std::move(op));
+  return static_cast<int>(aux_.size()) - 1;
+}
+
+void RingAllreduce::post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes,
+                                  double now, ActionList* out) {
+  AuxOp& op = aux_[aux];
+  op.t = now;
+  Action a;
+  a.kind = Action::Kind::kSend;
+  a.token = make_token(kTokAux, aux);
+  a.peer = peer;
+  a.tag = tag;
+  a.header = op.hdr.empty() ? nullptr : op.hdr.data();
+  a.header_bytes = hdr_bytes_;
+  a.payload = const_cast<void*>(payload);
+  a.payload_bytes = bytes;
+  out->push_back(a);
+  ++pending_;
+}
+
+void RingAllreduce::post_ctrl_recv(double now, ActionList* out) {
+  const int aux = add_aux(AuxKind::kCtrlRecv, -1, -1);
+  aux_[aux].hdr.assign(hdr_bytes_, 0);
+  aux_[aux].t = now;
+  Action a;
+  a.kind = Action::Kind::kRecv;
+  a.token = make_token(kTokAux, aux);
+  a.peer = succ_;
+  a.tag = kTagCtrl;
+  a.header = aux_[aux].hdr.data();
+  a.header_bytes = hdr_bytes_;
+  out->push_back(a);
+  ++pending_;
+}
+
+void RingAllreduce::send_ctrl(uint8_t flags, int c, int g, double now, ActionList* out) {
+  const int aux = add_aux(AuxKind::kCtrlSend, c, g);
+  aux_[aux].hdr.assign(hdr_bytes_, 0);
+  scratch_set_.clear();
+  write_header(aux_[aux].hdr.data(), Phase::kReduceScatter, std::max(c, 0), std::max(g, 0),
+               scratch_set_, flags);
+  post_aux_send(aux, pred_, kTagCtrl, nullptr, 0, now, out);
+}
+
+void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,
+                               int slot, const ContributionSet& set, bool reads_input,
+                               double now, ActionList* out) {
+  const int seg_id = layout_.first_segment(c) + g;
+  rs_sent_[seg_id] = 1;
+  if (!redirect_[seg_id]) {
+    write_header(hdr, Phase::kReduceScatter, c, g, set);
+    post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
+    return;
+  }
+  // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
+  // successor's ring receive is answered by an ack carrying the set we delivered.
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra);
+  const int extra = add_aux(AuxKind::kExtraSend, c, g);
+  aux_[extra].send_slot = slot;
+  post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+                layout_.segment_count(c, g) * layout_.elem_size(), now, out);
+  out->back().header = hdr;
+  ++stats_.messages_sent;
+  const int ack = add_aux(AuxKind::kAckSend, c, g);
+  aux_[ack].hdr.assign(hdr_bytes_, 0);
+  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
+  post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
+  if (reads_input) {
+    // An own-input piece sent as an extra: the input is read until that send completes.
+    aux_[extra].recv_slot = -2;
+  }
+}
+
+Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  r.skipped = true;
+  --skippable_posted_;
+  ++stats_.skips;
+  stats_.steps[r.step].skips += 1;
+  // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  const int hdr_aux = add_aux(AuxKind::kCtrlSend, -1, -1);  // header storage only
+  aux_[hdr_aux].hdr.assign(hdr_bytes_, 0);
+  aux_[hdr_aux].done = true;
+  emit_piece(r.step, r.chunk, r.seg, aux_[hdr_aux].hdr.data(), input_ptr(r.chunk, r.seg), -1,
+             mine, /*reads_input=*/true, now, out);
+  send_ctrl(kFlagNotice, r.chunk, r.seg, now, out);
+  // The predecessor answers with its piece (on the ring receive) or an ack, never both.
+  const int ack = add_aux(AuxKind::kAckRecv, r.chunk, r.seg);
+  aux_[ack].hdr.assign(hdr_bytes_, 0);
+  aux_[ack].t = now;
+  recvs_[idx].ack_aux = ack;
+  Action a;
+  a.kind = Action::Kind::kRecv;
+  a.token = make_token(kTokAux, ack);
+  a.peer = pred_;
+  a.tag = tag_for(kTagAck, aux_[ack].seg_id);
+  a.header = aux_[ack].hdr.data();
+  a.header_bytes = hdr_bytes_;
+  out->push_back(a);
+  ++pending_;
+  return Status::kOk;
+}
+
+void RingAllreduce::resolve_rs_recv(double now, ActionList* out) {
+  // Once every ring piece has arrived or been acknowledged we will send no more notices.
+  if (rs_unresolved_ == 0 && !rs_done_sent_) {
+    rs_done_sent_ = true;
+    send_ctrl(kFlagRsDone, -1, -1, now, out);
+  }
+}
+
+Status RingAllreduce::owner_enqueue(int g, int item, double now, ActionList* out) {
+  owner_[g].queue.push_back(item);
+  return owner_merge(g, now, out);
+}
+
+Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  if (o.merging || o.queue.empty()) return Status::kOk;
+  const int item = o.queue.front();
+  o.queue.erase(o.queue.begin());
+  const uint8_t* hdr;
+  const uint8_t* payload;
+  if (item >= 0) {
+    hdr = slot_hdr(recv_slots_, recvs_[item].slot);
+    payload = slot_payload(recv_slots_, recvs_[item].slot);
+  } else {
+    const AuxOp& x = aux_[-item - 1];
+    hdr = slot_hdr(extra_slots_, x.extra_slot);
+    payload = slot_payload(extra_slots_, x.extra_slot);
+  }
+  SKIPRING_CHECK(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
+  if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
+    return fail(fmt::format("owner of chunk {} segment {}: piece {} overlaps what it holds {}",
+                            pos_, g, scratch_set_.to_string(), o.acc.to_string()));
+  }
+  o.acc.merge(scratch_set_);
+  o.merging = true;
+  if (item >= 0) o.main_merged = true;
+  Action a;
+  a.kind = Action::Kind::kReduce;
+  a.token = make_token(kTokOwnerReduce, g);
+  a.dst = seg_ptr(p_.recvbuf, pos_, g);
+  a.a = o.started ? static_cast<const void*>(a.dst) : input_ptr(pos_, g);
+  a.b = payload;
+  a.count = layout_.segment_count(pos_, g);
+  a.dtype = p_.dtype;
+  a.op = p_.op;
+  o.started = true;
+  owner_merge_item_.resize(owner_.size(), 0);
+  owner_merge_item_[g] = item;
+  owner_merge_t_.resize(owner_.size(), 0);
+  owner_merge_t_[g] = now;
+  out->push_back(a);
+  ++pending_;
+  return Status::kOk;
+}
+
+void RingAllreduce::owner_post_extras(double now, ActionList* out) {
+  for (size_t g = 0; g < owner_.size(); ++g) {
+    OwnerPiece& o = owner_[g];
+    if (o.full || !o.main_merged || o.merging || o.extra_posted || !o.queue.empty()) continue;
+    if (free_extra_slots_.empty()) return;
+    const int aux = add_aux(AuxKind::kExtraRecv, pos_, static_cast<int>(g));
+    aux_[aux].extra_slot = free_extra_slots_.back();
+    free_extra_slots_.pop_back();
+    aux_[aux].t = now;
+    o.extra_posted = true;
+    Action a;
+    a.kind = Action::Kind::kRecv;
+    a.token = make_token(kTokAux, aux);
+    a.peer = -1;  // from whoever delivers it: the slow rank or a rank forwarding a late piece
+    a.tag = tag_for(kTagExtra, aux_[aux].seg_id);
+    a.header = slot_hdr(extra_slots_, aux_[aux].extra_slot);
+    a.header_bytes = hdr_bytes_;
+    a.payload = slot_payload(extra_slots_, aux_[aux].extra_slot);
+    a.payload_bytes = layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size();
+    out->push_back(a);
+    ++pending_;
+  }
+}
+
+Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, double now,
+                             ActionList* out) {
+  (void)is_recv;
+  AuxOp& op = aux_[idx];
+  if (op.done || op.cancelled) return Status::kOk;  // completion of a cancelled receive
+  op.done = true;
+  --pending_;
+  switch (op.kind) {
+    case AuxKind::kCtrlRecv: {
+      WireHeader h;
+      const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
+      if (!why.empty()) return fail(why);
+      if (h.flags & kFlagRsDone) {
+        ctrl_open_ = false;
+        break;
+      }
+      if (!(h.flags & kFlagNotice) || h.chunk >= static_cast<uint32_t>(n_) ||
+          h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
+        return fail("malformed control message");
+      }
+      const int seg_id = layout_.first_segment(h.chunk) + h.segment;
+      // Not yet sent: it will go straight to the owner. Already sent: the successor gets it
+      // on its ring receive and forwards it itself.
+      if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
+      post_ctrl_recv(now, out);
+      break;
+    }
+    case AuxKind::kAckRecv: {
+      // The predecessor delivered its piece to the owner: our ring receive will never match.
+      size_t ri = recvs_.size();
+      for (size_t i = 0; i < recvs_.size(); ++i) {
+        if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
+      }
+      if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
+      SKIPRING_CHECK(check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg,
+                                  &scratch_set_));
+      RecvOp& r = recvs_[ri];
+      Action c;
+      c.kind = Action::Kind::kCancel;
+      c.token = make_token(kTokRecv, ri);
+      out->push_back(c);
+      --pending_;  // the ring receive
+      r.state = OpState::kFinished;
+      r.t_arrived = now;
+      free_recv_slots_.push_back(r.slot);
+      --rs_unresolved_;
+      advance_wait_cursor();
+      post_receives(now, out);
+      resolve_rs_recv(now, out);
+      break;
+    }
+    case AuxKind::kExtraRecv: {
+      const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
+      if (payload_bytes != expect) return fail("extra piece of the wrong size");
+      ++stats_.messages_received;
+      owner_[op.seg].extra_posted = false;
+      SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
+      break;
+    }
+    case AuxKind::kExtraSend:
+      if (op.recv_slot >= 0) {
+        free_recv_slots_.push_back(op.recv_slot);
+        post_receives(now, out);
+      } else if (op.recv_slot == -2) {
+        local_done_[op.seg_id] = 1;
+        post_receives(now, out);
+      }
+      if (op.send_slot >= 0) {
+        free_send_slots_.push_back(op.send_slot);
+        SKIPRING_CHECK(start_reduces(now, out));
+      }
+      break;
+    case AuxKind::kCtrlSend:
+    case AuxKind::kAckSend:
+      break;
+  }
+  owner_post_extras(now, out);
+  maybe_done(now, out);
+  return Status::kOk;
+}
+
+// ---------------------------------------------------------------------------------------
 Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
+  if (token_kind(t) == kTokAux) {
+    if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
+    return on_aux(token_index(t), true, payload_bytes, now, out);
+  }
   const size_t idx = token_index(t);
   if (token_kind(t) != kTokRecv || idx >= recvs_.size() || recvs_[idx].state != OpState::kPosted) {
+    if (idx < recvs_.size() && recvs_[idx].state == OpState::kFinished) return Status::kOk;
     return fail("completion for an unknown receive");
   }
   RecvOp& r = recvs_[idx];
@@ -323,18 +655,41 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   advance_wait_cursor();
 
   if (r.phase == Phase::kReduceScatter) {
-    const uint8_t* hdr = recv_slots_ + r.slot * slot_bytes_ + hdr_area_ - hdr_bytes_;
+    --rs_unresolved_;
+    if (r.chunk != pos_ && !r.skipped) --skippable_posted_;
+    uint8_t* hdr = slot_hdr(recv_slots_, r.slot);
     SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
     if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
       return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
                               r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
     }
-    if (r.chunk == pos_ && scratch_set_.count() != n_ - 1) {
-      return fail(fmt::format("owner of chunk {} would complete with set {} + own rank", r.chunk,
-                              scratch_set_.to_string()));
+    if (r.skipped) {
+      // A late piece: we already forwarded our own contribution. It goes straight to the
+      // owner as it is; the ack we were also waiting for will never come.
+      r.state = OpState::kFinished;
+      ++stats_.late_pieces;
+      rec.late_pieces += 1;
+      Action c;
+      c.kind = Action::Kind::kCancel;
+      c.token = make_token(kTokAux, r.ack_aux);
+      out->push_back(c);
+      aux_[r.ack_aux].cancelled = true;
+      --pending_;
+      write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagExtra);
+      const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
+      aux_[extra].recv_slot = r.slot;
+      post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
+                    slot_payload(recv_slots_, r.slot), expect, now, out);
+      out->back().header = hdr;
+      ++stats_.messages_sent;
+    } else if (r.chunk == pos_) {
+      r.state = OpState::kFinished;
+      SKIPRING_CHECK(owner_enqueue(r.seg, static_cast<int>(idx), now, out));
+    } else {
+      reduce_queue_.push_back(idx);
+      SKIPRING_CHECK(start_reduces(now, out));
     }
-    reduce_queue_.push_back(idx);
-    SKIPRING_CHECK(start_reduces(now, out));
+    resolve_rs_recv(now, out);
   } else {
     SKIPRING_CHECK(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
     if (!scratch_set_.full()) {
@@ -343,12 +698,14 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     }
     --ag_posted_;
     r.state = OpState::kFinished;
+    rec.t_end = now;
     if ((pos_ + 1) % n_ != r.chunk) {
       post_send(Phase::kAllgather, n_ - 1 + r.step, r.chunk, r.seg, r.header,
                 seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out);
     }
     post_receives(now, out);
   }
+  owner_post_extras(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -356,7 +713,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
 Status RingAllreduce::start_reduces(double now, ActionList* out) {
   while (reduce_queue_head_ < reduce_queue_.size()) {
     RecvOp& r = recvs_[reduce_queue_[reduce_queue_head_]];
-    const bool owner = r.chunk == pos_;
+    if (free_send_slots_.empty()) break;
     const uint8_t* in_slot = recv_slots_ + r.slot * slot_bytes_;
     Action a;
     a.kind = Action::Kind::kReduce;
@@ -366,21 +723,9 @@ Status RingAllreduce::start_reduces(double now, ActionList* out) {
     a.count = layout_.segment_count(r.chunk, r.seg);
     a.dtype = p_.dtype;
     a.op = p_.op;
-    if (owner) {
-      a.dst = seg_ptr(p_.recvbuf, r.chunk, r.seg);
-    } else {
-      if (free_send_slots_.empty()) break;
-      r.out_slot = free_send_slots_.back();
-      free_send_slots_.pop_back();
-      uint8_t* out_slot = send_slots_ + r.out_slot * slot_bytes_;
-      // The outgoing partial sums what came in plus our input.
-      SKIPRING_CHECK(check_header(in_slot + hdr_area_ - hdr_bytes_, r.phase, r.chunk, r.seg,
-                                  &scratch_set_));
-      scratch_set_.add(p_.rank);
-      write_header(out_slot + hdr_area_ - hdr_bytes_, Phase::kReduceScatter, r.chunk, r.seg,
-                   scratch_set_);
-      a.dst = out_slot + hdr_area_;
-    }
+    r.out_slot = free_send_slots_.back();
+    free_send_slots_.pop_back();
+    a.dst = slot_payload(send_slots_, r.out_slot);
     r.state = OpState::kReducing;
     r.t_reduce = now;
     ++pending_;
@@ -393,6 +738,35 @@ Status RingAllreduce::start_reduces(double now, ActionList* out) {
 Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   const size_t idx = token_index(t);
+  if (token_kind(t) == kTokOwnerReduce) {
+    if (idx >= owner_.size() || !owner_[idx].merging) return fail("unknown owner reduction");
+    OwnerPiece& o = owner_[idx];
+    o.merging = false;
+    --pending_;
+    const int g = static_cast<int>(idx);
+    stats_.steps[n_ - 2].reduce_s += now - owner_merge_t_[g];
+    const int item = owner_merge_item_[g];
+    if (item >= 0) {
+      free_recv_slots_.push_back(recvs_[item].slot);
+      post_receives(now, out);
+    } else {
+      free_extra_slots_.push_back(aux_[-item - 1].extra_slot);
+    }
+    if (o.acc.full()) {
+      // Chunk segment complete: its allgather starts now.
+      o.full = true;
+      stats_.steps[n_ - 2].t_end = now;
+      uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
+      write_header(hdr, Phase::kAllgather, pos_, g, o.acc);
+      post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1, now,
+                out);
+    } else {
+      SKIPRING_CHECK(owner_merge(g, now, out));
+    }
+    owner_post_extras(now, out);
+    maybe_done(now, out);
+    return Status::kOk;
+  }
   if (token_kind(t) != kTokReduce || idx >= recvs_.size() ||
       recvs_[idx].state != OpState::kReducing) {
     return fail("completion for an unknown reduction");
@@ -400,30 +774,29 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.state = OpState::kFinished;
   --pending_;
-  stats_.steps[r.step].reduce_s += now - r.t_reduce;
+  StepRecord& rec = stats_.steps[r.step];
+  rec.reduce_s += now - r.t_reduce;
+  rec.t_end = now;
   local_done_[r.seg_id] = 1;
+  // The outgoing partial sums what came in plus our input.
+  SKIPRING_CHECK(check_header(slot_hdr(recv_slots_, r.slot), r.phase, r.chunk, r.seg,
+                              &scratch_set_));
+  scratch_set_.add(p_.rank);
   free_recv_slots_.push_back(r.slot);
-  uint8_t* hdr_for_next;
-  if (r.chunk == pos_) {
-    // Chunk complete: its allgather starts now.
-    hdr_for_next = owner_hdrs_ + r.seg * hdr_area_;
-    scratch_set_ = ContributionSet(n_);
-    for (int i = 0; i < n_; ++i) scratch_set_.add(i);
-    write_header(hdr_for_next, Phase::kAllgather, r.chunk, r.seg, scratch_set_);
-    post_send(Phase::kAllgather, r.step, r.chunk, r.seg, hdr_for_next,
-              seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out);
-  } else {
-    uint8_t* slot = send_slots_ + r.out_slot * slot_bytes_;
-    post_send(Phase::kReduceScatter, r.step, r.chunk, r.seg, slot + hdr_area_ - hdr_bytes_,
-              slot + hdr_area_, r.out_slot, now, out);
-  }
+  emit_piece(r.step, r.chunk, r.seg, slot_hdr(send_slots_, r.out_slot),
+             slot_payload(send_slots_, r.out_slot), r.out_slot, scratch_set_, false, now, out);
   post_receives(now, out);
+  owner_post_extras(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
 
 Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
+  if (token_kind(t) == kTokAux) {
+    if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
+    return on_aux(token_index(t), false, 0, now, out);
+  }
   const size_t idx = token_index(t);
   if (token_kind(t) != kTokSend || idx >= sends_.size() || sends_[idx].done) {
     return fail("completion for an unknown send");
@@ -435,8 +808,8 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (s.slot >= 0) {
     free_send_slots_.push_back(s.slot);
     SKIPRING_CHECK(start_reduces(now, out));
-  } else if (s.phase == Phase::kReduceScatter) {
-    // The starter's send read our input directly: only now may allgather overwrite it.
+  } else if (s.reads_input) {
+    // A send that read our input directly: only now may allgather overwrite it.
     local_done_[s.seg_id] = 1;
     post_receives(now, out);
   }
@@ -445,15 +818,27 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
 }
 
 Status RingAllreduce::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
+  if (failed_) return Status::kErrProtocol;
+  if (!p_.skip) return Status::kOk;
+  for (size_t i = wait_cursor_; i < next_post_; ++i) {
+    RecvOp& r = recvs_[i];
+    if (r.phase != Phase::kReduceScatter) break;
+    if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
+    if (r.t_posted + p_.skip_threshold_s > now) continue;
+    if (rs_sent_[r.seg_id]) continue;  // cannot happen for ring pieces; defensive
+    SKIPRING_CHECK(skip_piece(i, now, out));
+  }
+  maybe_done(now, out);
+  return Status::kOk;
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || next_post_ != recvs_.size() ||
-      reduce_queue_head_ != reduce_queue_.size()) {
+      reduce_queue_head_ != reduce_queue_.size() || ctrl_open_) {
     return;
+  }
+  for (const auto& o : owner_) {
+    if (!o.full) return;
   }
   done_ = true;
   stats_.end = now;

@@ -68,6 +68,11 @@ struct RingParams {
   size_t segment_bytes = 256 * 1024;
   int depth = 8;  // receive slots / send slots per direction
   uint32_t seq = 0;
+  // Skip-ahead (reduce-scatter): forward without the predecessor's piece once it is later
+  // than skip_threshold_s after this rank was ready for it. The driver derives the threshold
+  // from alpha * T + T_trans (straggler/step_timer.h).
+  bool skip = false;
+  double skip_threshold_s = 1e-3;
 };
 
 class RingAllreduce final : public CollectiveCore {
@@ -85,7 +90,7 @@ class RingAllreduce final : public CollectiveCore {
   Status on_reduce(Token t, double now, ActionList* out) override;
   // Timers (the skip-ahead decision lives here once straggler handling is on).
   Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
+  double next_deadline() const override;
 
   bool done() const override { return done_; }
   const std::string& error() const override { return error_; }
@@ -104,8 +109,11 @@ class RingAllreduce final : public CollectiveCore {
     int slot = -1;          // RS: receive slot holding header + payload
     int out_slot = -1;      // RS: send slot the reduction writes into
     uint8_t* header = nullptr;  // AG: header buffer (payload lands in recvbuf)
+    double t_posted = 0;
     double t_arrived = 0;
     double t_reduce = 0;
+    bool skipped = false;   // RS: we forwarded our own contribution without this piece
+    int ack_aux = -1;       // RS skipped: the receive of the predecessor's redirect ack
   };
   struct SendOp {
     Phase phase;
@@ -114,21 +122,68 @@ class RingAllreduce final : public CollectiveCore {
     int slot = -1;  // RS send slot to release on completion
     bool done = false;
     double t_posted = 0;
+    bool reads_input = false;  // payload is our input: input may change once it completes
+  };
+  // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
+  enum class AuxKind : uint8_t { kCtrlRecv, kCtrlSend, kAckRecv, kAckSend, kExtraSend,
+                                 kExtraRecv };
+  struct AuxOp {
+    AuxKind kind;
+    int seg_id = -1;
+    int chunk = -1;
+    int seg = -1;
+    int recv_slot = -1;   // kExtraSend from a receive slot (late piece): release on completion
+    int send_slot = -1;   // kExtraSend from a send slot (redirected piece)
+    int extra_slot = -1;  // kExtraRecv: owner-side slot
+    bool done = false;
+    bool cancelled = false;
+    double t = 0;
+    std::vector<uint8_t> hdr;  // header-only messages own their header here
+  };
+  // The owner's view of one segment of its own chunk: pieces merge in arrival order.
+  struct OwnerPiece {
+    ContributionSet acc;        // ranks summed into recvbuf (own input once started)
+    bool started = false;       // recvbuf holds a partial (own input merged)
+    bool merging = false;       // a reduction into recvbuf is in flight
+    bool main_merged = false;   // the ring piece has been merged
+    bool extra_posted = false;  // an extra receive is outstanding
+    bool full = false;
+    std::vector<int> queue;     // arrived pieces: >= 0 recv index, < 0 -(aux index) - 1
   };
 
   Status fail(std::string why);
   uint8_t* seg_ptr(void* base, int c, int g) const;
   const uint8_t* input_ptr(int c, int g) const;
-  void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set);
+  void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set,
+                    uint8_t flags = 0);
   Status check_header(const uint8_t* hdr, Phase phase, int chunk, int seg, ContributionSet* set);
   void post_receives(double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
-                 int slot, double now, ActionList* out);
+                 int slot, double now, ActionList* out, bool reads_input = false);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   void maybe_done(double now, ActionList* out);
   int pos_of(int rank) const;
-  int tag_for(Phase phase, int seg_id) const;
+  int tag_for(int kind, int seg_id) const;
+  uint8_t* slot_hdr(uint8_t* base, int slot) const;
+  uint8_t* slot_payload(uint8_t* base, int slot) const;
+
+  // Skip-ahead protocol.
+  int add_aux(AuxKind kind, int c, int g);
+  void post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes, double now,
+                     ActionList* out);
+  void post_ctrl_recv(double now, ActionList* out);
+  void send_ctrl(uint8_t flags, int c, int g, double now, ActionList* out);
+  // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
+  // ack to the successor when the successor asked for that.
+  void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
+                  const ContributionSet& set, bool reads_input, double now, ActionList* out);
+  Status skip_piece(size_t idx, double now, ActionList* out);
+  void resolve_rs_recv(double now, ActionList* out);
+  Status owner_enqueue(int g, int item, double now, ActionList* out);
+  Status owner_merge(int g, double now, ActionList* out);
+  void owner_post_extras(double now, ActionList* out);
+  Status on_aux(size_t aux, bool is_recv, size_t payload_bytes, double now, ActionList* out);
 
   RingParams p_;
   RingLayout layout_;
@@ -142,10 +197,11 @@ class RingAllreduce final : public CollectiveCore {
   std::vector<uint8_t>* scratch_;
   uint8_t* recv_slots_ = nullptr;
   uint8_t* send_slots_ = nullptr;
+  uint8_t* extra_slots_ = nullptr;  // owner: pieces coming straight to it
   uint8_t* hdr_pool_ = nullptr;
   uint8_t* owner_hdrs_ = nullptr;  // headers of the allgather sends of our own chunk
   size_t hdr_area_ = 0;            // header area per slot (header right-aligned in it)
-  std::vector<int> free_recv_slots_, free_send_slots_;
+  std::vector<int> free_recv_slots_, free_send_slots_, free_extra_slots_;
 
   std::vector<RecvOp> recvs_;
   size_t next_post_ = 0;    // first receive not yet posted
@@ -156,6 +212,17 @@ class RingAllreduce final : public CollectiveCore {
   size_t reduce_queue_head_ = 0;
   std::vector<SendOp> sends_;
   std::vector<uint8_t> local_done_;  // per segment id: our RS part no longer reads the input
+
+  std::vector<AuxOp> aux_;
+  std::vector<OwnerPiece> owner_;      // per segment of our own chunk
+  std::vector<uint8_t> rs_sent_;       // per segment id: our RS piece has left (or is leaving)
+  std::vector<uint8_t> redirect_;      // per segment id: successor asked for owner delivery
+  int rs_unresolved_ = 0;              // RS ring receives not yet arrived or acknowledged
+  bool ctrl_open_ = false;             // successor may still send notices
+  bool rs_done_sent_ = false;
+  int skippable_posted_ = 0;           // posted RS receives a timer watches
+  std::vector<int> owner_merge_item_;  // per owner segment: the piece being merged
+  std::vector<double> owner_merge_t_;  // per owner segment: when that merge started
 
   int pending_ = 0;  // receives + sends + reduces not finished
   bool done_ = false;

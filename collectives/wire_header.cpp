@@ -7,8 +7,10 @@
 
 namespace skipring {
 
-void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set) {
+void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set,
+                        uint8_t flags) {
   WireHeader h{};
+  h.flags = flags;
   h.magic = kWireMagic;
   h.seq = id.seq;
   h.phase = id.phase;
@@ -34,6 +36,16 @@ std::string decode_wire_header(const uint8_t* hdr, int n, const WireExpect& want
   if (h.set_words != ContributionSet::words_for(n) ||
       !set->read_words(n, reinterpret_cast<const uint64_t*>(hdr + sizeof(h)))) {
     return "corrupt contribution set";
+  }
+  return "";
+}
+
+std::string decode_wire_control(const uint8_t* hdr, uint32_t seq, WireHeader* out) {
+  std::memcpy(out, hdr, sizeof(*out));
+  if (out->magic != kWireMagic) return "bad header magic";
+  if (out->seq != seq) {
+    return fmt::format("control message of collective {} arrived during collective {}", out->seq,
+                       seq);
   }
   return "";
 }

@@ -13,6 +13,12 @@ namespace skipring {
 
 constexpr uint32_t kWireMagic = 0x534b5247;  // "SKRG"
 
+// WireHeader.flags
+constexpr uint8_t kFlagExtra = 1;   // a piece going straight to the chunk's owner (not the ring)
+constexpr uint8_t kFlagAck = 2;     // "my piece went straight to the owner" (skip redirect)
+constexpr uint8_t kFlagNotice = 4;  // control: "send this piece straight to the owner"
+constexpr uint8_t kFlagRsDone = 8;  // control: "no more notices from me in this collective"
+
 struct WireHeader {
   uint32_t magic;
   uint32_t seq;
@@ -39,11 +45,16 @@ struct WireExpect {
   uint32_t segment;
 };
 
-void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set);
+void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set,
+                        uint8_t flags = 0);
 
 // Checks magic, sequence number, phase/chunk/segment and the set's encoding for n ranks, and
 // reads the set. Returns an empty string when the header is as expected, else the reason.
 std::string decode_wire_header(const uint8_t* hdr, int n, const WireExpect& want,
                                ContributionSet* set);
+
+// For control messages, whose chunk/segment are not known in advance: checks magic and
+// sequence number only and returns the fixed part in *out.
+std::string decode_wire_control(const uint8_t* hdr, uint32_t seq, WireHeader* out);
 
 }  // namespace skipring

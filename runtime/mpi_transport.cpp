@@ -106,8 +106,18 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
                                size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
   Op op{token, true, payload_bytes > kPackLimit, 1, header_bytes, 0, header, payload, -1};
+  op.tag = tag;
+  op.payload_capacity = payload_bytes;
   MPI_Request reqs[2];
-  if (op.split) {
+  if (op.split && peer < 0) {
+    // From any source: receive the header first, then the payload from whoever sent it, so
+    // two senders' parts can never be paired up wrongly.
+    op.deferred_payload = true;
+    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, MPI_ANY_SOURCE,
+                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+  } else if (op.split) {
     op.remaining = 2;
     if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
                   &reqs[0]) != MPI_SUCCESS ||
@@ -121,8 +131,9 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
       op.staging = take_staging(header_bytes + payload_bytes);
       buf = staging_[op.staging].data();
     }
-    if (MPI_Irecv(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE, peer,
-                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS) {
+    if (MPI_Irecv(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE,
+                  peer < 0 ? MPI_ANY_SOURCE : peer, header_tag(tag), comm_,
+                  &reqs[0]) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
   }
@@ -143,7 +154,20 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
   }
   if (outcount == MPI_UNDEFINED || outcount == 0) return Status::kOk;
   for (int i = 0; i < outcount; ++i) {
-    Op& op = ops_[request_op_[indices_[i]]];
+    const int op_id = request_op_[indices_[i]];
+    Op& op = ops_[op_id];
+    if (op.is_recv && op.deferred_payload) {
+      // Header of an any-source split message arrived: now the payload, from that sender.
+      op.deferred_payload = false;
+      MPI_Request req;
+      if (MPI_Irecv(op.payload, static_cast<int>(op.payload_capacity), MPI_BYTE,
+                    statuses_[i].MPI_SOURCE, payload_tag(op.tag), comm_, &req) != MPI_SUCCESS) {
+        return Status::kErrTransport;
+      }
+      late_requests_.push_back(req);
+      late_request_op_.push_back(op_id);
+      continue;  // remaining stays 1: the payload part
+    }
     if (op.is_recv) {
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
@@ -175,6 +199,9 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
     requests_.pop_back();
     request_op_.pop_back();
   }
+  for (size_t i = 0; i < late_requests_.size(); ++i) add_request(late_requests_[i], late_request_op_[i]);
+  late_requests_.clear();
+  late_request_op_.clear();
   return Status::kOk;
 }
 

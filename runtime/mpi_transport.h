@@ -45,6 +45,9 @@ class MpiTransport final : public Transport {
     void* header;      // receive unpack targets when staged
     void* payload;
     int staging = -1;  // index into staging_ when packed
+    int tag = 0;
+    size_t payload_capacity = 0;
+    bool deferred_payload = false;  // any-source split receive: payload posted after header
   };
   int take_staging(size_t bytes);
   int new_op(const Op& op);
@@ -59,6 +62,8 @@ class MpiTransport final : public Transport {
   std::vector<int> free_ops_;
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<int> free_staging_;
+  std::vector<MPI_Request> late_requests_;  // posted during poll, added after it
+  std::vector<int> late_request_op_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
 };

@@ -21,6 +21,8 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   core_ = core;
   finished_ = false;
   actions_.clear();
+  held_.clear();
+  delayed_steps_.clear();
   SKIPRING_CHECK(core_->start(clock_->now(), &actions_));
   return execute(&actions_);
 }
@@ -30,9 +32,30 @@ Status ProgressEngine::execute(ActionList* actions) {
   for (size_t i = 0; i < actions->size(); ++i) {
     const Action a = (*actions)[i];
     switch (a.kind) {
-      case Action::Kind::kSend:
-        SKIPRING_CHECK(transport_->post_send(a.peer, a.tag, a.header, a.header_bytes, a.payload,
-                                             a.payload_bytes, a.token));
+      case Action::Kind::kSend: {
+        // Injected straggler: the step's first send (and every later one of the step, to keep
+        // order) waits until the delay has passed.
+        double release = 0;
+        if (step_delay_ && a.phase >= 0 && a.step >= 0) {
+          const size_t key = static_cast<size_t>(a.step) * 2 + static_cast<size_t>(a.phase);
+          if (delayed_steps_.size() <= key) delayed_steps_.resize(key + 1, 0);
+          if (!delayed_steps_[key]) {
+            delayed_steps_[key] = 1;
+            const double d = step_delay_(static_cast<Phase>(a.phase), a.step);
+            if (d > 0) release = clock_->now() + d;
+          }
+        }
+        if (release > 0 || !held_.empty()) {
+          held_.push_back(Held{std::max(release, held_.empty() ? 0.0 : held_.back().release), a});
+        } else {
+          SKIPRING_CHECK(post(a));
+        }
+        break;
+      }
+      case Action::Kind::kCancel:
+        // The core cancels only receives that can no longer match; if the transport already
+        // completed it, the core ignores that completion.
+        (void)transport_->cancel(a.token);
         break;
       case Action::Kind::kRecv:
         SKIPRING_CHECK(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes, a.payload,
@@ -54,9 +77,28 @@ Status ProgressEngine::execute(ActionList* actions) {
   return Status::kOk;
 }
 
+Status ProgressEngine::post(const Action& a) {
+  return transport_->post_send(a.peer, a.tag, a.header, a.header_bytes, a.payload,
+                               a.payload_bytes, a.token);
+}
+
+double ProgressEngine::next_wakeup() const {
+  double t = core_ != nullptr && !finished_ ? core_->next_deadline()
+                                            : std::numeric_limits<double>::infinity();
+  if (!held_.empty()) t = std::min(t, held_.front().release);
+  return t;
+}
+
 Status ProgressEngine::progress(bool* progressed) {
   *progressed = false;
   if (core_ == nullptr || finished_) return Status::kOk;
+  if (!held_.empty() && held_.front().release <= clock_->now()) {
+    while (!held_.empty() && held_.front().release <= clock_->now()) {
+      SKIPRING_CHECK(post(held_.front().action));
+      held_.pop_front();
+    }
+    *progressed = true;
+  }
   completions_.clear();
   SKIPRING_CHECK(transport_->poll(&completions_));
   for (const Completion& c : completions_) {
@@ -106,7 +148,7 @@ Status ProgressEngine::run(CollectiveCore* core) {
     }
     // Sleep, growing to the configured bound, never past the core's next timer.
     int us = sleep_us;
-    const double until = core_->next_deadline() - now;
+    const double until = next_wakeup() - now;
     if (until < us * 1e-6) us = std::max(0, static_cast<int>(until * 1e6));
     if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
     sleep_us = std::min(sleep_us * 2, options_.idle_sleep_us);

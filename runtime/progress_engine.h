@@ -5,6 +5,8 @@
 #pragma once
 
 #include <deque>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "collectives/collective_core.h"
@@ -18,6 +20,11 @@ struct EngineOptions {
   int idle_sleep_us = 20;   // longest sleep when idle (0: never sleep, only yield)
 };
 
+// Straggler injection: extra delay (seconds) before the first message a step sends, given
+// the step's phase and index. Returns 0 for no delay. The engine holds the step's sends back
+// until the delay has passed (virtual time in the harness, real or simulated time under MPI).
+using StepDelayFn = std::function<double(Phase phase, int step)>;
+
 class ProgressEngine {
  public:
   ProgressEngine(Transport* transport, const Clock* clock, EngineOptions options);
@@ -29,12 +36,26 @@ class ProgressEngine {
   Status progress(bool* progressed);
   // begin() then progress() with back-off until the core is done.
   Status run(CollectiveCore* core);
+  // Delay hook for the next collectives (empty: none).
+  void set_step_delay(StepDelayFn fn) { step_delay_ = std::move(fn); }
+  // Earliest time the engine must act without an incoming event (a core timer or the end of
+  // an injected delay); +inf when none.
+  double next_wakeup() const;
 
   bool active() const { return core_ != nullptr && !finished_; }
   bool finished() const { return finished_; }
 
  private:
   Status execute(ActionList* actions);
+  Status post(const Action& a);
+
+  struct Held {
+    double release;
+    Action action;
+  };
+  StepDelayFn step_delay_;
+  std::vector<char> delayed_steps_;  // per (phase, step): delay already decided
+  std::deque<Held> held_;            // sends held back by an injected delay, in order
 
   Transport* transport_;
   const Clock* clock_;

@@ -188,7 +188,7 @@ class FakeNetwork {
     auto& po = posted_[dst];
     for (auto pit = po.begin(); pit != po.end();) {
       auto mit = std::find_if(ux.begin(), ux.end(), [&](const std::shared_ptr<Message>& m) {
-        return m->src == pit->src && m->tag == pit->tag;
+        return (pit->src < 0 || m->src == pit->src) && m->tag == pit->tag;
       });
       if (mit == ux.end()) {
         ++pit;
@@ -204,7 +204,8 @@ class FakeNetwork {
   }
 
   void transfer(const Message& m, const PostedRecv& r) {
-    if (m.header_bytes != r.header_bytes || m.payload_bytes > r.payload_bytes) {
+    if (m.header_bytes != r.header_bytes || m.payload_bytes > r.payload_bytes ||
+        (m.payload_bytes != 0 && m.payload_bytes != r.payload_bytes)) {
       error = "message truncated: header " + std::to_string(m.header_bytes) + "/" +
               std::to_string(r.header_bytes) + " payload " + std::to_string(m.payload_bytes) +
               "/" + std::to_string(r.payload_bytes);
@@ -239,7 +240,7 @@ Status FakeTransport::post_send(int peer, int tag, const void* header, size_t he
 
 Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_bytes,
                                 void* payload, size_t payload_bytes, Token token) {
-  if (peer < 0 || peer >= size_) return Status::kErrArg;
+  if (peer < -1 || peer >= size_) return Status::kErrArg;  // -1: any source
   net_->recv(rank_, peer, tag, header, header_bytes, payload, payload_bytes, token);
   return Status::kOk;
 }
@@ -312,6 +313,14 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       p.segment_bytes = opt.segment_bytes;
       p.depth = opt.depth;
       p.seq = static_cast<uint32_t>(rs.next);
+      p.skip = opt.skip;
+      p.skip_threshold_s = opt.skip_threshold_s;
+      if (opt.step_delay) {
+        const int coll = rs.next;
+        rs.engine->set_step_delay([&opt, r, coll](Phase ph, int step) {
+          return opt.step_delay(r, coll, ph, step);
+        });
+      }
       std::string why;
       Status st = RingAllreduce::validate(p, &why);
       if (!ok(st)) return fail(st, why);
@@ -351,7 +360,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       RankState& rs = ranks[r];
       if (rs.next < opt.collectives) all_done = false;
       if (!rs.core && rs.next < opt.collectives) next = std::min(next, rs.start_at);
-      if (rs.core) next = std::min(next, rs.core->next_deadline());
+      if (rs.core) next = std::min(next, rs.engine->next_wakeup());
     }
     if (all_done) break;
     if (next == std::numeric_limits<double>::infinity()) {

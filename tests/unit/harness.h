@@ -36,6 +36,11 @@ struct Options {
   std::vector<double> start_time;  // per rank; empty = all at 0
   double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
   std::vector<int> ring;        // ring order; empty = identity
+  // Skip-ahead: RingParams::skip and skip_threshold_s for every rank.
+  bool skip = false;
+  double skip_threshold_s = 20e-6;
+  // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
+  std::function<double(int rank, int collective, Phase phase, int step)> step_delay;
   // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.
   std::function<std::unique_ptr<CollectiveCore>(const RingParams&, std::vector<uint8_t>* scratch)>
       make_core;

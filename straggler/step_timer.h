@@ -1,0 +1,68 @@
+// Per-neighbour estimate of T, the time a ring step normally takes without a straggler, and of the
+// transfer time of a piece; together they give the skip-ahead threshold alpha*T + T_trans.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace skipring {
+
+// Not thread-safe: one instance belongs to one progress engine. Storage is allocated when a
+// neighbour is first seen (a ring of `window` doubles) and reused after that, including across
+// reset(); the const queries use a scratch buffer sized at construction and do not allocate.
+class StepTimer {
+ public:
+  // `window` observations are kept per neighbour (at least 3). The transfer fit keeps the last
+  // 4 * window observations of all neighbours together.
+  explicit StepTimer(int window = 32);
+
+  // One observation for `neighbour` (a rank): the time from when we were ready for its piece until
+  // it arrived (seconds; negative values count as 0, NaN/inf are ignored) and the piece size.
+  void observe(int neighbour, double wait_s, size_t bytes);
+
+  // Median of the last `window` observations of `neighbour` (one straggler step does not inflate
+  // it); `fallback` when there are fewer than 3 of them.
+  double typical(int neighbour, double fallback) const;
+
+  // Transfer-time estimate for `bytes`: latency + bytes / bandwidth, fitted by least squares over
+  // the observations of all neighbours, with outliers (straggler waits) trimmed and the fit redone;
+  // floor 0. When every observation has the same size the latency and bandwidth cannot be told
+  // apart and the median time is scaled by bytes / size. `fallback` with fewer than 3 points.
+  double transfer(size_t bytes, double fallback) const;
+
+  // max(min_wait_s, alpha * typical(neighbour, fallback_T) + transfer(bytes, fallback_trans)).
+  double threshold(int neighbour, size_t bytes, double alpha, double min_wait_s,
+                   double fallback_T, double fallback_trans) const;
+
+  // Forgets every observation (keeps the storage).
+  void reset();
+
+  int window() const { return window_; }
+  // Number of observations currently held for `neighbour` (at most window()).
+  int count(int neighbour) const;
+
+ private:
+  struct Neighbour {
+    int rank = -1;
+    int head = 0;   // next slot to write
+    int count = 0;  // valid slots
+    std::vector<double> waits;
+  };
+  struct Sample {
+    double bytes = 0;
+    double seconds = 0;
+  };
+
+  const Neighbour* find(int rank) const;
+
+  int window_;
+  std::vector<Neighbour> neighbours_;  // few entries (a ring has one or two neighbours)
+  std::vector<Sample> samples_;        // ring of all observations for the transfer fit
+  int samples_head_ = 0;
+  int samples_count_ = 0;
+  // Scratch for the const queries (median, trimming); sized once in the constructor.
+  mutable std::vector<double> scratch_;
+  mutable std::vector<unsigned char> keep_;
+};
+
+}  // namespace skipring
