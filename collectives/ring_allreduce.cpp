@@ -234,18 +234,20 @@ Status RingAllreduce::start(double now, ActionList* out) {
   slot_bytes_ = hdr_area + round_up(max_seg * layout_.elem_size(), 64);
   const int depth = p_.depth;
   const size_t n_hdrs = layout_.segments(start_chunk) + layout_.segments(pos_) + ag_recvs;
-  const size_t need = 64 + 3 * depth * slot_bytes_ + n_hdrs * hdr_area;
+  // Owner: one slot per segment of its chunk for pieces coming straight to it (a bounded pool
+  // could deadlock: its senders hold their own slots until it accepts).
+  const int extra_slots = p_.skip ? layout_.segments(pos_) : 0;
+  const size_t need = 64 + (2 * depth + extra_slots) * slot_bytes_ + n_hdrs * hdr_area;
   if (scratch_->size() < need) scratch_->resize(need);
   uint8_t* base = scratch_->data();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   recv_slots_ = base;
   send_slots_ = base + depth * slot_bytes_;
   extra_slots_ = base + 2 * depth * slot_bytes_;
-  hdr_pool_ = base + 3 * depth * slot_bytes_;
+  hdr_pool_ = base + (2 * depth + extra_slots) * slot_bytes_;
   for (int i = depth - 1; i >= 0; --i) {
     free_recv_slots_.push_back(i);
     free_send_slots_.push_back(i);
-    free_extra_slots_.push_back(i);
   }
   size_t hdr_next = 0;
   auto take_hdr = [&]() { return hdr_pool_ + (hdr_next++) * hdr_area; };
@@ -279,6 +281,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
     if (r.phase == Phase::kAllgather) r.header = take_hdr();
   }
   post_receives(now, out);
+  owner_post_extras(now, out);
   resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
   maybe_done(now, out);
   return Status::kOk;
@@ -523,15 +526,17 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
 }
 
 void RingAllreduce::owner_post_extras(double now, ActionList* out) {
+  // With skip-ahead on, each incomplete segment of our chunk always has a receive posted for a
+  // piece coming straight to us, so such a piece never waits on us (its sender holds a slot).
+  if (!p_.skip) return;
   for (size_t g = 0; g < owner_.size(); ++g) {
     OwnerPiece& o = owner_[g];
-    if (o.full || !o.main_merged || o.merging || o.extra_posted || !o.queue.empty()) continue;
-    if (free_extra_slots_.empty()) return;
+    if (o.full || o.extra_posted) continue;
     const int aux = add_aux(AuxKind::kExtraRecv, pos_, static_cast<int>(g));
-    aux_[aux].extra_slot = free_extra_slots_.back();
-    free_extra_slots_.pop_back();
+    aux_[aux].extra_slot = static_cast<int>(g);
     aux_[aux].t = now;
     o.extra_posted = true;
+    o.extra_aux = aux;
     Action a;
     a.kind = Action::Kind::kRecv;
     a.token = make_token(kTokAux, aux);
@@ -601,7 +606,7 @@ Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, dou
       const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
       if (payload_bytes != expect) return fail("extra piece of the wrong size");
       ++stats_.messages_received;
-      owner_[op.seg].extra_posted = false;
+      // extra_posted stays set until the merge is done: the slot is still in use.
       SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
       break;
     }
@@ -750,11 +755,21 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
       free_recv_slots_.push_back(recvs_[item].slot);
       post_receives(now, out);
     } else {
-      free_extra_slots_.push_back(aux_[-item - 1].extra_slot);
+      o.extra_posted = false;  // its slot is free again
     }
     if (o.acc.full()) {
-      // Chunk segment complete: its allgather starts now.
+      // Chunk segment complete: its allgather starts now. Nothing more can come straight to
+      // us for it (it would overlap), so the standing receive for such pieces is cancelled.
       o.full = true;
+      if (o.extra_posted) {
+        Action c;
+        c.kind = Action::Kind::kCancel;
+        c.token = make_token(kTokAux, o.extra_aux);
+        out->push_back(c);
+        aux_[o.extra_aux].cancelled = true;
+        o.extra_posted = false;
+        --pending_;
+      }
       stats_.steps[n_ - 2].t_end = now;
       uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
       write_header(hdr, Phase::kAllgather, pos_, g, o.acc);

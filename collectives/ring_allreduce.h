@@ -146,7 +146,8 @@ class RingAllreduce final : public CollectiveCore {
     bool started = false;       // recvbuf holds a partial (own input merged)
     bool merging = false;       // a reduction into recvbuf is in flight
     bool main_merged = false;   // the ring piece has been merged
-    bool extra_posted = false;  // an extra receive is outstanding
+    bool extra_posted = false;  // an extra receive is outstanding (or its slot in use)
+    int extra_aux = -1;         // that receive
     bool full = false;
     std::vector<int> queue;     // arrived pieces: >= 0 recv index, < 0 -(aux index) - 1
   };
@@ -201,7 +202,7 @@ class RingAllreduce final : public CollectiveCore {
   uint8_t* hdr_pool_ = nullptr;
   uint8_t* owner_hdrs_ = nullptr;  // headers of the allgather sends of our own chunk
   size_t hdr_area_ = 0;            // header area per slot (header right-aligned in it)
-  std::vector<int> free_recv_slots_, free_send_slots_, free_extra_slots_;
+  std::vector<int> free_recv_slots_, free_send_slots_;
 
   std::vector<RecvOp> recvs_;
   size_t next_post_ = 0;    // first receive not yet posted

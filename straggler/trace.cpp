@@ -76,7 +76,8 @@ TraceWriter::~TraceWriter() { close(); }
 void TraceWriter::event(const std::string& json) {
   if (file_ == nullptr || failed_) return;
   const char* sep = events_ == 0 ? "" : ",\n";
-  if (std::fputs(sep, file_) < 0 || std::fwrite(json.data(), 1, json.size(), file_) != json.size()) {
+  if (std::fputs(sep, file_) < 0 ||
+      std::fwrite(json.data(), 1, json.size(), file_) != json.size()) {
     failed_ = true;
     return;
   }
