@@ -858,6 +858,19 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   done_ = true;
   stats_.end = now;
   stats_.summarise();
+  piece_waits_.clear();
+  for (const RecvOp& r : recvs_) {
+    // Ring pieces this rank could have skipped but did not: their wait is the normal step time
+    // (the owner's pieces also wait for everything upstream, stragglers included).
+    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && !r.skipped && r.t_arrived > 0) {
+      piece_waits_.push_back(r.t_arrived - r.t_posted);
+    }
+  }
+  if (!piece_waits_.empty()) {
+    const size_t k = piece_waits_.size() * 9 / 10;
+    std::nth_element(piece_waits_.begin(), piece_waits_.begin() + k, piece_waits_.end());
+    stats_.rs_piece_wait_p90 = piece_waits_[k];
+  }
   Action a;
   a.kind = Action::Kind::kDone;
   out->push_back(a);

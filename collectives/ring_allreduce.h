@@ -224,6 +224,7 @@ class RingAllreduce final : public CollectiveCore {
   int skippable_posted_ = 0;           // posted RS receives a timer watches
   std::vector<int> owner_merge_item_;  // per owner segment: the piece being merged
   std::vector<double> owner_merge_t_;  // per owner segment: when that merge started
+  std::vector<double> piece_waits_;
 
   int pending_ = 0;  // receives + sends + reduces not finished
   bool done_ = false;

@@ -14,6 +14,8 @@
 #include "runtime/include/skipring/skipring.h"
 #include "runtime/log.h"
 #include "runtime/mpi_types.h"
+#include "straggler/injection.h"
+#include "straggler/trace.h"
 
 namespace skipring {
 namespace {
@@ -26,6 +28,8 @@ struct GlobalState {
   int self_keyval = MPI_KEYVAL_INVALID;
   std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
   skipring_totals_t totals{};
+  InjectPlan inject;                         // SKIPRING_INJECT or skipring_set_inject()
+  std::unique_ptr<TraceWriter> trace;        // SKIPRING_TRACE
 };
 
 // Set once init succeeded: the per-call fast path skips the lock.
@@ -70,8 +74,18 @@ void free_all_states() {
   for (auto& [c, comm] : comms) MPI_Comm_delete_attr(comm, state().keyval);
 }
 
+void close_trace() {
+  std::unique_ptr<TraceWriter> t;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    t = std::move(state().trace);
+  }
+  if (t) t->close();
+}
+
 int on_self_delete(MPI_Comm, int, void*, void*) {
   free_all_states();
+  close_trace();
   return MPI_SUCCESS;
 }
 
@@ -92,6 +106,17 @@ int init_locked() {
     return g.init_error;
   }
   configure_logging(world_rank, global_config().log_level);
+  if (!ok(InjectPlan::parse(global_config().inject, &g.inject, &error))) {
+    std::fprintf(stderr, "[skipring r%d] error: %s\n", world_rank, error.c_str());
+    g.init_error = MPI_ERR_ARG;
+    return g.init_error;
+  }
+  if (!global_config().trace_dir.empty() &&
+      !ok(TraceWriter::open(global_config().trace_dir, world_rank, &g.trace, &error))) {
+    std::fprintf(stderr, "[skipring r%d] error: SKIPRING_TRACE: %s\n", world_rank, error.c_str());
+    g.init_error = MPI_ERR_ARG;
+    return g.init_error;
+  }
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_state, &g.keyval, nullptr);
   // Attributes on MPI_COMM_SELF are deleted first thing in MPI_Finalize: free everything then.
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &g.self_keyval, nullptr);
@@ -119,7 +144,7 @@ int comm_state(MPI_Comm comm, bool create, Communicator** out) {
   *out = nullptr;
   if (!create) return MPI_SUCCESS;
   std::unique_ptr<Communicator> c;
-  Status st = Communicator::create(comm, global_config(), &c);
+  Status st = Communicator::create(comm, global_config(), state().inject, &c);
   if (!ok(st)) return to_mpi_error(st);
   if (MPI_Comm_set_attr(comm, state().keyval, c.get()) != MPI_SUCCESS) return MPI_ERR_OTHER;
   {
@@ -169,6 +194,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (!ok(st)) return to_mpi_error(st);
   const CollectiveStats& s = c->last_stats();
   std::lock_guard<std::mutex> lock(state().mutex);
+  if (state().trace) state().trace->add(s);
   skipring_totals_t& t = state().totals;
   t.calls += 1;
   t.skips += s.skips;
@@ -240,6 +266,7 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
     out->messages_received = s.messages_received;
     out->skips = s.skips;
     out->late_pieces = s.late_pieces;
+    out->slowest_neighbour = s.slowest_neighbour;
     return MPI_SUCCESS;
   } catch (...) {
     return MPI_ERR_OTHER;
@@ -276,11 +303,44 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
   }
 }
 
+int skipring_set_inject(const char* spec) {
+  try {
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    InjectPlan plan;
+    std::string error;
+    if (!ok(InjectPlan::parse(spec == nullptr ? "" : spec, &plan, &error))) {
+      SKIPRING_LOG_ERROR("{}", error);
+      return MPI_ERR_ARG;
+    }
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().inject = plan;
+    for (auto& [c, comm] : state().comms) c->set_inject(plan);
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_set_skip(int enabled) {
+  try {
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    std::lock_guard<std::mutex> lock(state().mutex);
+    Config cfg = global_config();
+    cfg.skip = enabled != 0;
+    set_global_config(cfg);
+    for (auto& [c, comm] : state().comms) c->set_skip(enabled != 0);
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
 int skipring_finalize(void) {
   try {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
+    close_trace();
     free_all_states();
     return MPI_SUCCESS;
   } catch (...) {

@@ -1,6 +1,10 @@
 // Communicator implementation: runs one collective through the progress engine.
 #include "runtime/communicator.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -9,7 +13,8 @@
 
 namespace skipring {
 
-Status Communicator::create(MPI_Comm user, const Config& cfg, std::unique_ptr<Communicator>* out) {
+Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
+                            std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Communicator> c(new Communicator());
   if (MPI_Comm_dup(user, &c->internal_) != MPI_SUCCESS) return Status::kErrComm;
   MPI_Comm_rank(c->internal_, &c->rank_);
@@ -29,6 +34,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, std::unique_ptr<Co
   c->params_.ring = c->ring_;
   c->params_.segment_bytes = cfg.segment_bytes;
   c->params_.depth = cfg.pipeline_depth;
+  c->inject_ = inject;
   *out = std::move(c);
   return Status::kOk;
 }
@@ -38,6 +44,15 @@ Communicator::~Communicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+}
+
+double Communicator::skip_threshold(size_t segment_bytes) const {
+  // alpha * T + T_trans with T the normal time a ring piece takes to arrive (median over recent
+  // collectives of their 90th percentile). Before any history: T = 1 ms, T_trans = the
+  // segment at 1 GB/s, so early collectives skip only for clear stragglers.
+  const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
+  return timer_.threshold(pred, segment_bytes, cfg_.alpha, cfg_.skip_min_wait_us * 1e-6, 1e-3,
+                          static_cast<double>(segment_bytes) / 1e9);
 }
 
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
@@ -53,7 +68,28 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.seq = static_cast<uint32_t>(seq_);
   if (!op_valid(op, dtype)) return Status::kErrOp;
   // Latency-bound sizes: recursive doubling (log2 n steps); otherwise the pipelined ring.
-  const bool small = count * dtype_size(dtype) <= cfg_.small_bytes;
+  const size_t bytes = count * dtype_size(dtype);
+  const bool small = bytes <= cfg_.small_bytes;
+  const size_t seg_bytes = std::min(bytes / std::max(1, size_) + dtype_size(dtype),
+                                    cfg_.segment_bytes);
+  p.skip = cfg_.skip && !small;
+  if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
+  SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
+                     p.skip_threshold_s);
+  // Straggler injection: late arrival here, slow steps through the engine.
+  if (!inject_.empty()) {
+    const double arrive = inject_.delay(rank_, seq_, InjectPoint::kArrive, 0);
+    if (arrive > 0) std::this_thread::sleep_for(std::chrono::duration<double>(arrive));
+    const uint64_t seq = seq_;
+    engine_->set_step_delay([this, seq](Phase ph, int step) {
+      return inject_.delay(rank_, seq,
+                           ph == Phase::kReduceScatter ? InjectPoint::kReduceScatter
+                                                       : InjectPoint::kAllgather,
+                           step);
+    });
+  } else {
+    engine_->set_step_delay(nullptr);
+  }
   Status st;
   std::unique_ptr<CollectiveCore> core;
   if (small) {
@@ -69,6 +105,10 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     return st;
   }
   last_stats_ = core->stats();
+  if (p.skip && last_stats_.rs_piece_wait_p90 > 0) {
+    timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_p90,
+                   seg_bytes);
+  }
   if (cfg_.log_level <= LogLevel::kDebug) {
     SKIPRING_LOG_DEBUG("allreduce {}", last_stats_.to_string());
   }

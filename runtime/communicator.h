@@ -15,14 +15,17 @@
 #include "collectives/ring_allreduce.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
+#include "straggler/injection.h"
 #include "straggler/step_stats.h"
+#include "straggler/step_timer.h"
 
 namespace skipring {
 
 class Communicator {
  public:
-  // Collective over `user`: duplicates it.
-  static Status create(MPI_Comm user, const Config& cfg, std::unique_ptr<Communicator>* out);
+  // Collective over `user`: duplicates it. `inject` is the straggler-injection plan.
+  static Status create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
+                       std::unique_ptr<Communicator>* out);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -31,6 +34,12 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm internal() const { return internal_; }
   const std::vector<int>& ring() const { return ring_; }
+  int pos_in_ring() const {
+    for (int i = 0; i < size_; ++i) {
+      if (ring_[i] == rank_) return i;
+    }
+    return 0;
+  }
 
   // sendbuf == recvbuf means in place. Arguments are already validated.
   Status allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
@@ -39,7 +48,13 @@ class Communicator {
   uint64_t collectives() const { return seq_; }
   // After a protocol or transport error the state is unusable.
   bool broken() const { return broken_; }
-  Status unmatched_message_waiting(bool* waiting) { return transport_->unmatched_message_waiting(waiting); }
+  Status unmatched_message_waiting(bool* waiting) {
+    return transport_->unmatched_message_waiting(waiting);
+  }
+  void set_inject(const InjectPlan& plan) { inject_ = plan; }
+  void set_skip(bool on) { cfg_.skip = on; }
+  // The skip threshold the next ring collective will use (seconds).
+  double skip_threshold(size_t segment_bytes) const;
 
  private:
   Communicator() = default;
@@ -53,6 +68,8 @@ class Communicator {
   std::vector<uint8_t> scratch_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
+  InjectPlan inject_;
+  StepTimer timer_;                         // normal step time per predecessor
   uint64_t seq_ = 0;
   bool broken_ = false;
   CollectiveStats last_stats_;

@@ -23,6 +23,7 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   actions_.clear();
   held_.clear();
   delayed_steps_.clear();
+  last_release_ = 0;
   SKIPRING_CHECK(core_->start(clock_->now(), &actions_));
   return execute(&actions_);
 }
@@ -42,7 +43,8 @@ Status ProgressEngine::execute(ActionList* actions) {
           if (!delayed_steps_[key]) {
             delayed_steps_[key] = 1;
             const double d = step_delay_(static_cast<Phase>(a.phase), a.step);
-            if (d > 0) release = clock_->now() + d;
+            // A slow step delays every later one too: delays run back to back.
+            if (d > 0) release = last_release_ = std::max(clock_->now(), last_release_) + d;
           }
         }
         if (release > 0 || !held_.empty()) {

@@ -56,6 +56,7 @@ class ProgressEngine {
   StepDelayFn step_delay_;
   std::vector<char> delayed_steps_;  // per (phase, step): delay already decided
   std::deque<Held> held_;            // sends held back by an injected delay, in order
+  double last_release_ = 0;          // end of the latest injected delay
 
   Transport* transport_;
   const Clock* clock_;

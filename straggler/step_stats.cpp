@@ -24,6 +24,14 @@ void CollectiveStats::summarise() {
     row->wait_s += s.wait_s;
     row->steps += 1;
   }
+  slowest_neighbour = -1;
+  double worst = 0;
+  for (const auto& nb : neighbours) {
+    if (nb.wait_s > worst) {
+      worst = nb.wait_s;
+      slowest_neighbour = nb.rank;
+    }
+  }
 }
 
 std::string CollectiveStats::to_string() const {

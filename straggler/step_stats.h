@@ -49,6 +49,10 @@ struct CollectiveStats {
   uint32_t skips = 0;
   uint32_t late_pieces = 0;
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
+  // 90th percentile of "receive posted -> piece arrived" over the reduce-scatter ring pieces
+  // this rank could skip and did not: the normal step time the skip threshold is derived from
+  // (0: none).
+  double rs_piece_wait_p90 = 0;
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;
 

@@ -47,6 +47,7 @@ typedef struct skipring_stats {
   uint32_t messages_received;
   uint32_t skips;           /* skip-ahead decisions taken by this rank */
   uint32_t late_pieces;     /* pieces that arrived after this rank had forwarded */
+  int32_t slowest_neighbour; /* rank this rank waited for longest (-1: none) */
 } skipring_stats_t;
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
@@ -68,6 +69,15 @@ void skipring_count_fallback(void);
 /* Test aid: *pending = 1 when a message is waiting unmatched on skipring's internal
  * communicator for `comm` (there must be none between collectives). */
 int skipring_pending_messages(MPI_Comm comm, int* pending);
+
+/* Replaces the straggler-injection plan (same syntax as SKIPRING_INJECT; NULL or "" clears
+ * it) for every communicator, from the next collective on. MPI_ERR_ARG on a bad spec (the
+ * logged message names the offending part). */
+int skipring_set_inject(const char* spec);
+
+/* Turns skip-ahead on (1) or off (0, plain ring: run-to-run identical results) for every
+ * communicator, from the next collective on; overrides SKIPRING_SKIP. */
+int skipring_set_skip(int enabled);
 
 /* Frees all per-communicator state. Called automatically at MPI_Finalize. */
 int skipring_finalize(void);

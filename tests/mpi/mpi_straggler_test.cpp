@@ -1,0 +1,105 @@
+// Skip-ahead under mpirun with an injected straggler (SKIPRING_INJECT in the environment):
+// repeated ring all-reduces of int64 sums and float sums; integer results must equal
+// PMPI_Allreduce exactly, float results must be bitwise identical on every rank and close to
+// MPI's; no message may be left on the internal communicator after any collective; and the
+// skip counters must be > 0 (--expect-skips) or exactly 0 (--expect-no-skips), summed over
+// ranks. Prints "N passed, M failed".
+#include <mpi.h>
+#include <skipring/skipring.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+int g_rank = 0, g_size = 1;
+long g_passed = 0, g_failed = 0;
+
+void check(bool cond, const std::string& what) {
+  if (cond) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::fprintf(stderr, "rank %d FAIL: %s\n", g_rank, what.c_str());
+  }
+}
+
+bool no_leftovers() {
+  PMPI_Barrier(MPI_COMM_WORLD);
+  int pending = 0;
+  const int rc = skipring_pending_messages(MPI_COMM_WORLD, &pending);
+  PMPI_Barrier(MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS && pending == 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  bool expect_skips = false, expect_none = false;
+  int iters = 12;
+  size_t count = 1 << 17;  // 1 MiB of int64: the ring, several segments per chunk
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    expect_skips = expect_skips || a == "--expect-skips";
+    expect_none = expect_none || a == "--expect-no-skips";
+    if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+  }
+  std::vector<int64_t> in(count), out(count), ref(count);
+  std::vector<float> fin(count), fout(count), fref(count);
+  for (int it = 0; it < iters; ++it) {
+    for (size_t i = 0; i < count; ++i) {
+      in[i] = static_cast<int64_t>((i * 2654435761u + g_rank * 40503u + it) % 100000) - 50000;
+      fin[i] = static_cast<float>(((i * 7 + g_rank * 13 + it) % 1000) / 7.0 - 70.0);
+    }
+    const bool in_place = it % 2 == 1;
+    int rc;
+    if (in_place) {
+      out = in;
+      rc = skipring_allreduce(MPI_IN_PLACE, out.data(), static_cast<int>(count), MPI_INT64_T,
+                              MPI_SUM, MPI_COMM_WORLD);
+    } else {
+      rc = skipring_allreduce(in.data(), out.data(), static_cast<int>(count), MPI_INT64_T,
+                              MPI_SUM, MPI_COMM_WORLD);
+    }
+    check(rc == MPI_SUCCESS, "int64 allreduce rc");
+    PMPI_Allreduce(in.data(), ref.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                   MPI_COMM_WORLD);
+    check(out == ref, "int64 sum equals PMPI_Allreduce, iteration " + std::to_string(it));
+    check(no_leftovers(), "no message left after int64 iteration " + std::to_string(it));
+
+    rc = skipring_allreduce(fin.data(), fout.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD);
+    check(rc == MPI_SUCCESS, "float allreduce rc");
+    PMPI_Allreduce(fin.data(), fref.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                   MPI_COMM_WORLD);
+    std::vector<float> root = fout;
+    PMPI_Bcast(root.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    check(std::memcmp(root.data(), fout.data(), count * sizeof(float)) == 0,
+          "float result bitwise identical on every rank, iteration " + std::to_string(it));
+    bool close = true;
+    for (size_t i = 0; i < count && close; ++i) {
+      close = std::fabs(fout[i] - fref[i]) <= 1e-3f * (1 + std::fabs(fref[i]));
+    }
+    check(close, "float sum close to PMPI_Allreduce, iteration " + std::to_string(it));
+    check(no_leftovers(), "no message left after float iteration " + std::to_string(it));
+  }
+  skipring_totals_t t;
+  skipring_get_totals(&t);
+  uint64_t mine[2] = {t.skips, t.late}, all[2] = {0, 0};
+  PMPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (expect_skips) check(all[0] > 0, "the straggler made ranks skip ahead");
+  if (expect_none) check(all[0] == 0 && all[1] == 0, "no skips and no late pieces");
+  long totals[2] = {g_passed, g_failed}, sums[2];
+  PMPI_Allreduce(totals, sums, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("skips=%llu late=%llu\n", static_cast<unsigned long long>(all[0]),
+                static_cast<unsigned long long>(all[1]));
+    std::printf("%ld passed, %ld failed\n", sums[0], sums[1]);
+  }
+  MPI_Finalize();
+  return sums[1] == 0 ? 0 : 1;
+}
