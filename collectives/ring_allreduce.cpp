@@ -18,10 +18,10 @@ enum TokenKind : uint32_t {
 };
 constexpr uint32_t kTokShift = 29;
 constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
-constexpr int kTagSpan = 1 << 28;
-// Tag kinds (tag = 4 * segment id + kind), and one control tag per pair of neighbours.
+// Tag kinds (tag = 4 * segment id + kind, wrapping below RingParams::tag_span - 1), and the
+// control tag tag_span - 1. A wrapped tag can only collide with a message many pipeline
+// windows apart, which has long been matched.
 constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
-constexpr int kTagCtrl = kTagSpan - 1;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -82,6 +82,7 @@ Status RingAllreduce::validate(const RingParams& p, std::string* why) {
     return *why = "null buffer", Status::kErrBuffer;
   }
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
+  if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
   return Status::kOk;
 }
@@ -109,7 +110,7 @@ int RingAllreduce::pos_of(int rank) const {
 }
 
 int RingAllreduce::tag_for(int kind, int seg_id) const {
-  return (4 * seg_id + kind) % (kTagSpan - 1);
+  return static_cast<int>((4 * static_cast<int64_t>(seg_id) + kind) % (p_.tag_span - 1));
 }
 
 Status RingAllreduce::fail(std::string why) {
@@ -393,7 +394,7 @@ void RingAllreduce::post_ctrl_recv(double now, ActionList* out) {
   a.kind = Action::Kind::kRecv;
   a.token = make_token(kTokAux, aux);
   a.peer = succ_;
-  a.tag = kTagCtrl;
+  a.tag = p_.tag_span - 1;
   a.header = aux_[aux].hdr.data();
   a.header_bytes = hdr_bytes_;
   out->push_back(a);
@@ -406,7 +407,7 @@ void RingAllreduce::send_ctrl(uint8_t flags, int c, int g, double now, ActionLis
   scratch_set_.clear();
   write_header(aux_[aux].hdr.data(), Phase::kReduceScatter, std::max(c, 0), std::max(g, 0),
                scratch_set_, flags);
-  post_aux_send(aux, pred_, kTagCtrl, nullptr, 0, now, out);
+  post_aux_send(aux, pred_, p_.tag_span - 1, nullptr, 0, now, out);
 }
 
 void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,

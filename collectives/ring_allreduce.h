@@ -73,6 +73,9 @@ struct RingParams {
   // from alpha * T + T_trans (straggler/step_timer.h).
   bool skip = false;
   double skip_threshold_s = 1e-3;
+  // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
+  // is far below ob1's). Data tags wrap within it; tag_span - 1 is the control tag.
+  int tag_span = 1 << 28;
 };
 
 class RingAllreduce final : public CollectiveCore {

@@ -34,6 +34,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->params_.ring = c->ring_;
   c->params_.segment_bytes = cfg.segment_bytes;
   c->params_.depth = cfg.pipeline_depth;
+  c->params_.tag_span = c->transport_->tag_span();
   c->inject_ = inject;
   *out = std::move(c);
   return Status::kOk;

@@ -23,6 +23,10 @@ int payload_tag(int tag) { return 2 * tag + 1; }
 MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  int* tag_ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  if (flag && tag_ub != nullptr) tag_span_ = std::min(tag_span_, (*tag_ub + 1) / 2);
 }
 
 MpiTransport::~MpiTransport() {

@@ -21,6 +21,8 @@ class MpiTransport final : public Transport {
   ~MpiTransport() override;
 
   int rank() const override { return rank_; }
+  // Largest tag + 1 a caller may use (the transport needs two MPI tags per tag).
+  int tag_span() const { return tag_span_; }
   int size() const override { return size_; }
   Status post_send(int peer, int tag, const void* header, size_t header_bytes,
                    const void* payload, size_t payload_bytes, Token token) override;
@@ -56,6 +58,7 @@ class MpiTransport final : public Transport {
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  int tag_span_ = 1 << 28;
   std::vector<MPI_Request> requests_;
   std::vector<int> request_op_;  // requests_[i] belongs to ops_[request_op_[i]]
   std::vector<Op> ops_;

@@ -315,6 +315,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       p.seq = static_cast<uint32_t>(rs.next);
       p.skip = opt.skip;
       p.skip_threshold_s = opt.skip_threshold_s;
+      p.tag_span = opt.tag_span;
       if (opt.step_delay) {
         const int coll = rs.next;
         rs.engine->set_step_delay([&opt, r, coll](Phase ph, int step) {

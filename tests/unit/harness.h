@@ -39,6 +39,7 @@ struct Options {
   // Skip-ahead: RingParams::skip and skip_threshold_s for every rank.
   bool skip = false;
   double skip_threshold_s = 20e-6;
+  int tag_span = 1 << 28;  // RingParams::tag_span
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;
   // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.

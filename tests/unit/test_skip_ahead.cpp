@@ -87,6 +87,20 @@ TEST(SkipAhead, SlowRankEveryStepIsSkipped) {
   }
 }
 
+TEST(SkipAhead, SmallTagSpaceWraps) {
+  // UCX's MPI_TAG_UB is far below ob1's: thousands of segments must wrap the tag space safely.
+  harness::Options o = base(4, 77);
+  o.count = 6000;
+  o.segment_bytes = 8;  // one int64 per segment: 6000 segments, tags wrap many times
+  o.tag_span = 1024;
+  o.collectives = 2;
+  o.step_delay = [](int rank, int, Phase ph, int step) {
+    return rank == 1 && ph == Phase::kReduceScatter && step == 1 ? 1e-3 : 0.0;
+  };
+  const Outcome r = run_exact(o, "tag span 1024");
+  EXPECT_GT(r.skips, 0u);
+}
+
 TEST(SkipAhead, SkipOffIsPlainRing) {
   harness::Options o = base(5, 3);
   o.skip = false;
