@@ -18,9 +18,8 @@ enum TokenKind : uint32_t {
 };
 constexpr uint32_t kTokShift = 29;
 constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
-// Tag kinds (tag = 4 * segment id + kind, wrapping below RingParams::tag_span - 1), and the
-// control tag tag_span - 1. A wrapped tag can only collide with a message many pipeline
-// windows apart, which has long been matched.
+// Tag = 4 * segment id + kind; the control tag is tag_span - 1. Segments are made large enough
+// that every tag of a collective is distinct (effective_segment_bytes), so tags never wrap.
 constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
 
 Token make_token(TokenKind k, size_t idx) {
@@ -89,7 +88,8 @@ Status RingAllreduce::validate(const RingParams& p, std::string* why) {
 
 RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
     : p_(p),
-      layout_(static_cast<int>(p.ring.size()), p.count, dtype_size(p.dtype), p.segment_bytes),
+      layout_(static_cast<int>(p.ring.size()), p.count, dtype_size(p.dtype),
+              effective_segment_bytes(p)),
       n_(static_cast<int>(p.ring.size())),
       scratch_(scratch) {
   pos_ = pos_of(p_.rank);
@@ -109,8 +109,20 @@ int RingAllreduce::pos_of(int rank) const {
   return -1;
 }
 
-int RingAllreduce::tag_for(int kind, int seg_id) const {
-  return static_cast<int>((4 * static_cast<int64_t>(seg_id) + kind) % (p_.tag_span - 1));
+int RingAllreduce::tag_for(int kind, int seg_id) const { return 4 * seg_id + kind; }
+
+size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
+  // At most (tag_span - 1) / 4 segments in all, each chunk rounding up by one.
+  const size_t n = std::max<size_t>(1, p.ring.size());
+  const size_t max_segments = static_cast<size_t>(std::max(1, (p.tag_span - 1) / 4));
+  const size_t elem = dtype_size(p.dtype);
+  size_t seg = std::max(p.segment_bytes, elem);
+  if (max_segments > n) {
+    const size_t per_chunk = (p.count / n + 1) * elem;
+    const size_t segs_per_chunk = max_segments / n;
+    seg = std::max(seg, (per_chunk + segs_per_chunk - 1) / segs_per_chunk);
+  }
+  return seg;
 }
 
 Status RingAllreduce::fail(std::string why) {

@@ -74,7 +74,8 @@ struct RingParams {
   bool skip = false;
   double skip_threshold_s = 1e-3;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
-  // is far below ob1's). Data tags wrap within it; tag_span - 1 is the control tag.
+  // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
+  // data tags fit below it.
   int tag_span = 1 << 28;
 };
 
@@ -82,6 +83,9 @@ class RingAllreduce final : public CollectiveCore {
  public:
   // Checks the parameters (ring is a permutation containing rank, op valid on dtype, ...).
   static Status validate(const RingParams& p, std::string* why);
+  // segment_bytes, raised where needed so that every message tag of the collective is distinct
+  // within tag_span.
+  static size_t effective_segment_bytes(const RingParams& p);
 
   // `scratch` is reused across collectives to avoid allocation; it is resized as needed and
   // must outlive this object.

@@ -88,10 +88,11 @@ TEST(SkipAhead, SlowRankEveryStepIsSkipped) {
 }
 
 TEST(SkipAhead, SmallTagSpaceWraps) {
-  // UCX's MPI_TAG_UB is far below ob1's: thousands of segments must wrap the tag space safely.
+  // UCX's MPI_TAG_UB is far below ob1's: with 6000 one-element segments asked for, segments
+  // must grow until every tag fits, and the result stay exact.
   harness::Options o = base(4, 77);
   o.count = 6000;
-  o.segment_bytes = 8;  // one int64 per segment: 6000 segments, tags wrap many times
+  o.segment_bytes = 8;  // one int64 per segment would need 6000 segments: more than the tags
   o.tag_span = 1024;
   o.collectives = 2;
   o.step_delay = [](int rank, int, Phase ph, int step) {
