@@ -100,6 +100,7 @@ RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
   scratch_set_ = ContributionSet(n_);
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * layout_.elem_size();
+  stats_.skip_threshold_s = p_.skip ? p_.skip_threshold_s : 0;
 }
 
 int RingAllreduce::pos_of(int rank) const {

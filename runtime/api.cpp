@@ -267,6 +267,7 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
     out->skips = s.skips;
     out->late_pieces = s.late_pieces;
     out->slowest_neighbour = s.slowest_neighbour;
+    out->skip_threshold_s = s.skip_threshold_s;
     return MPI_SUCCESS;
   } catch (...) {
     return MPI_ERR_OTHER;

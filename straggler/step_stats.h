@@ -53,6 +53,7 @@ struct CollectiveStats {
   // this rank could skip and did not: the normal step time the skip threshold is derived from
   // (0: none).
   double rs_piece_wait_p90 = 0;
+  double skip_threshold_s = 0;  // threshold this collective used (0: skip-ahead off)
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;
 

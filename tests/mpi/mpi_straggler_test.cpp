@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
     check(close, "float sum close to PMPI_Allreduce, iteration " + std::to_string(it));
     check(no_leftovers(), "no message left after float iteration " + std::to_string(it));
   }
+  skipring_stats_t st;
+  check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS, "last stats");
+  if (expect_skips) check(st.skip_threshold_s > 0, "skip threshold reported");
+  if (expect_none) check(st.skip_threshold_s == 0, "no threshold with skip-ahead off");
   skipring_totals_t t;
   skipring_get_totals(&t);
   uint64_t mine[2] = {t.skips, t.late}, all[2] = {0, 0};

@@ -48,6 +48,7 @@ typedef struct skipring_stats {
   uint32_t skips;           /* skip-ahead decisions taken by this rank */
   uint32_t late_pieces;     /* pieces that arrived after this rank had forwarded */
   int32_t slowest_neighbour; /* rank this rank waited for longest (-1: none) */
+  double skip_threshold_s;   /* skip-ahead threshold used: alpha*T + T_trans (0: off) */
 } skipring_stats_t;
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
