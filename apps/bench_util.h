@@ -87,6 +87,66 @@ inline double Percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(index, sorted.size() - 1)];
 }
 
+// Summary of a sample of durations (any unit): nearest-rank p50 / p99, mean, min and max.
+struct SampleSummary {
+  double p50 = 0, p99 = 0, mean = 0, min = 0, max = 0;
+  size_t n = 0;
+};
+
+inline SampleSummary SummarizeSample(std::vector<double> values) {
+  SampleSummary s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  double sum = 0;
+  for (const double v : values) sum += v;
+  s.n = values.size();
+  s.mean = sum / static_cast<double>(values.size());
+  s.p50 = Percentile(values, 50);
+  s.p99 = Percentile(values, 99);
+  s.min = values.front();
+  s.max = values.back();
+  return s;
+}
+
+// One iteration of a collective seen from every rank's entry and exit stamps (seconds on a
+// clock common to the ranks), already reduced over the ranks.
+struct ArrivalStamps {
+  double first_enter = 0;  // min over ranks of t_enter
+  double last_enter = 0;   // max over ranks of t_enter
+  double last_exit = 0;    // max over ranks of t_exit
+};
+
+// The collective's time after the last rank arrived: max t_exit - max t_enter. A straggler's
+// own lateness is not in it, only what the collective adds once everybody is there.
+inline double AfterLastArrival(const ArrivalStamps& s) { return s.last_exit - s.last_enter; }
+
+// Wall time from the first rank's entry to the last rank's exit: max t_exit - min t_enter.
+inline double TotalTime(const ArrivalStamps& s) { return s.last_exit - s.first_enter; }
+
+// a / b, or NaN when b is not positive (or either is not finite).
+inline double Ratio(double a, double b) {
+  if (!(b > 0) || !std::isfinite(a) || !std::isfinite(b)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return a / b;
+}
+
+// Geometric mean of positive finite values added one by one (others are ignored).
+class GeoMean {
+ public:
+  void Add(double v) {
+    if (!(v > 0) || !std::isfinite(v)) return;
+    log_sum_ += std::log(v);
+    ++n_;
+  }
+  int count() const { return n_; }
+  double value() const { return n_ > 0 ? std::exp(log_sum_ / n_) : 0.0; }
+
+ private:
+  double log_sum_ = 0;
+  int n_ = 0;
+};
+
 // A 64-bit bijective mixer (splitmix64 finalizer); used to make test data look random.
 inline uint64_t Mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -343,6 +344,23 @@ int64_t CountInputChanges(const Pattern<T>& pattern, const T* buf, uint64_t coun
 // ---------------------------------------------------------------------------------------------
 // Options, buffers, errors.
 
+// Interleaved modes (straggler, overhead): what one variant runs. skip: skipring with
+// skip-ahead on; ring: skipring with skip-ahead off (plain ring); mpi: PMPI_Allreduce.
+enum class Variant { kSkip = 0, kRing = 1, kMpi = 2 };
+constexpr int kVariantCount = 3;
+
+const char* VariantName(Variant v) {
+  switch (v) {
+    case Variant::kSkip:
+      return "skip";
+    case Variant::kRing:
+      return "ring";
+    case Variant::kMpi:
+      return "mpi";
+  }
+  return "?";
+}
+
 struct Options {
   uint64_t min_bytes = 8;
   uint64_t max_bytes = 64ULL << 20;
@@ -358,6 +376,16 @@ struct Options {
   std::string csv_path;
   bool run_oop = true;
   bool run_ip = true;
+  // Straggler mode (--inject and/or --late-rank/--late-ms) and --overhead mode: the variants
+  // below run interleaved per iteration, out-of-place only.
+  bool straggler = false;
+  bool inject_given = false;
+  std::string inject;  // --inject spec, passed to skipring_set_inject
+  int late_rank = -1;  // --late-rank; -1: nobody arrives late
+  double late_ms = 0;  // --late-ms
+  bool overhead = false;
+  std::vector<Variant> variants;  // in the order they run and are printed
+  bool interleaved() const { return straggler || overhead; }
   // Verbatim option text for the header.
   std::string min_text = "8", max_text = "64M", step_text = "1M", type_text = "float",
               op_text = "sum";
@@ -419,6 +447,47 @@ struct ModeResult {
   std::optional<SkipStats> stats;  // nullopt when skipring_last_stats failed
   std::optional<ImplResult> mpi;
   double speedup = 0;  // t_mpi_p50 / t_skipring_p50
+};
+
+struct VariantResult {
+  Variant variant = Variant::kSkip;
+  SampleSummary after_us;  // per iteration: max_rank(t_exit) - max_rank(t_enter) (rank 0 only)
+  SampleSummary total_us;  // per iteration: max_rank(t_exit) - min_rank(t_enter) (rank 0 only)
+  std::optional<int64_t> wrong;  // all ranks; nullopt when validation is off
+  // skipring variants: skip-ahead decisions and late pieces over all ranks and timed iterations
+  // (rank 0 only; nullopt for MPI or when skipring_last_stats failed).
+  std::optional<uint64_t> skips;
+  std::optional<uint64_t> late_pieces;
+  int iters = 0;
+
+  // Per timed iteration, all ranks together.
+  std::optional<double> PerIter(const std::optional<uint64_t>& total) const {
+    if (!total || iters <= 0) return std::nullopt;
+    return static_cast<double>(*total) / iters;
+  }
+};
+
+struct InterleavedRow {
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+  std::string type;
+  std::string op;
+  std::optional<bool> native;
+  std::vector<VariantResult> variants;
+
+  const VariantResult* Find(Variant v) const {
+    for (const VariantResult& r : variants) {
+      if (r.variant == v) return &r;
+    }
+    return nullptr;
+  }
+  // p50 of "after last arrival" of a over that of b; NaN when either variant is missing.
+  double P50Ratio(Variant a, Variant b) const {
+    const VariantResult* ra = Find(a);
+    const VariantResult* rb = Find(b);
+    if (!ra || !rb) return std::numeric_limits<double>::quiet_NaN();
+    return Ratio(ra->after_us.p50, rb->after_us.p50);
+  }
 };
 
 struct Row {
@@ -498,6 +567,10 @@ class Report {
     if (rank_ != 0) return;
     for (const std::string& line : preamble) fmt::print("#{}{}\n", line.empty() ? "" : " ", line);
     fmt::print("#\n");
+    if (opts_.interleaved()) {
+      PrintInterleavedHeader();
+      return;
+    }
     const size_t group = GroupWidth();
     std::string labels = fmt::format("#{:>{}}", "", kPrefixWidth - 1);
     if (opts_.run_oop) labels += fmt::format("{:^{}}", "out-of-place", group);
@@ -565,11 +638,35 @@ class Report {
     WriteCsvRow(json_row);
   }
 
+  // One size of the interleaved modes (straggler, overhead).
+  void AddInterleavedRow(const InterleavedRow& row) {
+    ++rows_added_;
+    for (const VariantResult& r : row.variants) {
+      variant_wrong_[static_cast<int>(r.variant)] += r.wrong.value_or(0);
+      if (r.skips) variant_skips_[static_cast<int>(r.variant)] += *r.skips;
+      if (r.late_pieces) variant_late_[static_cast<int>(r.variant)] += *r.late_pieces;
+    }
+    skip_over_ring_.Add(row.P50Ratio(Variant::kSkip, Variant::kRing));
+    skip_over_mpi_.Add(row.P50Ratio(Variant::kSkip, Variant::kMpi));
+    if (rank_ != 0) return;
+    std::string line =
+        fmt::format("{:>12} {:>13} {:>9} {:>7}", row.bytes, row.count, row.type, row.op);
+    for (const CellGroup& group : InterleavedCells(&row)) {
+      for (const Cell& cell : group.cells) line += fmt::format(" {:>{}}", cell.value, cell.width);
+    }
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+    const Json json_row = InterleavedJson(row);
+    rows_.push_back(json_row);
+    WriteCsvRow(json_row);
+  }
+
   int64_t rows_added() const { return rows_added_; }
 
   // Prints the summary, writes the JSON file; returns the number of wrong values (skipring and
   // MPI reference together).
   int64_t Finish(const std::string& failure) {
+    if (opts_.interleaved()) return FinishInterleaved(failure);
     if (rank_ == 0) {
       if (opts_.check) {
         fmt::print("# Out of bounds values : {} {}\n", wrong_, wrong_ == 0 ? "OK" : "FAILED");
@@ -593,18 +690,182 @@ class Report {
       if (!failure.empty()) fmt::print("# FAILED: {}\n", failure);
       fmt::print("#\n");
       std::fflush(stdout);
-      if (json_.is_open()) {
-        json_ << rows_.dump(2) << "\n";
-        json_.close();
-        if (!json_) fmt::print(stderr, "skipring_bench: writing '{}' failed\n", opts_.json_path);
-      }
-      if (csv_.is_open()) csv_.close();
+      CloseFiles();
     }
     return wrong_ + mpi_wrong_;
   }
 
  private:
   static constexpr int kPrefixWidth = 44;  // "size count type redop" columns
+
+  // Interleaved modes: a column (title, unit, width, value) and a labelled group of columns.
+  struct Cell {
+    std::string title;
+    std::string unit;
+    int width = 8;
+    std::string value;
+  };
+  struct CellGroup {
+    std::string label;
+    std::vector<Cell> cells;
+  };
+
+  bool HasVariant(Variant v) const {
+    return std::find(opts_.variants.begin(), opts_.variants.end(), v) != opts_.variants.end();
+  }
+
+  // The interleaved modes' columns after "size count type redop", holding `row`'s values (empty
+  // when row is null, for the header); one function for both keeps titles and values in step.
+  std::vector<CellGroup> InterleavedCells(const InterleavedRow* row) const {
+    auto text = [&](auto&& format) { return row ? format() : std::string(); };
+    CellGroup after_p50{"after p50 (us)", {}};
+    CellGroup after_p99{"after p99 (us)", {}};
+    CellGroup total_p50{"total p50 (us)", {}};
+    CellGroup wrong{"#wrong", {}};
+    for (const Variant v : opts_.variants) {
+      const VariantResult* r = row ? row->Find(v) : nullptr;
+      auto micros = [&](double SampleSummary::*stat, SampleSummary VariantResult::*sample) {
+        return text([&] { return r ? FormatMicros((r->*sample).*stat) : std::string("-"); });
+      };
+      after_p50.cells.push_back(
+          {VariantName(v), "(us)", 8, micros(&SampleSummary::p50, &VariantResult::after_us)});
+      after_p99.cells.push_back(
+          {VariantName(v), "(us)", 8, micros(&SampleSummary::p99, &VariantResult::after_us)});
+      total_p50.cells.push_back(
+          {VariantName(v), "(us)", 8, micros(&SampleSummary::p50, &VariantResult::total_us)});
+      wrong.cells.push_back(
+          {VariantName(v), "", 6,
+           text([&] { return r && r->wrong ? std::to_string(*r->wrong) : std::string("N/A"); })});
+    }
+    CellGroup ratio{"ratio", {}};
+    ratio.cells.push_back({"skip/ring", "", 9, text([&] {
+                             return FormatRate(row->P50Ratio(Variant::kSkip, Variant::kRing));
+                           })});
+    if (HasVariant(Variant::kMpi)) {
+      ratio.cells.push_back({"skip/mpi", "", 8, text([&] {
+                               return FormatRate(row->P50Ratio(Variant::kSkip, Variant::kMpi));
+                             })});
+    }
+    CellGroup per_iter{"skip per iter", {}};
+    const VariantResult* skip = row ? row->Find(Variant::kSkip) : nullptr;
+    auto per_iter_text = [&](const std::optional<uint64_t> VariantResult::*field) {
+      return text([&] {
+        const std::optional<double> v = skip ? skip->PerIter(skip->*field) : std::nullopt;
+        return v ? fmt::format("{:.1f}", *v) : std::string("N/A");
+      });
+    };
+    per_iter.cells.push_back({"skips", "", 7, per_iter_text(&VariantResult::skips)});
+    per_iter.cells.push_back({"late", "", 7, per_iter_text(&VariantResult::late_pieces)});
+    return {after_p50, after_p99, ratio, total_p50, per_iter, wrong};
+  }
+
+  void PrintInterleavedHeader() const {
+    std::string labels = fmt::format("#{:>{}}", "", kPrefixWidth - 1);
+    std::string titles =
+        fmt::format("#{:>11} {:>13} {:>9} {:>7}", "size", "count", "type", "redop");
+    std::string units = fmt::format("#{:>11} {:>13} {:>9} {:>7}", "(B)", "(elements)", "", "");
+    for (const CellGroup& group : InterleavedCells(nullptr)) {
+      int width = -1;  // the group's columns and the spaces between them
+      for (const Cell& cell : group.cells) {
+        width += cell.width + 1;
+        titles += fmt::format(" {:>{}}", cell.title, cell.width);
+        units += fmt::format(" {:>{}}", cell.unit, cell.width);
+      }
+      labels += fmt::format(" {:^{}}", group.label, width);
+    }
+    fmt::print("{}\n{}\n{}\n", TrimRight(labels), titles, TrimRight(units));
+    std::fflush(stdout);
+  }
+
+  Json InterleavedJson(const InterleavedRow& row) const {
+    Json j;
+    j["size_bytes"] = row.bytes;
+    j["count"] = row.count;
+    j["type"] = row.type;
+    j["redop"] = row.op;
+    j["nranks"] = nranks_;
+    j["skipring_native"] = row.native ? Json(*row.native) : Json(nullptr);
+    j["mode"] = opts_.straggler ? "straggler" : "overhead";
+    j["iters"] = opts_.iters;
+    j["late_rank"] = opts_.late_rank >= 0 ? Json(opts_.late_rank) : Json(nullptr);
+    j["late_ms"] = opts_.late_rank >= 0 ? Json(opts_.late_ms) : Json(nullptr);
+    j["inject"] = opts_.inject_given ? Json(opts_.inject) : Json(nullptr);
+    auto finite = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+    for (const Variant v : opts_.variants) {
+      const VariantResult* r = row.Find(v);
+      const std::string p = std::string(VariantName(v)) + "_";
+      auto num = [&](double SampleSummary::*stat, SampleSummary VariantResult::*sample) {
+        return r ? finite((r->*sample).*stat) : Json(nullptr);
+      };
+      j[p + "after_p50_us"] = num(&SampleSummary::p50, &VariantResult::after_us);
+      j[p + "after_p99_us"] = num(&SampleSummary::p99, &VariantResult::after_us);
+      j[p + "after_mean_us"] = num(&SampleSummary::mean, &VariantResult::after_us);
+      j[p + "after_min_us"] = num(&SampleSummary::min, &VariantResult::after_us);
+      j[p + "after_max_us"] = num(&SampleSummary::max, &VariantResult::after_us);
+      j[p + "total_p50_us"] = num(&SampleSummary::p50, &VariantResult::total_us);
+      j[p + "total_p99_us"] = num(&SampleSummary::p99, &VariantResult::total_us);
+      j[p + "wrong"] = r ? Opt(r->wrong) : Json(nullptr);
+      if (v != Variant::kMpi) {
+        const std::optional<double> skips = r ? r->PerIter(r->skips) : std::nullopt;
+        const std::optional<double> late = r ? r->PerIter(r->late_pieces) : std::nullopt;
+        j[p + "skips_per_iter"] = skips ? Json(*skips) : Json(nullptr);
+        j[p + "late_pieces_per_iter"] = late ? Json(*late) : Json(nullptr);
+      }
+    }
+    j["skip_over_ring"] = finite(row.P50Ratio(Variant::kSkip, Variant::kRing));
+    if (HasVariant(Variant::kMpi)) {
+      j["skip_over_mpi"] = finite(row.P50Ratio(Variant::kSkip, Variant::kMpi));
+    }
+    return j;
+  }
+
+  int64_t FinishInterleaved(const std::string& failure) {
+    int64_t wrong = 0;
+    for (const int64_t w : variant_wrong_) wrong += w;
+    if (rank_ == 0) {
+      if (opts_.check) {
+        std::string per_variant;
+        for (const Variant v : opts_.variants) {
+          per_variant += fmt::format("{}{} {}", per_variant.empty() ? "" : ", ", VariantName(v),
+                                     variant_wrong_[static_cast<int>(v)]);
+        }
+        fmt::print("# Out of bounds values : {} {}  ({})\n", wrong, wrong == 0 ? "OK" : "FAILED",
+                   per_variant);
+      } else {
+        fmt::print("# Out of bounds values : 0 OK (validation disabled)\n");
+      }
+      fmt::print(
+          "# Geomean skip/ring    : {:.4g}  (p50 after last arrival, over {} rows; < 1: "
+          "skip-ahead faster)\n",
+          skip_over_ring_.value(), skip_over_ring_.count());
+      if (HasVariant(Variant::kMpi)) {
+        fmt::print("# Geomean skip/mpi     : {:.4g}  (p50 after last arrival, over {} rows)\n",
+                   skip_over_mpi_.value(), skip_over_mpi_.count());
+      }
+      const int skip = static_cast<int>(Variant::kSkip);
+      const int ring = static_cast<int>(Variant::kRing);
+      fmt::print(
+          "# skipring skips       : {}  (late pieces: {}; skip variant, all ranks, timed "
+          "iterations)\n",
+          variant_skips_[skip], variant_late_[skip]);
+      fmt::print("# plain-ring skips     : {}  (late pieces: {}; must be 0)\n",
+                 variant_skips_[ring], variant_late_[ring]);
+      if (!failure.empty()) fmt::print("# FAILED: {}\n", failure);
+      fmt::print("#\n");
+      std::fflush(stdout);
+      CloseFiles();
+    }
+    return wrong;
+  }
+
+  void CloseFiles() {
+    if (json_.is_open()) {
+      json_ << rows_.dump(2) << "\n";
+      json_.close();
+      if (!json_) fmt::print(stderr, "skipring_bench: writing '{}' failed\n", opts_.json_path);
+    }
+    if (csv_.is_open()) csv_.close();
+  }
 
   size_t GroupWidth() const { return opts_.compare_mpi ? 67 : 50; }
 
@@ -704,6 +965,12 @@ class Report {
   int speedup_n_ = 0;
   uint64_t skips_ = 0;
   uint64_t late_ = 0;
+  // Interleaved modes, indexed by Variant.
+  int64_t variant_wrong_[kVariantCount] = {0, 0, 0};
+  uint64_t variant_skips_[kVariantCount] = {0, 0, 0};
+  uint64_t variant_late_[kVariantCount] = {0, 0, 0};
+  GeoMean skip_over_ring_;
+  GeoMean skip_over_mpi_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -719,6 +986,8 @@ struct Context {
   Buffer send;
   Buffer recv;
   Buffer expected;
+  int hosts = 1;              // distinct hosts the ranks run on
+  double clock_offset_s = 0;  // this rank's steady_clock minus rank 0's (several hosts only)
 };
 
 // Every rank learns whether any rank's call failed; the failing ranks say why.
@@ -857,6 +1126,193 @@ ModeResult RunMode(const Context& ctx, const Pattern<T>& pattern, const TypeDesc
   return result;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Interleaved modes: every variant once per iteration, in turn, so that noise hits them alike.
+
+// Seconds on a clock common to all ranks. std::chrono::steady_clock is CLOCK_MONOTONIC on Linux,
+// one clock for every process of a machine, so stamps taken by different ranks on one host are
+// directly comparable. Hosts count from their own boot: across hosts the offset to rank 0's
+// clock, estimated at start-up, is subtracted, which is only approximate (a few microseconds,
+// plus drift over the run).
+double CommonNow(const Context& ctx) {
+  const auto since_boot = std::chrono::steady_clock::now().time_since_epoch();
+  return std::chrono::duration<double>(since_boot).count() - ctx.clock_offset_s;
+}
+
+// This rank's steady_clock minus rank 0's, estimated from ping-pongs with rank 0: of several
+// rounds, the one with the shortest round trip, assuming the reply was stamped half-way.
+double EstimateClockOffset(MPI_Comm comm, int rank, int nranks) {
+  constexpr int kRounds = 32;
+  constexpr int kTag = 7301;
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  double offset = 0;
+  for (int peer = 1; peer < nranks; ++peer) {
+    if (rank == 0) {
+      double best_rtt = std::numeric_limits<double>::infinity();
+      double best_offset = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        const int token = round;
+        double remote = 0;
+        const double t0 = now();
+        CheckMpi(MPI_Send(&token, 1, MPI_INT, peer, kTag, comm), "MPI_Send(clock)");
+        CheckMpi(MPI_Recv(&remote, 1, MPI_DOUBLE, peer, kTag, comm, MPI_STATUS_IGNORE),
+                 "MPI_Recv(clock)");
+        const double t1 = now();
+        if (t1 - t0 < best_rtt) {
+          best_rtt = t1 - t0;
+          best_offset = remote - 0.5 * (t0 + t1);
+        }
+      }
+      CheckMpi(MPI_Send(&best_offset, 1, MPI_DOUBLE, peer, kTag, comm), "MPI_Send(clock)");
+    } else if (rank == peer) {
+      for (int round = 0; round < kRounds; ++round) {
+        int token = 0;
+        CheckMpi(MPI_Recv(&token, 1, MPI_INT, 0, kTag, comm, MPI_STATUS_IGNORE), "MPI_Recv(clock)");
+        const double stamp = now();
+        CheckMpi(MPI_Send(&stamp, 1, MPI_DOUBLE, 0, kTag, comm), "MPI_Send(clock)");
+      }
+      CheckMpi(MPI_Recv(&offset, 1, MPI_DOUBLE, 0, kTag, comm, MPI_STATUS_IGNORE),
+               "MPI_Recv(clock)");
+    }
+  }
+  return offset;
+}
+
+// Runs ctx.opts.variants interleaved (warm-up, then timed iterations; in each, every variant in
+// turn) out-of-place on `count` elements. Per call and rank: a barrier, the late rank's sleep
+// (--late-rank/--late-ms, every variant alike), t_enter, the call, t_exit. Rank 0 gets the
+// per-iteration times over ranks; every rank gets the error counts.
+template <typename T>
+std::vector<VariantResult> RunInterleaved(const Context& ctx, const Pattern<T>& pattern,
+                                          const TypeDesc& type, const OpDesc& op, uint64_t count) {
+  T* send = ctx.send.As<T>();
+  T* recv = ctx.recv.As<T>();
+  const T* expected = ctx.expected.As<T>();
+  const bool check = ctx.opts.check;
+  const int iters = ctx.opts.iters;
+  const int warmup = ctx.opts.warmup;
+  const std::vector<Variant>& variants = ctx.opts.variants;
+  const size_t nv = variants.size();
+  const int n = static_cast<int>(count);
+  const std::string what =
+      fmt::format("{} bytes, {}, {}, out-of-place", count * sizeof(T), type.name, op.name);
+  const bool late_here = ctx.rank == ctx.opts.late_rank && ctx.opts.late_ms > 0;
+  const auto late = std::chrono::duration<double, std::milli>(ctx.opts.late_ms);
+
+  // stamps[v * iters + it]: t_enter / t_exit of variant v in timed iteration it.
+  std::vector<double> enters(nv * static_cast<size_t>(iters), 0.0);
+  std::vector<double> exits(nv * static_cast<size_t>(iters), 0.0);
+  std::vector<int64_t> wrong(nv, 0);
+  std::vector<uint64_t> counts(2 * nv, 0);  // skips, late pieces per variant
+  std::vector<int> stats_ok(nv, 1);
+
+  FillInput(pattern, send, count, ctx.rank);
+  for (int it = -warmup; it < iters; ++it) {
+    const bool timed = it >= 0;
+    for (size_t v = 0; v < nv; ++v) {
+      const Variant variant = variants[v];
+      const Impl impl = variant == Variant::kMpi ? Impl::kMpi : Impl::kSkipring;
+      if (check) std::fill(recv, recv + count, Pattern<T>::Poison(it + warmup));
+      if (impl == Impl::kSkipring) {
+        // Takes effect from the next collective on; no communication.
+        AgreeOnError(ctx, skipring_set_skip(variant == Variant::kSkip ? 1 : 0), impl,
+                     "skipring_set_skip");
+      }
+      CheckMpi(MPI_Barrier(ctx.comm), "MPI_Barrier");
+      if (late_here) std::this_thread::sleep_for(late);
+      const double t_enter = CommonNow(ctx);
+      const int rc = impl == Impl::kSkipring
+                         ? skipring_allreduce(send, recv, n, type.mpi, op.mpi, ctx.comm)
+                         : PMPI_Allreduce(send, recv, n, type.mpi, op.mpi, ctx.comm);
+      const double t_exit = CommonNow(ctx);
+      if (timed) {
+        const size_t at = v * static_cast<size_t>(iters) + static_cast<size_t>(it);
+        enters[at] = t_enter;
+        exits[at] = t_exit;
+        if (rc == MPI_SUCCESS && impl == Impl::kSkipring) {
+          skipring_stats_t st{};
+          if (skipring_last_stats(ctx.comm, &st) == MPI_SUCCESS) {
+            counts[2 * v] += st.skips;
+            counts[2 * v + 1] += st.late_pieces;
+          } else {
+            stats_ok[v] = 0;
+          }
+        }
+        if (rc == MPI_SUCCESS && check) {
+          wrong[v] += CountMismatches(recv, expected, count);
+          // The variants share the input: a call that modified it is charged, and it is restored
+          // so the next variant is not.
+          const int64_t changed = CountInputChanges(pattern, send, count, ctx.rank);
+          if (changed > 0) {
+            wrong[v] += changed;
+            FillInput(pattern, send, count, ctx.rank);
+          }
+        }
+      }
+      AgreeOnError(ctx, rc, impl,
+                   fmt::format("{}, {}{}", what, VariantName(variant), timed ? "" : ", warm-up"));
+    }
+  }
+
+  // Over ranks: latest entry and exit, earliest entry.
+  std::vector<double> stamps = enters;
+  stamps.insert(stamps.end(), exits.begin(), exits.end());
+  std::vector<double> latest(stamps.size(), 0.0);
+  std::vector<double> earliest(enters.size(), 0.0);
+  CheckMpi(MPI_Reduce(stamps.data(), latest.data(), static_cast<int>(stamps.size()), MPI_DOUBLE,
+                      MPI_MAX, 0, ctx.comm),
+           "MPI_Reduce(stamps)");
+  CheckMpi(MPI_Reduce(enters.data(), earliest.data(), static_cast<int>(enters.size()), MPI_DOUBLE,
+                      MPI_MIN, 0, ctx.comm),
+           "MPI_Reduce(stamps)");
+  std::vector<int64_t> wrong_sum(nv, 0);
+  if (check) {
+    CheckMpi(PMPI_Allreduce(wrong.data(), wrong_sum.data(), static_cast<int>(nv), MPI_INT64_T,
+                            MPI_SUM, ctx.comm),
+             "PMPI_Allreduce(#wrong)");
+  }
+  std::vector<uint64_t> counts_sum(counts.size(), 0);
+  std::vector<int> all_ok(nv, 0);
+  CheckMpi(MPI_Reduce(counts.data(), counts_sum.data(), static_cast<int>(counts.size()),
+                      MPI_UINT64_T, MPI_SUM, 0, ctx.comm),
+           "MPI_Reduce(stats)");
+  CheckMpi(MPI_Reduce(stats_ok.data(), all_ok.data(), static_cast<int>(nv), MPI_INT, MPI_MIN, 0,
+                      ctx.comm),
+           "MPI_Reduce(stats)");
+
+  std::vector<VariantResult> results;
+  const size_t exit_base = enters.size();
+  for (size_t v = 0; v < nv; ++v) {
+    VariantResult r;
+    r.variant = variants[v];
+    r.iters = iters;
+    if (check) r.wrong = wrong_sum[v];
+    if (ctx.rank == 0) {
+      std::vector<double> after_us, total_us;
+      for (int it = 0; it < iters; ++it) {
+        const size_t at = v * static_cast<size_t>(iters) + static_cast<size_t>(it);
+        ArrivalStamps a;
+        a.first_enter = earliest[at];
+        a.last_enter = latest[at];
+        a.last_exit = latest[exit_base + at];
+        after_us.push_back(AfterLastArrival(a) * 1e6);
+        total_us.push_back(TotalTime(a) * 1e6);
+      }
+      r.after_us = SummarizeSample(std::move(after_us));
+      r.total_us = SummarizeSample(std::move(total_us));
+      if (r.variant != Variant::kMpi && all_ok[v]) {
+        r.skips = counts_sum[2 * v];
+        r.late_pieces = counts_sum[2 * v + 1];
+      }
+    }
+    results.push_back(r);
+  }
+  return results;
+}
+
 template <typename T>
 void RunCombination(const Context& ctx, Report& report, const std::vector<uint64_t>& sizes,
                     const TypeDesc& type, const OpDesc& op) {
@@ -883,6 +1339,17 @@ void RunCombination(const Context& ctx, Report& report, const std::vector<uint64
     if (bytes == previous_bytes) continue;  // rounding to whole elements repeated a size
     previous_bytes = bytes;
     if (ctx.opts.check) FillExpected(pattern, ctx.expected.As<T>(), count);
+    if (ctx.opts.interleaved()) {
+      InterleavedRow row;
+      row.bytes = bytes;
+      row.count = count;
+      row.type = type.name;
+      row.op = op.name;
+      row.native = native;
+      row.variants = RunInterleaved(ctx, pattern, type, op, count);
+      report.AddInterleavedRow(row);
+      continue;
+    }
     Row row;
     row.bytes = bytes;
     row.count = count;
@@ -988,6 +1455,28 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
   auto* oop =
       app.add_flag("--outofplace-only", outofplace_only, "run only the out-of-place variant");
   ip->excludes(oop);
+  auto* inject =
+      app.add_option("--inject", opts.inject,
+                     "straggler mode; injection spec for skipring_set_inject, e.g. "
+                     "\"rank=1,delay=2ms,at=rs\" (slows the skip and ring variants only)")
+          ->type_name("SPEC");
+  auto* late_rank =
+      app.add_option("--late-rank", opts.late_rank,
+                     "straggler mode: this rank sleeps --late-ms after the barrier, before every "
+                     "call of every variant (needs --late-ms)")
+          ->check(CLI::Range(0, INT_MAX))
+          ->type_name("RANK");
+  auto* late_ms = app.add_option("--late-ms", opts.late_ms, "how late --late-rank arrives, in ms")
+                      ->check(CLI::Range(0.0, 3.6e6))
+                      ->type_name("MS");
+  late_rank->needs(late_ms);
+  late_ms->needs(late_rank);
+  auto* overhead = app.add_flag("--overhead", opts.overhead,
+                                "no straggler: skip-ahead vs plain ring interleaved per iteration "
+                                "(with --compare mpi also PMPI_Allreduce)");
+  overhead->excludes(inject);
+  overhead->excludes(late_rank);
+  overhead->excludes(late_ms);
 
   std::ostringstream sink;
   try {
@@ -1024,7 +1513,77 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
   opts.compare_mpi = compare == "mpi";
   opts.run_oop = !inplace_only;
   opts.run_ip = !outofplace_only;
+  opts.inject_given = inject->count() > 0;
+  opts.straggler = opts.inject_given || late_rank->count() > 0;
+  if (opts.interleaved()) {
+    const char* mode = opts.straggler ? "--inject/--late-rank" : "--overhead";
+    if (inplace_only)
+      return fail(std::string("--inplace-only: ") + mode + " runs out-of-place only");
+    opts.run_oop = true;
+    opts.run_ip = false;
+    opts.variants = {Variant::kSkip, Variant::kRing};
+    if (opts.straggler || opts.compare_mpi) opts.variants.push_back(Variant::kMpi);
+  }
   return std::nullopt;
+}
+
+// The header lines that explain the straggler / overhead table.
+std::vector<std::string> InterleavedPreamble(const Context& ctx) {
+  const Options& o = ctx.opts;
+  std::vector<std::string> lines;
+  std::string names;
+  for (const Variant v : o.variants)
+    names += std::string(names.empty() ? "" : ", ") + VariantName(v);
+  lines.push_back(
+      fmt::format(" mode: {}; variants {} interleaved per iteration (each iteration "
+                  "runs every variant in turn)",
+                  o.straggler ? "straggler" : "overhead (no straggler)", names));
+  lines.push_back(
+      "   skip = skipring, skip-ahead on; ring = skipring, skip-ahead off (plain "
+      "ring); mpi = PMPI_Allreduce");
+  if (o.straggler) {
+    lines.push_back(
+        o.late_rank >= 0
+            ? fmt::format(" late arrival: rank {} sleeps {} ms after the barrier before every call "
+                          "(all variants; emulated by the benchmark)",
+                          o.late_rank, o.late_ms)
+            : std::string(" late arrival: none (no --late-rank)"));
+    if (o.inject_given) {
+      lines.push_back(
+          fmt::format(" inject: \"{}\" (inside skipring: skip and ring variants "
+                      "only; PMPI_Allreduce cannot be slowed per step)",
+                      o.inject));
+      if (o.inject.find("arrive") != std::string::npos) {
+        lines.push_back(
+            "   note: at=arrive delays happen inside skipring_allreduce, after t_enter: "
+            "they count in 'after'; --late-rank is the fair way to arrive late");
+      }
+    } else {
+      lines.push_back(" inject: none (no --inject; SKIPRING_INJECT below still applies if set)");
+    }
+  }
+  lines.push_back(
+      " per call: barrier, late sleep, t_enter, call, t_exit (steady_clock on every "
+      "rank)");
+  lines.push_back(
+      "   after = max_rank t_exit - max_rank t_enter: the collective's time after the "
+      "last rank arrived");
+  lines.push_back("   total = max_rank t_exit - min_rank t_enter: first arrival to last return");
+  lines.push_back("   p50/p99 = nearest-rank percentiles over iterations");
+  lines.push_back(
+      "   ratio = p50 after of skip / p50 after of ring (or mpi); < 1: skip-ahead "
+      "faster");
+  lines.push_back(
+      "   skip per iter = skip-ahead decisions (skips) and late pieces of the skip "
+      "variant, all ranks, per iteration");
+  lines.push_back("   #wrong = wrong output (and changed input) elements per variant, all ranks");
+  lines.push_back(ctx.hosts > 1
+                      ? fmt::format(" clocks: ranks on {} hosts; offsets to rank 0's clock "
+                                    "estimated by ping-pong: times are approximate",
+                                    ctx.hosts)
+                      : std::string(" clocks: one host, one CLOCK_MONOTONIC: stamps comparable "
+                                    "across ranks"));
+  return lines;
 }
 
 std::vector<std::string> Preamble(const Context& ctx, const std::vector<std::string>& hosts,
@@ -1043,16 +1602,21 @@ std::vector<std::string> Preamble(const Context& ctx, const std::vector<std::str
   std::string types, ops;
   for (const TypeDesc& t : o.types) types += std::string(types.empty() ? "" : ",") + t.name;
   for (const OpDesc& p : o.ops) ops += std::string(ops.empty() ? "" : ",") + p.name;
-  lines.push_back(fmt::format(" datatypes: {}  ops: {}  variants: {}  compare: {}", types, ops,
-                              o.run_oop && o.run_ip ? "out-of-place,in-place"
-                              : o.run_oop           ? "out-of-place"
-                                                    : "in-place",
-                              o.compare_mpi ? "mpi (PMPI_Allreduce, same buffers)" : "none"));
-  lines.push_back(" time: barrier before each iteration, iteration time = slowest rank's call;");
-  lines.push_back("       time = mean, p50/p99 = nearest-rank percentiles over iterations");
-  lines.push_back(" algbw = size / time, busbw = algbw * 2(n-1)/n");
-  if (o.compare_mpi)
-    lines.push_back(" speedup = t_mpi_p50 / t_skipring_p50  (> 1: skipring faster)");
+  if (o.interleaved()) {
+    lines.push_back(fmt::format(" datatypes: {}  ops: {}  out-of-place only", types, ops));
+    for (const std::string& line : InterleavedPreamble(ctx)) lines.push_back(line);
+  } else {
+    lines.push_back(fmt::format(" datatypes: {}  ops: {}  variants: {}  compare: {}", types, ops,
+                                o.run_oop && o.run_ip ? "out-of-place,in-place"
+                                : o.run_oop           ? "out-of-place"
+                                                      : "in-place",
+                                o.compare_mpi ? "mpi (PMPI_Allreduce, same buffers)" : "none"));
+    lines.push_back(" time: barrier before each iteration, iteration time = slowest rank's call;");
+    lines.push_back("       time = mean, p50/p99 = nearest-rank percentiles over iterations");
+    lines.push_back(" algbw = size / time, busbw = algbw * 2(n-1)/n");
+    if (o.compare_mpi)
+      lines.push_back(" speedup = t_mpi_p50 / t_skipring_p50  (> 1: skipring faster)");
+  }
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
   if (MPI_Get_library_version(version, &len) == MPI_SUCCESS) {
@@ -1105,6 +1669,31 @@ int RunBenchmark(int argc, char** argv) {
            "PMPI_Allreduce");
   if (any_init_failed) return 1;
 
+  if (ctx.opts.late_rank >= ctx.nranks) {
+    if (ctx.rank == 0) {
+      fmt::print(stderr, "skipring_bench: --late-rank {} is not a rank (the job has {} ranks)\n",
+                 ctx.opts.late_rank, ctx.nranks);
+    }
+    return 2;
+  }
+  if (ctx.opts.inject_given) {
+    // Same spec everywhere, so every rank accepts or refuses it alike; skipring logs why.
+    if (skipring_set_inject(ctx.opts.inject.c_str()) != MPI_SUCCESS) {
+      if (ctx.rank == 0) {
+        fmt::print(stderr, "skipring_bench: --inject: skipring refused \"{}\" (see its message)\n",
+                   ctx.opts.inject);
+      }
+      return 2;
+    }
+  }
+  // Leave no injection plan behind for anything that runs skipring after the benchmark.
+  struct InjectGuard {
+    bool active;
+    ~InjectGuard() {
+      if (active) skipring_set_inject(nullptr);
+    }
+  } inject_guard{ctx.opts.inject_given};
+
   // Hosts and pids for the header.
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
   int host_len = 0;
@@ -1121,6 +1710,14 @@ int RunBenchmark(int argc, char** argv) {
     for (int r = 0; r < ctx.nranks; ++r) {
       hosts.emplace_back(&all_hosts[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
     }
+    std::vector<std::string> distinct = hosts;
+    std::sort(distinct.begin(), distinct.end());
+    ctx.hosts = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+  }
+  CheckMpi(MPI_Bcast(&ctx.hosts, 1, MPI_INT, 0, ctx.comm), "MPI_Bcast");
+  // The interleaved modes compare stamps across ranks (see CommonNow).
+  if (ctx.opts.interleaved() && ctx.hosts > 1) {
+    ctx.clock_offset_s = EstimateClockOffset(ctx.comm, ctx.rank, ctx.nranks);
   }
 
   Report report(ctx.opts, ctx.rank, ctx.nranks);
