@@ -31,23 +31,7 @@ int tag_for(uint8_t phase, int round) { return (static_cast<int>(phase) << 6) | 
 }  // namespace
 
 Status RecursiveDoublingAllreduce::validate(const RingParams& p, std::string* why) {
-  const int n = static_cast<int>(p.ring.size());
-  if (n < 1) return *why = "empty ring", Status::kErrArg;
-  std::vector<char> seen(n, 0);
-  for (int r : p.ring) {
-    if (r < 0 || r >= n || seen[r])
-      return *why = "ring order is not a permutation", Status::kErrArg;
-    seen[r] = 1;
-  }
-  if (p.rank < 0 || p.rank >= n) return *why = "rank outside the ring", Status::kErrArg;
-  if (!op_valid(p.op, p.dtype)) {
-    *why = fmt::format("{} is not defined on {}", rop_name(p.op), dtype_name(p.dtype));
-    return Status::kErrOp;
-  }
-  if (p.count > 0 && (p.recvbuf == nullptr || p.sendbuf == nullptr)) {
-    return *why = "null buffer", Status::kErrBuffer;
-  }
-  return Status::kOk;
+  return validate_common(p, why);
 }
 
 RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(const RingParams& p,

@@ -64,7 +64,7 @@ size_t RingLayout::segment_count(int c, int g) const {
 }
 
 // ---------------------------------------------------------------------------------------
-Status RingAllreduce::validate(const RingParams& p, std::string* why) {
+Status validate_common(const RingParams& p, std::string* why) {
   const int n = static_cast<int>(p.ring.size());
   if (n < 1) return *why = "empty ring", Status::kErrArg;
   std::vector<char> seen(n, 0);
@@ -80,6 +80,11 @@ Status RingAllreduce::validate(const RingParams& p, std::string* why) {
   if (p.count > 0 && (p.recvbuf == nullptr || p.sendbuf == nullptr)) {
     return *why = "null buffer", Status::kErrBuffer;
   }
+  return Status::kOk;
+}
+
+Status RingAllreduce::validate(const RingParams& p, std::string* why) {
+  SKIPRING_CHECK(validate_common(p, why));
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
   if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;

@@ -79,6 +79,10 @@ struct RingParams {
   int tag_span = 1 << 28;
 };
 
+// Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
+// defined on the type, buffers are present when count > 0.
+Status validate_common(const RingParams& p, std::string* why);
+
 class RingAllreduce final : public CollectiveCore {
  public:
   // Checks the parameters (ring is a permutation containing rank, op valid on dtype, ...).

@@ -6,6 +6,8 @@
 #include <mpi.h>
 #include <skipring/skipring.h>
 
+#include "tests/mpi/mpi_test_util.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,18 +17,12 @@
 #include <vector>
 
 namespace {
-
-int g_rank = 0, g_size = 1;
-long g_passed = 0, g_failed = 0;
-
-void check(bool cond, const std::string& what) {
-  if (cond) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "rank %d FAIL: %s\n", g_rank, what.c_str());
-  }
-}
+using mpitest::check;
+using mpitest::g_failed;
+using mpitest::g_passed;
+using mpitest::g_rank;
+using mpitest::g_size;
+using mpitest::no_leftovers;
 
 struct TypeCase {
   MPI_Datatype type;
@@ -101,14 +97,6 @@ bool identical_everywhere(const std::vector<uint8_t>& out) {
   int same = root == out ? 1 : 0, all = 0;
   PMPI_Allreduce(&same, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return all != 0;
-}
-
-bool no_leftovers() {
-  PMPI_Barrier(MPI_COMM_WORLD);
-  int pending = 0;
-  int rc = skipring_pending_messages(MPI_COMM_WORLD, &pending);
-  PMPI_Barrier(MPI_COMM_WORLD);
-  return rc == MPI_SUCCESS && pending == 0;
 }
 
 void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint64_t seed) {

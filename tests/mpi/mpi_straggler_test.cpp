@@ -7,6 +7,8 @@
 #include <mpi.h>
 #include <skipring/skipring.h>
 
+#include "tests/mpi/mpi_test_util.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,25 +16,12 @@
 #include <vector>
 
 namespace {
-int g_rank = 0, g_size = 1;
-long g_passed = 0, g_failed = 0;
-
-void check(bool cond, const std::string& what) {
-  if (cond) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::fprintf(stderr, "rank %d FAIL: %s\n", g_rank, what.c_str());
-  }
-}
-
-bool no_leftovers() {
-  PMPI_Barrier(MPI_COMM_WORLD);
-  int pending = 0;
-  const int rc = skipring_pending_messages(MPI_COMM_WORLD, &pending);
-  PMPI_Barrier(MPI_COMM_WORLD);
-  return rc == MPI_SUCCESS && pending == 0;
-}
+using mpitest::check;
+using mpitest::g_failed;
+using mpitest::g_passed;
+using mpitest::g_rank;
+using mpitest::g_size;
+using mpitest::no_leftovers;
 }  // namespace
 
 int main(int argc, char** argv) {
