@@ -1,50 +1,68 @@
-// ContributionSet implementation (a small dynamic bitset).
+// ContributionSet implementation (a small dynamic bitset, inline up to 128 ranks).
 #include "collectives/contribution_set.h"
 
 #include <cstring>
 
 namespace skipring {
 
-ContributionSet::ContributionSet(int n) : n_(n), bits_(words_for(n), 0) {}
+ContributionSet::ContributionSet(int n) { reset(n); }
 
-void ContributionSet::add(int rank) { bits_[rank / 64] |= uint64_t{1} << (rank % 64); }
+void ContributionSet::reset(int n) {
+  n_ = n;
+  words_ = words_for(n);
+  inline_[0] = inline_[1] = 0;
+  if (words_ > kInline) {
+    heap_.assign(words_, 0);
+  } else {
+    heap_.clear();
+  }
+}
+
+void ContributionSet::add(int rank) { bits()[rank / 64] |= uint64_t{1} << (rank % 64); }
 
 bool ContributionSet::contains(int rank) const {
-  return rank >= 0 && rank < n_ && (bits_[rank / 64] >> (rank % 64)) & 1u;
+  return rank >= 0 && rank < n_ && (bits()[rank / 64] >> (rank % 64)) & 1u;
 }
 
 bool ContributionSet::overlaps(const ContributionSet& other) const {
-  const size_t w = bits_.size() < other.bits_.size() ? bits_.size() : other.bits_.size();
+  const size_t w = words_ < other.words_ ? words_ : other.words_;
+  const uint64_t* a = bits();
+  const uint64_t* b = other.bits();
   for (size_t i = 0; i < w; ++i) {
-    if (bits_[i] & other.bits_[i]) return true;
+    if (a[i] & b[i]) return true;
   }
   return false;
 }
 
 void ContributionSet::merge(const ContributionSet& other) {
-  for (size_t i = 0; i < bits_.size() && i < other.bits_.size(); ++i) bits_[i] |= other.bits_[i];
+  uint64_t* a = bits();
+  const uint64_t* b = other.bits();
+  for (size_t i = 0; i < words_ && i < other.words_; ++i) a[i] |= b[i];
 }
 
 int ContributionSet::count() const {
   int c = 0;
-  for (uint64_t w : bits_) c += __builtin_popcountll(w);
+  const uint64_t* a = bits();
+  for (size_t i = 0; i < words_; ++i) c += __builtin_popcountll(a[i]);
   return c;
 }
 
-void ContributionSet::clear() {
-  for (auto& w : bits_) w = 0;
-}
+void ContributionSet::clear() { std::memset(bits(), 0, words_ * sizeof(uint64_t)); }
 
 void ContributionSet::write_words(uint64_t* out) const {
-  std::memcpy(out, bits_.data(), bits_.size() * sizeof(uint64_t));
+  std::memcpy(out, bits(), words_ * sizeof(uint64_t));
 }
 
 bool ContributionSet::read_words(int n, const uint64_t* in) {
-  n_ = n;
-  bits_.assign(words_for(n), 0);
-  std::memcpy(bits_.data(), in, bits_.size() * sizeof(uint64_t));
-  if (n % 64 != 0 && !bits_.empty() && (bits_.back() >> (n % 64)) != 0) return false;
+  if (n != n_) reset(n);
+  std::memcpy(bits(), in, words_ * sizeof(uint64_t));
+  if (n % 64 != 0 && words_ > 0 && (bits()[words_ - 1] >> (n % 64)) != 0) return false;
   return true;
+}
+
+bool ContributionSet::operator==(const ContributionSet& o) const {
+  return n_ == o.n_ && words_ == o.words_ &&
+         std::memcmp(bits(), o.bits(), words_ * sizeof(uint64_t)) == 0;
 }
 
 std::string ContributionSet::to_string() const {

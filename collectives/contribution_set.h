@@ -29,19 +29,27 @@ class ContributionSet {
   void clear();
 
   // Wire form: words_for(n) little-endian 64-bit words.
-  size_t words() const { return bits_.size(); }
-  const uint64_t* data() const { return bits_.data(); }
+  size_t words() const { return words_; }
+  const uint64_t* data() const { return words_ <= kInline ? inline_ : heap_.data(); }
   void write_words(uint64_t* out) const;
   // Reads a set over n ranks; false when bits beyond n are set (corrupt header).
   bool read_words(int n, const uint64_t* in);
 
   std::string to_string() const;
-  bool operator==(const ContributionSet& o) const { return n_ == o.n_ && bits_ == o.bits_; }
+  bool operator==(const ContributionSet& o) const;
   bool operator!=(const ContributionSet& o) const { return !(*this == o); }
 
  private:
+  // Up to 128 ranks the bits live inline: no allocation on the per-message path.
+  static constexpr size_t kInline = 2;
+  uint64_t* bits() { return words_ <= kInline ? inline_ : heap_.data(); }
+  const uint64_t* bits() const { return data(); }
+  void reset(int n);
+
   int n_ = 0;
-  std::vector<uint64_t> bits_;
+  size_t words_ = 0;
+  uint64_t inline_[kInline] = {0, 0};
+  std::vector<uint64_t> heap_;
 };
 
 }  // namespace skipring
