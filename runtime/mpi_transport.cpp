@@ -215,17 +215,23 @@ Status MpiTransport::cancel(Token token) {
     if (ops_[i].remaining > 0 && ops_[i].token == token && ops_[i].is_recv) id = static_cast<int>(i);
   }
   if (id < 0) return Status::kErrArg;
+  bool received = false;
   for (size_t k = requests_.size(); k-- > 0;) {
     if (request_op_[k] != id) continue;
+    MPI_Status st;
     MPI_Cancel(&requests_[k]);
-    MPI_Wait(&requests_[k], MPI_STATUS_IGNORE);
+    MPI_Wait(&requests_[k], &st);
+    int cancelled = 0;
+    MPI_Test_cancelled(&st, &cancelled);
+    received = received || !cancelled;
     requests_[k] = requests_.back();
     request_op_[k] = request_op_.back();
     requests_.pop_back();
     request_op_.pop_back();
   }
   release_op(id);
-  return Status::kOk;
+  // The protocol cancels only receives nothing can match any more: data here is a bug.
+  return received ? Status::kErrProtocol : Status::kOk;
 }
 
 Status MpiTransport::unmatched_message_waiting(bool* waiting) {

@@ -55,9 +55,9 @@ Status ProgressEngine::execute(ActionList* actions) {
         break;
       }
       case Action::Kind::kCancel:
-        // The core cancels only receives that can no longer match; if the transport already
-        // completed it, the core ignores that completion.
-        (void)transport_->cancel(a.token);
+        // The core cancels only receives that can no longer match; the transport reports an
+        // error if one was matched after all.
+        SKIPRING_CHECK(transport_->cancel(a.token));
         break;
       case Action::Kind::kRecv:
         SKIPRING_CHECK(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes, a.payload,

@@ -246,7 +246,8 @@ Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_b
 }
 
 Status FakeTransport::cancel(Token token) {
-  return net_->cancel(rank_, token) ? Status::kOk : Status::kErrArg;
+  // Not among the unmatched posted receives: a message matched it, which the protocol forbids.
+  return net_->cancel(rank_, token) ? Status::kOk : Status::kErrProtocol;
 }
 
 Status FakeTransport::unmatched_message_waiting(bool* waiting) {
