@@ -56,6 +56,8 @@ class CollectiveCore {
   // Text of the last protocol error.
   virtual const std::string& error() const = 0;
   virtual const CollectiveStats& stats() const = 0;
+  // One line on what the core still waits for (deadlock reports in tests).
+  virtual std::string describe() const { return ""; }
 };
 
 }  // namespace skipring

@@ -18,7 +18,7 @@ enum TokenKind : uint32_t {
 };
 constexpr uint32_t kTokShift = 29;
 constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
-// Tag = 4 * segment id + kind; the control tag is tag_span - 1. Segments are made large enough
+// Tag = 4 * segment id + kind; the control tags are tag_span - 1 .. tag_span - 3. Segments are made large enough
 // that every tag of a collective is distinct (effective_segment_bytes), so tags never wrap.
 constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
 
@@ -120,13 +120,17 @@ int RingAllreduce::tag_for(int kind, int seg_id) const { return 4 * seg_id + kin
 size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
   // At most (tag_span - 1) / 4 segments in all, each chunk rounding up by one.
   const size_t n = std::max<size_t>(1, p.ring.size());
-  const size_t max_segments = static_cast<size_t>(std::max(1, (p.tag_span - 1) / 4));
+  // (the top 3 tags are the control channels)
+  const size_t max_segments = static_cast<size_t>(std::max(1, (p.tag_span - 4) / 4));
   const size_t elem = dtype_size(p.dtype);
   size_t seg = std::max(p.segment_bytes, elem);
   if (max_segments > n) {
-    const size_t per_chunk = (p.count / n + 1) * elem;
+    // Whole elements per segment, rounded up, so that no chunk needs more segments than its
+    // share of the tag space.
+    const size_t per_chunk_elems = p.count / n + 1;
     const size_t segs_per_chunk = max_segments / n;
-    seg = std::max(seg, (per_chunk + segs_per_chunk - 1) / segs_per_chunk);
+    const size_t seg_elems = (per_chunk_elems + segs_per_chunk - 1) / segs_per_chunk;
+    seg = std::max(seg, seg_elems * elem);
   }
   return seg;
 }
@@ -143,6 +147,16 @@ uint8_t* RingAllreduce::seg_ptr(void* base, int c, int g) const {
 
 const uint8_t* RingAllreduce::input_ptr(int c, int g) const {
   return seg_ptr(const_cast<void*>(p_.sendbuf), c, g);
+}
+
+uint8_t* RingAllreduce::recv_slot_base(int slot) const {
+  if (slot < p_.depth) return recv_slots_ + slot * slot_bytes_;
+  return overflow_slots_[slot - p_.depth].get();
+}
+
+uint8_t* RingAllreduce::send_slot_base(int slot) const {
+  if (slot < p_.depth) return send_slots_ + slot * slot_bytes_;
+  return overflow_send_[slot - p_.depth].get();
 }
 
 uint8_t* RingAllreduce::slot_hdr(uint8_t* base, int slot) const {
@@ -279,10 +293,26 @@ Status RingAllreduce::start(double now, ActionList* out) {
     o.acc.add(p_.rank);
   }
 
-  // Control channel from the successor (skip notices, then "done"), open for the whole
-  // reduce-scatter so that no notice is ever left unread.
-  ctrl_open_ = true;
-  post_ctrl_recv(now, out);
+  // Control channels, open for the whole reduce-scatter so that no control message is ever
+  // left unread: from the successor (skip notices) always; with skip-ahead on and at least 3
+  // ranks also from the predecessor (bypassed pieces) and from the rank two ahead (bypass
+  // requests).
+  bypassed_.assign(layout_.total_segments(), 0);
+  for (const RecvOp& r : recvs_) {
+    if (r.phase == Phase::kReduceScatter && r.chunk != pos_) ++rs_to_emit_;
+  }
+  open_[kBack] = true;
+  post_ctrl_recv(kBack, now, out);
+  side_channels_ = p_.skip && n_ >= 3;
+  if (side_channels_) {
+    open_[kFwd] = open_[kFar] = true;
+    post_ctrl_recv(kFwd, now, out);
+    post_ctrl_recv(kFar, now, out);
+    if (rs_to_emit_ == 0) {
+      fwd_done_sent_ = true;
+      send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
+    }
+  }
 
   // Reduce-scatter, step 0: our own input for chunk pos-1 goes straight to the successor.
   ContributionSet mine(n_);
@@ -338,11 +368,28 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
     a.header_bytes = hdr_bytes_;
     a.payload_bytes = layout_.segment_count(r.chunk, r.seg) * layout_.elem_size();
     if (r.phase == Phase::kReduceScatter) {
+      if (bypassed_[r.seg_id]) {
+        // The predecessor already sent this piece to the owner: only our own goes on.
+        r.state = OpState::kFinished;
+        r.t_posted = r.t_arrived = now;
+        ++next_post_;
+        --rs_unresolved_;
+        forward_own(next_post_ - 1, now, out);
+        advance_wait_cursor();
+        resolve_rs_recv(now, out);
+        continue;
+      }
+      if (free_recv_slots_.empty() && overflow_slots_.size() < stats_.skips) {
+        // Skipped receives keep their slots until the late rank answers; each skip lends the
+        // window one more slot so the ring keeps moving around a late rank.
+        overflow_slots_.emplace_back(new uint8_t[slot_bytes_]);
+        free_recv_slots_.push_back(p_.depth + static_cast<int>(overflow_slots_.size()) - 1);
+      }
       if (free_recv_slots_.empty()) break;
       r.slot = free_recv_slots_.back();
       free_recv_slots_.pop_back();
-      a.header = slot_hdr(recv_slots_, r.slot);
-      a.payload = slot_payload(recv_slots_, r.slot);
+      a.header = slot_hdr(recv_slot_base(r.slot), 0);
+      a.payload = slot_payload(recv_slot_base(r.slot), 0);
       if (r.chunk != pos_) ++skippable_posted_;
     } else {
       // Allgather lands in the user's buffer: only once our reduce-scatter work on that
@@ -404,28 +451,40 @@ void RingAllreduce::post_aux_send(int aux, int peer, int tag, const void* payloa
   ++pending_;
 }
 
-void RingAllreduce::post_ctrl_recv(double now, ActionList* out) {
+void RingAllreduce::post_ctrl_recv(int channel, double now, ActionList* out) {
   const int aux = add_aux(AuxKind::kCtrlRecv, -1, -1);
+  aux_[aux].channel = channel;
   aux_[aux].hdr.assign(hdr_bytes_, 0);
   aux_[aux].t = now;
   Action a;
   a.kind = Action::Kind::kRecv;
   a.token = make_token(kTokAux, aux);
-  a.peer = succ_;
-  a.tag = p_.tag_span - 1;
+  a.peer = channel == kBack ? succ_ : channel == kFwd ? pred_ : p_.ring[(pos_ + 2) % n_];
+  a.tag = ctrl_tag(channel);
   a.header = aux_[aux].hdr.data();
   a.header_bytes = hdr_bytes_;
   out->push_back(a);
   ++pending_;
 }
 
-void RingAllreduce::send_ctrl(uint8_t flags, int c, int g, double now, ActionList* out) {
+void RingAllreduce::send_ctrl(int channel, uint8_t flags, int c, int g, double now,
+                              ActionList* out, const ContributionSet* set) {
   const int aux = add_aux(AuxKind::kCtrlSend, c, g);
   aux_[aux].hdr.assign(hdr_bytes_, 0);
   scratch_set_.clear();
   write_header(aux_[aux].hdr.data(), Phase::kReduceScatter, std::max(c, 0), std::max(g, 0),
-               scratch_set_, flags);
-  post_aux_send(aux, pred_, p_.tag_span - 1, nullptr, 0, now, out);
+               set != nullptr ? *set : scratch_set_, flags);
+  const int peer =
+      channel == kBack ? pred_ : channel == kFwd ? succ_ : p_.ring[(pos_ - 2 + 2 * n_) % n_];
+  post_aux_send(aux, peer, ctrl_tag(channel), nullptr, 0, now, out);
+}
+
+void RingAllreduce::piece_emitted(double now, ActionList* out) {
+  // Once every ring piece we pass on has gone, no more bypass messages can follow.
+  if (--rs_to_emit_ == 0 && side_channels_ && !fwd_done_sent_) {
+    fwd_done_sent_ = true;
+    send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
+  }
 }
 
 void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,
@@ -433,9 +492,26 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                                double now, ActionList* out) {
   const int seg_id = layout_.first_segment(c) + g;
   rs_sent_[seg_id] = 1;
-  if (!redirect_[seg_id]) {
+  const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_;
+  if (!redirect_[seg_id] && !bypass) {
     write_header(hdr, Phase::kReduceScatter, c, g, set);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
+    piece_emitted(now, out);
+    return;
+  }
+  if (bypass) {
+    // Our successor is late (the rank after it asked): the piece goes straight to the owner
+    // and the successor learns it has only its own input to send for (c, g).
+    write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra);
+    const int extra = add_aux(AuxKind::kExtraSend, c, g);
+    aux_[extra].send_slot = slot;
+    if (reads_input) aux_[extra].recv_slot = -2;
+    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
+    out->back().header = hdr;
+    ++stats_.messages_sent;
+    send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
+    piece_emitted(now, out);
     return;
   }
   // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
@@ -455,6 +531,18 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     // An own-input piece sent as an extra: the input is read until that send completes.
     aux_[extra].recv_slot = -2;
   }
+  piece_emitted(now, out);
+}
+
+void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
+  const RecvOp& r = recvs_[idx];
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  const int hdr_aux = add_aux(AuxKind::kCtrlSend, -1, -1);  // header storage only
+  aux_[hdr_aux].hdr.assign(hdr_bytes_, 0);
+  aux_[hdr_aux].done = true;
+  emit_piece(r.step, r.chunk, r.seg, aux_[hdr_aux].hdr.data(), input_ptr(r.chunk, r.seg), -1,
+             mine, /*reads_input=*/true, now, out);
 }
 
 Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
@@ -464,16 +552,16 @@ Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   ++stats_.skips;
   stats_.steps[r.step].skips += 1;
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
-  ContributionSet mine(n_);
-  mine.add(p_.rank);
-  const int hdr_aux = add_aux(AuxKind::kCtrlSend, -1, -1);  // header storage only
-  aux_[hdr_aux].hdr.assign(hdr_bytes_, 0);
-  aux_[hdr_aux].done = true;
-  emit_piece(r.step, r.chunk, r.seg, aux_[hdr_aux].hdr.data(), input_ptr(r.chunk, r.seg), -1,
-             mine, /*reads_input=*/true, now, out);
-  send_ctrl(kFlagNotice, r.chunk, r.seg, now, out);
+  forward_own(idx, now, out);
+  send_ctrl(kBack, kFlagNotice, r.chunk, r.seg, now, out);
+  // The predecessor is late: ask the rank before it to stop feeding it and send its pieces
+  // straight to their owners (once per collective).
+  if (side_channels_ && !bypass_requested_) {
+    bypass_requested_ = true;
+    send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
+  }
   // The predecessor answers with its piece (on the ring receive) or an ack, never both.
-  const int ack = add_aux(AuxKind::kAckRecv, r.chunk, r.seg);
+  const int ack = add_aux(AuxKind::kAckRecv, recvs_[idx].chunk, recvs_[idx].seg);
   aux_[ack].hdr.assign(hdr_bytes_, 0);
   aux_[ack].t = now;
   recvs_[idx].ack_aux = ack;
@@ -489,11 +577,42 @@ Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   return Status::kOk;
 }
 
+void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
+  // The predecessor sent its piece for this receive straight to the owner: the ring receive
+  // will never match. If we had skipped it, this also answers our notice.
+  RecvOp& r = recvs_[idx];
+  Action c;
+  c.kind = Action::Kind::kCancel;
+  c.token = make_token(kTokRecv, idx);
+  out->push_back(c);
+  --pending_;
+  if (r.skipped) {
+    Action ca;
+    ca.kind = Action::Kind::kCancel;
+    ca.token = make_token(kTokAux, r.ack_aux);
+    out->push_back(ca);
+    aux_[r.ack_aux].cancelled = true;
+    --pending_;
+  } else {
+    --skippable_posted_;
+  }
+  r.state = OpState::kFinished;
+  r.t_arrived = now;
+  free_recv_slots_.push_back(r.slot);
+  --rs_unresolved_;
+  if (!r.skipped) forward_own(idx, now, out);
+  advance_wait_cursor();
+  post_receives(now, out);
+  resolve_rs_recv(now, out);
+  (void)start_reduces(now, out);  // the cursor may have waited on this piece
+}
+
 void RingAllreduce::resolve_rs_recv(double now, ActionList* out) {
   // Once every ring piece has arrived or been acknowledged we will send no more notices.
   if (rs_unresolved_ == 0 && !rs_done_sent_) {
     rs_done_sent_ = true;
-    send_ctrl(kFlagRsDone, -1, -1, now, out);
+    send_ctrl(kBack, kFlagRsDone, -1, -1, now, out);
+    if (side_channels_) send_ctrl(kFar, kFlagFarDone, -1, -1, now, out);
   }
 }
 
@@ -510,8 +629,8 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
   const uint8_t* hdr;
   const uint8_t* payload;
   if (item >= 0) {
-    hdr = slot_hdr(recv_slots_, recvs_[item].slot);
-    payload = slot_payload(recv_slots_, recvs_[item].slot);
+    hdr = slot_hdr(recv_slot_base(recvs_[item].slot), 0);
+    payload = slot_payload(recv_slot_base(recvs_[item].slot), 0);
   } else {
     const AuxOp& x = aux_[-item - 1];
     hdr = slot_hdr(extra_slots_, x.extra_slot);
@@ -573,6 +692,7 @@ void RingAllreduce::owner_post_extras(double now, ActionList* out) {
 Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, double now,
                              ActionList* out) {
   (void)is_recv;
+  // `op` is only valid until the next add_aux (aux_ may move): read what is needed first.
   AuxOp& op = aux_[idx];
   if (op.done || op.cancelled) return Status::kOk;  // completion of a cancelled receive
   op.done = true;
@@ -582,19 +702,42 @@ Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, dou
       WireHeader h;
       const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
       if (!why.empty()) return fail(why);
-      if (h.flags & kFlagRsDone) {
-        ctrl_open_ = false;
+      const int channel = op.channel;
+      if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
+        open_[channel] = false;
         break;
       }
-      if (!(h.flags & kFlagNotice) || h.chunk >= static_cast<uint32_t>(n_) ||
-          h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
-        return fail("malformed control message");
+      if (channel == kFar) {
+        if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
+        bypass_ = true;
+        SKIPRING_CHECK(start_reduces(now, out));  // may have been waiting for a send slot
+      } else {
+        if (h.chunk >= static_cast<uint32_t>(n_) ||
+            h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
+          return fail("malformed control message");
+        }
+        const int seg_id = layout_.first_segment(h.chunk) + h.segment;
+        if (channel == kBack) {
+          if (!(h.flags & kFlagNotice)) return fail("malformed notice");
+          // Not yet sent: it will go straight to the owner. Already sent: the successor gets
+          // it on its ring receive and forwards it itself.
+          if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
+        } else {
+          if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
+          bypassed_[seg_id] = 1;
+          size_t ri = recvs_.size();
+          for (size_t i = 0; i < next_post_; ++i) {
+            if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
+          }
+          if (ri < recvs_.size()) {
+            if (recvs_[ri].state != OpState::kPosted) {
+              return fail("bypass notice for a piece that arrived");
+            }
+            resolve_bypassed(ri, now, out);
+          }  // not posted yet: post_receives resolves it
+        }
       }
-      const int seg_id = layout_.first_segment(h.chunk) + h.segment;
-      // Not yet sent: it will go straight to the owner. Already sent: the successor gets it
-      // on its ring receive and forwards it itself.
-      if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
-      post_ctrl_recv(now, out);
+      post_ctrl_recv(channel, now, out);
       break;
     }
     case AuxKind::kAckRecv: {
@@ -629,19 +772,19 @@ Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, dou
       SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
       break;
     }
-    case AuxKind::kExtraSend:
-      if (op.recv_slot >= 0) {
-        free_recv_slots_.push_back(op.recv_slot);
-        post_receives(now, out);
-      } else if (op.recv_slot == -2) {
-        local_done_[op.seg_id] = 1;
-        post_receives(now, out);
+    case AuxKind::kExtraSend: {
+      // Copies: post_receives may add aux ops and move aux_ (and `op`) in memory.
+      const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
+      if (send_slot >= 0) free_send_slots_.push_back(send_slot);
+      if (recv_slot >= 0) {
+        free_recv_slots_.push_back(recv_slot);
+      } else if (recv_slot == -2) {
+        local_done_[seg_id] = 1;
       }
-      if (op.send_slot >= 0) {
-        free_send_slots_.push_back(op.send_slot);
-        SKIPRING_CHECK(start_reduces(now, out));
-      }
+      post_receives(now, out);
+      SKIPRING_CHECK(start_reduces(now, out));
       break;
+    }
     case AuxKind::kCtrlSend:
     case AuxKind::kAckSend:
       break;
@@ -681,7 +824,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   if (r.phase == Phase::kReduceScatter) {
     --rs_unresolved_;
     if (r.chunk != pos_ && !r.skipped) --skippable_posted_;
-    uint8_t* hdr = slot_hdr(recv_slots_, r.slot);
+    uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
     SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
     if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
       return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
@@ -703,14 +846,14 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
       const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
       aux_[extra].recv_slot = r.slot;
       post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
-                    slot_payload(recv_slots_, r.slot), expect, now, out);
+                    slot_payload(recv_slot_base(r.slot), 0), expect, now, out);
       out->back().header = hdr;
       ++stats_.messages_sent;
     } else if (r.chunk == pos_) {
       r.state = OpState::kFinished;
       SKIPRING_CHECK(owner_enqueue(r.seg, static_cast<int>(idx), now, out));
     } else {
-      reduce_queue_.push_back(idx);
+      ++awaiting_reduce_;
       SKIPRING_CHECK(start_reduces(now, out));
     }
     resolve_rs_recv(now, out);
@@ -735,13 +878,33 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
 }
 
 Status RingAllreduce::start_reduces(double now, ActionList* out) {
-  while (reduce_queue_head_ < reduce_queue_.size()) {
-    RecvOp& r = recvs_[reduce_queue_[reduce_queue_head_]];
+  // Ring pieces are reduced strictly in receive-sequence order: a later piece must never take
+  // the send slot an earlier one needs (the order is what keeps the pipeline deadlock-free,
+  // also when skips lend the receive window extra slots). Pieces that are skipped, bypassed
+  // or our own chunk's are not reduced here.
+  while (reduce_cursor_ < recvs_.size()) {
+    RecvOp& r = recvs_[reduce_cursor_];
+    if (r.phase != Phase::kReduceScatter) {
+      reduce_cursor_ = recvs_.size();
+      break;
+    }
+    if (r.chunk == pos_ || r.skipped || r.state == OpState::kFinished ||
+        r.state == OpState::kReducing) {
+      ++reduce_cursor_;
+      continue;
+    }
+    if (r.state != OpState::kArrived) break;
+    if (free_send_slots_.empty() && bypass_) {
+      // Bypassing a late successor: send slots still hold pieces it has not taken, so the
+      // pieces now going to the owners get fresh ones.
+      overflow_send_.emplace_back(new uint8_t[slot_bytes_]);
+      free_send_slots_.push_back(p_.depth + static_cast<int>(overflow_send_.size()) - 1);
+    }
     if (free_send_slots_.empty()) break;
-    const uint8_t* in_slot = recv_slots_ + r.slot * slot_bytes_;
+    const uint8_t* in_slot = recv_slot_base(r.slot);
     Action a;
     a.kind = Action::Kind::kReduce;
-    a.token = make_token(kTokReduce, reduce_queue_[reduce_queue_head_]);
+    a.token = make_token(kTokReduce, reduce_cursor_);
     a.a = input_ptr(r.chunk, r.seg);
     a.b = in_slot + hdr_area_;
     a.count = layout_.segment_count(r.chunk, r.seg);
@@ -749,11 +912,12 @@ Status RingAllreduce::start_reduces(double now, ActionList* out) {
     a.op = p_.op;
     r.out_slot = free_send_slots_.back();
     free_send_slots_.pop_back();
-    a.dst = slot_payload(send_slots_, r.out_slot);
+    a.dst = slot_payload(send_slot_base(r.out_slot), 0);
     r.state = OpState::kReducing;
     r.t_reduce = now;
     ++pending_;
-    ++reduce_queue_head_;
+    --awaiting_reduce_;
+    ++reduce_cursor_;
     out->push_back(a);
   }
   return Status::kOk;
@@ -813,12 +977,12 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   rec.t_end = now;
   local_done_[r.seg_id] = 1;
   // The outgoing partial sums what came in plus our input.
-  SKIPRING_CHECK(check_header(slot_hdr(recv_slots_, r.slot), r.phase, r.chunk, r.seg,
+  SKIPRING_CHECK(check_header(slot_hdr(recv_slot_base(r.slot), 0), r.phase, r.chunk, r.seg,
                               &scratch_set_));
   scratch_set_.add(p_.rank);
   free_recv_slots_.push_back(r.slot);
-  emit_piece(r.step, r.chunk, r.seg, slot_hdr(send_slots_, r.out_slot),
-             slot_payload(send_slots_, r.out_slot), r.out_slot, scratch_set_, false, now, out);
+  emit_piece(r.step, r.chunk, r.seg, slot_hdr(send_slot_base(r.out_slot), 0),
+             slot_payload(send_slot_base(r.out_slot), 0), r.out_slot, scratch_set_, false, now, out);
   post_receives(now, out);
   owner_post_extras(now, out);
   maybe_done(now, out);
@@ -862,13 +1026,45 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
     if (rs_sent_[r.seg_id]) continue;  // cannot happen for ring pieces; defensive
     SKIPRING_CHECK(skip_piece(i, now, out));
   }
+  post_receives(now, out);  // each skip lends the receive window a slot
+  SKIPRING_CHECK(start_reduces(now, out));  // skipped pieces no longer hold up later ones
   maybe_done(now, out);
   return Status::kOk;
 }
 
+std::string RingAllreduce::describe() const {
+  std::string unsent;
+  for (size_t i = 0; i < recvs_.size(); ++i) {
+    const RecvOp& r = recvs_[i];
+    if (r.state == OpState::kFinished) continue;
+    unsent += fmt::format(" {}{}:c{}g{}s{}{}", r.phase == Phase::kReduceScatter ? "RS" : "AG",
+                          static_cast<int>(r.state), r.chunk, r.seg, r.step,
+                          r.skipped ? "skipped" : "");
+    if (unsent.size() > 300) break;
+  }
+  for (const SendOp& sd : sends_) {
+    if (!sd.done) unsent += fmt::format(" SEND:seg{}slot{}", sd.seg_id, sd.slot);
+  }
+  static const char* kAuxNames[] = {"ctrlR", "ctrlS", "ackR", "ackS", "extraS", "extraR"};
+  for (const AuxOp& a : aux_) {
+    if (!a.done && !a.cancelled) {
+      unsent += fmt::format(" {}:seg{}ch{}", kAuxNames[static_cast<int>(a.kind)], a.seg_id,
+                            a.channel);
+    }
+  }
+  int owner_open = 0;
+  for (const auto& o : owner_) owner_open += o.full ? 0 : 1;
+  return fmt::format(
+      "rank {} pending={} next_post={}/{} rs_unresolved={} rs_to_emit={} open={}{}{} "
+      "bypass={} owner_open={} free_recv={} free_send={} reduce_cursor={} awaiting={} |{}",
+      p_.rank, pending_, next_post_, recvs_.size(), rs_unresolved_, rs_to_emit_, open_[0],
+      open_[1], open_[2], bypass_, owner_open, free_recv_slots_.size(), free_send_slots_.size(),
+      reduce_cursor_, awaiting_reduce_, unsent);
+}
+
 void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || next_post_ != recvs_.size() ||
-      reduce_queue_head_ != reduce_queue_.size() || ctrl_open_) {
+      awaiting_reduce_ != 0 || open_[kBack] || open_[kFwd] || open_[kFar]) {
     return;
   }
   for (const auto& o : owner_) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,7 @@ class RingAllreduce final : public CollectiveCore {
   bool done() const override { return done_; }
   const std::string& error() const override { return error_; }
   const CollectiveStats& stats() const override { return stats_; }
+  std::string describe() const override;
   const RingLayout& layout() const { return layout_; }
 
  private:
@@ -138,8 +140,12 @@ class RingAllreduce final : public CollectiveCore {
   // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
   enum class AuxKind : uint8_t { kCtrlRecv, kCtrlSend, kAckRecv, kAckSend, kExtraSend,
                                  kExtraRecv };
+  // Control channels: from the successor (notices), from the predecessor (bypass), from the
+  // rank two ahead (bypass requests). Each ends with a "done" message on the same tag.
+  enum Channel : int { kBack = 0, kFwd = 1, kFar = 2, kChannels = 3 };
   struct AuxOp {
     AuxKind kind;
+    int channel = kBack;
     int seg_id = -1;
     int chunk = -1;
     int seg = -1;
@@ -184,8 +190,16 @@ class RingAllreduce final : public CollectiveCore {
   int add_aux(AuxKind kind, int c, int g);
   void post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes, double now,
                      ActionList* out);
-  void post_ctrl_recv(double now, ActionList* out);
-  void send_ctrl(uint8_t flags, int c, int g, double now, ActionList* out);
+  void post_ctrl_recv(int channel, double now, ActionList* out);
+  void send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
+                 const ContributionSet* set = nullptr);
+  int ctrl_tag(int channel) const { return p_.tag_span - 1 - channel; }
+  // Own contribution for a ring piece we will not get (skip or predecessor bypassed us).
+  void forward_own(size_t idx, double now, ActionList* out);
+  void piece_emitted(double now, ActionList* out);
+  void resolve_bypassed(size_t idx, double now, ActionList* out);
+  uint8_t* recv_slot_base(int slot) const;
+  uint8_t* send_slot_base(int slot) const;
   // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
   // ack to the successor when the successor asked for that.
   void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
@@ -220,8 +234,8 @@ class RingAllreduce final : public CollectiveCore {
   size_t wait_cursor_ = 0;  // first receive whose arrival is not yet accounted as wait
   double wait_clock_ = 0;
   int ag_posted_ = 0;       // AG receives posted and not yet arrived
-  std::vector<size_t> reduce_queue_;  // RS receives arrived, waiting for a send slot
-  size_t reduce_queue_head_ = 0;
+  size_t reduce_cursor_ = 0;   // next ring piece to reduce, in receive-sequence order
+  int awaiting_reduce_ = 0;    // ring pieces arrived and not yet reduced
   std::vector<SendOp> sends_;
   std::vector<uint8_t> local_done_;  // per segment id: our RS part no longer reads the input
 
@@ -230,8 +244,16 @@ class RingAllreduce final : public CollectiveCore {
   std::vector<uint8_t> rs_sent_;       // per segment id: our RS piece has left (or is leaving)
   std::vector<uint8_t> redirect_;      // per segment id: successor asked for owner delivery
   int rs_unresolved_ = 0;              // RS ring receives not yet arrived or acknowledged
-  bool ctrl_open_ = false;             // successor may still send notices
+  bool open_[kChannels] = {false, false, false};  // control channel may still deliver
   bool rs_done_sent_ = false;
+  bool side_channels_ = false;    // forward and far control channels in use (skip, n >= 3)
+  bool bypass_ = false;           // successor is late: its pieces go straight to the owners
+  bool bypass_requested_ = false; // we asked our predecessor's predecessor to bypass
+  std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
+  int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
+  bool fwd_done_sent_ = false;
+  std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
+  std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
   int skippable_posted_ = 0;           // posted RS receives a timer watches
   std::vector<int> owner_merge_item_;  // per owner segment: the piece being merged
   std::vector<double> owner_merge_t_;  // per owner segment: when that merge started

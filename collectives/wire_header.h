@@ -18,6 +18,12 @@ constexpr uint8_t kFlagExtra = 1;   // a piece going straight to the chunk's own
 constexpr uint8_t kFlagAck = 2;     // "my piece went straight to the owner" (skip redirect)
 constexpr uint8_t kFlagNotice = 4;  // control: "send this piece straight to the owner"
 constexpr uint8_t kFlagRsDone = 8;  // control: "no more notices from me in this collective"
+constexpr uint8_t kFlagBypassReq = 16;  // control, to the predecessor's predecessor: "your
+                                        // successor is late: send its pieces to the owners"
+constexpr uint8_t kFlagBypassed = 32;   // control, to the successor: "my piece for (c, g) went
+                                        // straight to the owner: send only your own"
+constexpr uint8_t kFlagFwdDone = 64;    // control: "no more bypass messages from me"
+constexpr uint8_t kFlagFarDone = 128;   // control: "no more bypass requests from me"
 
 struct WireHeader {
   uint32_t magic;

@@ -370,6 +370,9 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       for (int r = 0; r < n; ++r) {
         if (ranks[r].next < opt.collectives) who += " " + std::to_string(r);
       }
+      for (int r = 0; r < n; ++r) {
+        if (ranks[r].core) who += "\n  " + ranks[r].core->describe();
+      }
       return fail(Status::kErrInternal, "deadlock: nothing pending, unfinished ranks:" + who);
     }
     clock.set(std::max(clock.now(), next));

@@ -6,6 +6,7 @@
 // schedule that must skip shows skips, one without a straggler shows none.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -181,6 +182,9 @@ TEST(SkipAhead, RandomSchedules) {
       const int bit = (coll * 37 + step * 2 + static_cast<int>(ph)) % 64;
       return (step_mask >> bit & 1) ? scale : 0.0;
     };
+    // SKIPRING_TEST_SCHEDULE=i runs only schedule i (the others are still drawn), to debug one.
+    const char* only = std::getenv("SKIPRING_TEST_SCHEDULE");
+    if (only != nullptr && std::atoi(only) != i) continue;
     const Outcome r = run_exact(
         o, "schedule " + std::to_string(i) + " n=" + std::to_string(n) + " count=" +
                std::to_string(o.count) + " seg=" + std::to_string(o.segment_bytes) + " depth=" +
@@ -194,8 +198,10 @@ TEST(SkipAhead, RandomSchedules) {
   }
   // The random mix must exercise both protocol paths: predecessors redirected before sending
   // (acks) and late pieces forwarded to the owner.
-  EXPECT_GT(total_skips, 1000u);
-  EXPECT_GT(total_late, 100u);
+  if (std::getenv("SKIPRING_TEST_SCHEDULE") == nullptr) {
+    EXPECT_GT(total_skips, 1000u);
+    EXPECT_GT(total_late, 100u);
+  }
 }
 
 }  // namespace
