@@ -34,9 +34,12 @@ Outcome run_exact(const harness::Options& o, const std::string& what) {
   const size_t bytes = o.count * dtype_size(o.dtype);
   for (int c = 0; c < o.collectives; ++c) {
     std::vector<uint8_t> ref = in[c][0];
-    for (int r = 1; r < o.n; ++r) reduce(o.op, o.dtype, ref.data(), ref.data(), in[c][r].data(), o.count);
+    for (int r = 1; r < o.n; ++r) {
+      reduce(o.op, o.dtype, ref.data(), ref.data(), in[c][r].data(), o.count);
+    }
     for (int r = 0; r < o.n; ++r) {
-      const bool same_as_ref = std::memcmp(res.outputs[c][r].data(), ref.data(), bytes) == 0;
+      const bool same_as_ref =
+          bytes == 0 || std::memcmp(res.outputs[c][r].data(), ref.data(), bytes) == 0;
       EXPECT_TRUE(same_as_ref) << what << ": rank " << r << " collective " << c
                                << " differs from the sequential reference";
       if (!same_as_ref) return out;
@@ -156,7 +159,9 @@ TEST(SkipAhead, ExhaustiveSmallRings) {
 TEST(SkipAhead, RandomSchedules) {
   std::mt19937_64 rng(2026);
   uint64_t total_skips = 0, total_late = 0;
-  const int kSchedules = 10000;
+  // SKIPRING_TEST_SCHEDULES=k runs only the first k (e.g. under sanitizers, which are slow).
+  const char* limit = std::getenv("SKIPRING_TEST_SCHEDULES");
+  const int kSchedules = limit != nullptr ? std::atoi(limit) : 10000;
   for (int i = 0; i < kSchedules; ++i) {
     const int n = 2 + static_cast<int>(rng() % 15);
     harness::Options o = base(n, rng());
@@ -198,7 +203,7 @@ TEST(SkipAhead, RandomSchedules) {
   }
   // The random mix must exercise both protocol paths: predecessors redirected before sending
   // (acks) and late pieces forwarded to the owner.
-  if (std::getenv("SKIPRING_TEST_SCHEDULE") == nullptr) {
+  if (std::getenv("SKIPRING_TEST_SCHEDULE") == nullptr && kSchedules >= 10000) {
     EXPECT_GT(total_skips, 1000u);
     EXPECT_GT(total_late, 100u);
   }
