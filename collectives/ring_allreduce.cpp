@@ -21,6 +21,8 @@ constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 // Tag = 4 * segment id + kind; the control tags are tag_span - 1 .. tag_span - 3. Segments are made large enough
 // that every tag of a collective is distinct (effective_segment_bytes), so tags never wrap.
 constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
+// A skipped piece still missing this many thresholds after it was due triggers the bypass.
+constexpr double kBypassFactor = 4.0;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -186,12 +188,15 @@ Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, i
 
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
-  if (!p_.skip || skippable_posted_ == 0 || done_ || failed_) return t;
+  if (!p_.skip || done_ || failed_) return t;
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     const RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
     if (r.state == OpState::kPosted && !r.skipped && r.chunk != pos_) {
       t = std::min(t, r.t_posted + p_.skip_threshold_s);
+    }
+    if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_) {
+      t = std::min(t, r.t_posted + kBypassFactor * p_.skip_threshold_s);
     }
   }
   return t;
@@ -554,12 +559,6 @@ Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
   forward_own(idx, now, out);
   send_ctrl(kBack, kFlagNotice, r.chunk, r.seg, now, out);
-  // The predecessor is late: ask the rank before it to stop feeding it and send its pieces
-  // straight to their owners (once per collective).
-  if (side_channels_ && !bypass_requested_) {
-    bypass_requested_ = true;
-    send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
-  }
   // The predecessor answers with its piece (on the ring receive) or an ack, never both.
   const int ack = add_aux(AuxKind::kAckRecv, recvs_[idx].chunk, recvs_[idx].seg);
   aux_[ack].hdr.assign(hdr_bytes_, 0);
@@ -1021,6 +1020,14 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
+    if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_ &&
+        r.t_posted + kBypassFactor * p_.skip_threshold_s <= now) {
+      // Still nothing long after the skip: the predecessor is absent or very slow. Ask the
+      // rank before it to stop feeding it and send its pieces straight to their owners.
+      bypass_requested_ = true;
+      ++stats_.bypass_requests;
+      send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
+    }
     if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
     if (r.t_posted + p_.skip_threshold_s > now) continue;
     if (rs_sent_[r.seg_id]) continue;  // cannot happen for ring pieces; defensive

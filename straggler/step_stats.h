@@ -48,6 +48,7 @@ struct CollectiveStats {
   uint32_t messages_received = 0;
   uint32_t skips = 0;
   uint32_t late_pieces = 0;
+  uint32_t bypass_requests = 0;  // late-rank bypasses this rank asked for (0 or 1)
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   // 90th percentile of "receive posted -> piece arrived" over the reduce-scatter ring pieces
   // this rank could skip and did not: the normal step time the skip threshold is derived from

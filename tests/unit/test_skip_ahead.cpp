@@ -21,6 +21,7 @@ namespace {
 struct Outcome {
   uint64_t skips = 0;
   uint64_t late = 0;
+  uint64_t bypasses = 0;
 };
 
 // Runs one schedule and checks exactness; returns the skip counters.
@@ -45,6 +46,7 @@ Outcome run_exact(const harness::Options& o, const std::string& what) {
       if (!same_as_ref) return out;
       out.skips += res.stats[c][r].skips;
       out.late += res.stats[c][r].late_pieces;
+      out.bypasses += res.stats[c][r].bypass_requests;
     }
   }
   return out;
@@ -123,7 +125,12 @@ TEST(SkipAhead, LateArrival) {
       o.start_time.assign(n, 0.0);
       o.start_time[late] = 5e-3;
       o.collectives = 2;
-      run_exact(o, "n=" + std::to_string(n) + " late=" + std::to_string(late));
+      const Outcome r = run_exact(o, "n=" + std::to_string(n) + " late=" + std::to_string(late));
+      // A rank 250 thresholds late is skipped, and from 3 ranks on also bypassed.
+      if (n >= 3) {
+        EXPECT_GT(r.skips, 0u) << "n=" << n << " late=" << late;
+        EXPECT_GT(r.bypasses, 0u) << "n=" << n << " late=" << late;
+      }
     }
   }
 }
