@@ -395,7 +395,6 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       free_recv_slots_.pop_back();
       a.header = slot_hdr(recv_slot_base(r.slot), 0);
       a.payload = slot_payload(recv_slot_base(r.slot), 0);
-      if (r.chunk != pos_) ++skippable_posted_;
     } else {
       // Allgather lands in the user's buffer: only once our reduce-scatter work on that
       // segment no longer reads it (in place) and within the pipeline depth.
@@ -553,7 +552,6 @@ void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
 Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.skipped = true;
-  --skippable_posted_;
   ++stats_.skips;
   stats_.steps[r.step].skips += 1;
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
@@ -592,8 +590,6 @@ void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
     out->push_back(ca);
     aux_[r.ack_aux].cancelled = true;
     --pending_;
-  } else {
-    --skippable_posted_;
   }
   r.state = OpState::kFinished;
   r.t_arrived = now;
@@ -688,9 +684,7 @@ void RingAllreduce::owner_post_extras(double now, ActionList* out) {
   }
 }
 
-Status RingAllreduce::on_aux(size_t idx, bool is_recv, size_t payload_bytes, double now,
-                             ActionList* out) {
-  (void)is_recv;
+Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, ActionList* out) {
   // `op` is only valid until the next add_aux (aux_ may move): read what is needed first.
   AuxOp& op = aux_[idx];
   if (op.done || op.cancelled) return Status::kOk;  // completion of a cancelled receive
@@ -798,7 +792,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   if (failed_) return Status::kErrProtocol;
   if (token_kind(t) == kTokAux) {
     if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
-    return on_aux(token_index(t), true, payload_bytes, now, out);
+    return on_aux(token_index(t), payload_bytes, now, out);
   }
   const size_t idx = token_index(t);
   if (token_kind(t) != kTokRecv || idx >= recvs_.size() || recvs_[idx].state != OpState::kPosted) {
@@ -822,7 +816,6 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
 
   if (r.phase == Phase::kReduceScatter) {
     --rs_unresolved_;
-    if (r.chunk != pos_ && !r.skipped) --skippable_posted_;
     uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
     SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
     if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
@@ -992,7 +985,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   if (token_kind(t) == kTokAux) {
     if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
-    return on_aux(token_index(t), false, 0, now, out);
+    return on_aux(token_index(t), 0, now, out);
   }
   const size_t idx = token_index(t);
   if (token_kind(t) != kTokSend || idx >= sends_.size() || sends_[idx].done) {

@@ -209,7 +209,7 @@ class RingAllreduce final : public CollectiveCore {
   Status owner_enqueue(int g, int item, double now, ActionList* out);
   Status owner_merge(int g, double now, ActionList* out);
   void owner_post_extras(double now, ActionList* out);
-  Status on_aux(size_t aux, bool is_recv, size_t payload_bytes, double now, ActionList* out);
+  Status on_aux(size_t aux, size_t payload_bytes, double now, ActionList* out);
 
   RingParams p_;
   RingLayout layout_;
@@ -254,7 +254,6 @@ class RingAllreduce final : public CollectiveCore {
   bool fwd_done_sent_ = false;
   std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
   std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
-  int skippable_posted_ = 0;           // posted RS receives a timer watches
   std::vector<int> owner_merge_item_;  // per owner segment: the piece being merged
   std::vector<double> owner_merge_t_;  // per owner segment: when that merge started
   std::vector<double> piece_waits_;
