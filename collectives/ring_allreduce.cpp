@@ -23,6 +23,14 @@ constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
 // A skipped piece still missing this many thresholds after it was due triggers the bypass.
 constexpr double kBypassFactor = 4.0;
+// Skip cascade suppression: a ring piece of reduce-scatter step s depends on s upstream ranks,
+// and the rank next to a straggler skips it only after its own threshold, so the piece reaches
+// us up to (threshold + one hop) late although our predecessor is fine. All timers of a
+// window start at about the same time (receives are posted ahead), so without a margin every
+// rank downstream of a straggler would skip its healthy predecessor too (measured: with one
+// late rank of 4, all four ranks skipped each other). Step s therefore waits
+// threshold * (1 + s * kStepGrace).
+constexpr double kStepGrace = 0.5;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -186,17 +194,27 @@ Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, i
   return why.empty() ? Status::kOk : fail(why);
 }
 
+double RingAllreduce::piece_threshold(const RecvOp& r) const {
+  return p_.skip_threshold_s * (1.0 + kStepGrace * r.step);
+}
+
+double RingAllreduce::skip_deadline(const RecvOp& r) const {
+  if (pred_silent_) return r.t_posted;
+  return std::max(r.t_posted, t_pred_heard_) + piece_threshold(r);
+}
+
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
+  if (first_sends_deferred_) return -t;  // at the next poll
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     const RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
     if (r.state == OpState::kPosted && !r.skipped && r.chunk != pos_) {
-      t = std::min(t, r.t_posted + p_.skip_threshold_s);
+      t = std::min(t, skip_deadline(r));
     }
     if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_) {
-      t = std::min(t, r.t_posted + kBypassFactor * p_.skip_threshold_s);
+      t = std::min(t, r.t_posted + kBypassFactor * piece_threshold(r));
     }
   }
   return t;
@@ -205,6 +223,7 @@ double RingAllreduce::next_deadline() const {
 Status RingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   wait_clock_ = now;
+  t_pred_heard_ = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
       Action a;
@@ -319,26 +338,37 @@ Status RingAllreduce::start(double now, ActionList* out) {
     }
   }
 
-  // Reduce-scatter, step 0: our own input for chunk pos-1 goes straight to the successor.
-  ContributionSet mine(n_);
-  mine.add(p_.rank);
-  for (int g = 0; g < layout_.segments(start_chunk); ++g) {
-    uint8_t* hdr = take_hdr();
-    write_header(hdr, Phase::kReduceScatter, start_chunk, g, mine);
-    rs_sent_[layout_.first_segment(start_chunk) + g] = 1;
-    post_send(Phase::kReduceScatter, 0, start_chunk, g, hdr, input_ptr(start_chunk, g), -1, now,
-              out, /*reads_input=*/true);
-  }
+  // Reduce-scatter, step 0 (send_first_pieces): headers from the pool, sent now or, with
+  // skip-ahead on, once the queued notices are read.
+  first_hdrs_ = take_hdr();
+  hdr_next += layout_.segments(start_chunk) - 1;
   owner_hdrs_ = hdr_pool_ + hdr_next * hdr_area;
   hdr_next += layout_.segments(pos_);
   for (auto& r : recvs_) {
     if (r.phase == Phase::kAllgather) r.header = take_hdr();
+  }
+  if (p_.skip) {
+    first_sends_deferred_ = true;
+  } else {
+    send_first_pieces(now, out);
   }
   post_receives(now, out);
   owner_post_extras(now, out);
   resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
   maybe_done(now, out);
   return Status::kOk;
+}
+
+void RingAllreduce::send_first_pieces(double now, ActionList* out) {
+  first_sends_deferred_ = false;
+  const int c = (pos_ - 1 + n_) % n_;
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  for (int g = 0; g < layout_.segments(c); ++g) {
+    uint8_t* hdr = first_hdrs_ + static_cast<size_t>(g) * hdr_area_;
+    emit_piece(0, c, g, hdr, input_ptr(c, g), -1, mine, /*reads_input=*/true, now, out,
+               /*relayed=*/false);
+  }
 }
 
 void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
@@ -493,14 +523,14 @@ void RingAllreduce::piece_emitted(double now, ActionList* out) {
 
 void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,
                                int slot, const ContributionSet& set, bool reads_input,
-                               double now, ActionList* out) {
+                               double now, ActionList* out, bool relayed) {
   const int seg_id = layout_.first_segment(c) + g;
   rs_sent_[seg_id] = 1;
   const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_;
   if (!redirect_[seg_id] && !bypass) {
     write_header(hdr, Phase::kReduceScatter, c, g, set);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
-    piece_emitted(now, out);
+    if (relayed) piece_emitted(now, out);
     return;
   }
   if (bypass) {
@@ -515,7 +545,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     out->back().header = hdr;
     ++stats_.messages_sent;
     send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
-    piece_emitted(now, out);
+    if (relayed) piece_emitted(now, out);
     return;
   }
   // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
@@ -535,7 +565,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     // An own-input piece sent as an extra: the input is read until that send completes.
     aux_[extra].recv_slot = -2;
   }
-  piece_emitted(now, out);
+  if (relayed) piece_emitted(now, out);
 }
 
 void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
@@ -552,6 +582,7 @@ void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
 Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.skipped = true;
+  pred_silent_ = true;
   ++stats_.skips;
   stats_.steps[r.step].skips += 1;
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
@@ -695,6 +726,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       WireHeader h;
       const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
       if (!why.empty()) return fail(why);
+      ++ctrl_seen_;
       const int channel = op.channel;
       if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
         open_[channel] = false;
@@ -807,6 +839,11 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   }
   r.state = OpState::kArrived;
   r.t_arrived = now;
+  if (r.phase == Phase::kReduceScatter) {
+    r.t_ready = std::max(r.t_posted, t_pred_heard_);
+    t_pred_heard_ = now;
+    pred_silent_ = false;
+  }
   --pending_;
   ++stats_.messages_received;
   StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
@@ -1010,11 +1047,18 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
 Status RingAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   if (!p_.skip) return Status::kOk;
+  if (first_sends_deferred_) {
+    if (ctrl_seen_ != ctrl_seen_mark_) {
+      ctrl_seen_mark_ = ctrl_seen_;  // notices are still coming in: read them first
+      return Status::kOk;
+    }
+    send_first_pieces(now, out);
+  }
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
     if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_ &&
-        r.t_posted + kBypassFactor * p_.skip_threshold_s <= now) {
+        r.t_posted + kBypassFactor * piece_threshold(r) <= now) {
       // Still nothing long after the skip: the predecessor is absent or very slow. Ask the
       // rank before it to stop feeding it and send its pieces straight to their owners.
       bypass_requested_ = true;
@@ -1022,7 +1066,7 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
       send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
     }
     if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
-    if (r.t_posted + p_.skip_threshold_s > now) continue;
+    if (skip_deadline(r) > now) continue;
     if (rs_sent_[r.seg_id]) continue;  // cannot happen for ring pieces; defensive
     SKIPRING_CHECK(skip_piece(i, now, out));
   }
@@ -1075,10 +1119,11 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   stats_.summarise();
   piece_waits_.clear();
   for (const RecvOp& r : recvs_) {
-    // Ring pieces this rank could have skipped but did not: their wait is the normal step time
+    // Ring pieces this rank could have skipped but did not: their wait (from when the timer
+    // started, see skip_deadline) is the normal step time
     // (the owner's pieces also wait for everything upstream, stragglers included).
     if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && !r.skipped && r.t_arrived > 0) {
-      piece_waits_.push_back(r.t_arrived - r.t_posted);
+      piece_waits_.push_back(std::max(0.0, r.t_arrived - r.t_ready));
     }
   }
   if (!piece_waits_.empty()) {

@@ -123,6 +123,7 @@ class RingAllreduce final : public CollectiveCore {
     int out_slot = -1;      // RS: send slot the reduction writes into
     uint8_t* header = nullptr;  // AG: header buffer (payload lands in recvbuf)
     double t_posted = 0;
+    double t_ready = 0;    // when its timer started: max(posted, previous piece from pred)
     double t_arrived = 0;
     double t_reduce = 0;
     bool skipped = false;   // RS: we forwarded our own contribution without this piece
@@ -203,7 +204,14 @@ class RingAllreduce final : public CollectiveCore {
   // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
   // ack to the successor when the successor asked for that.
   void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
-                  const ContributionSet& set, bool reads_input, double now, ActionList* out);
+                  const ContributionSet& set, bool reads_input, double now, ActionList* out,
+                  bool relayed = true);
+  // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
+  void send_first_pieces(double now, ActionList* out);
+  // How long a posted ring piece may be missing before it is skipped (grows with the step).
+  double piece_threshold(const RecvOp& r) const;
+  // When a posted ring piece that has not arrived gets skipped.
+  double skip_deadline(const RecvOp& r) const;
   Status skip_piece(size_t idx, double now, ActionList* out);
   void resolve_rs_recv(double now, ActionList* out);
   Status owner_enqueue(int g, int item, double now, ActionList* out);
@@ -225,6 +233,7 @@ class RingAllreduce final : public CollectiveCore {
   uint8_t* send_slots_ = nullptr;
   uint8_t* extra_slots_ = nullptr;  // owner: pieces coming straight to it
   uint8_t* hdr_pool_ = nullptr;
+  uint8_t* first_hdrs_ = nullptr;  // headers of our step-0 sends
   uint8_t* owner_hdrs_ = nullptr;  // headers of the allgather sends of our own chunk
   size_t hdr_area_ = 0;            // header area per slot (header right-aligned in it)
   std::vector<int> free_recv_slots_, free_send_slots_;
@@ -249,6 +258,19 @@ class RingAllreduce final : public CollectiveCore {
   bool side_channels_ = false;    // forward and far control channels in use (skip, n >= 3)
   bool bypass_ = false;           // successor is late: its pieces go straight to the owners
   bool bypass_requested_ = false; // we asked our predecessor's predecessor to bypass
+  // The skip timer runs per channel, not per posted receive: a piece is due a threshold after
+  // max(its receive was posted, the predecessor's previous ring piece arrived). Receives are
+  // posted a window ahead, so timing them from posting would skip the tail of every window.
+  double t_pred_heard_ = 0;
+  // We skipped the predecessor and nothing came from it since: it is absent or slow, so
+  // every other posted piece of it is skipped at once instead of a threshold each.
+  bool pred_silent_ = false;
+  // With skip-ahead on, step 0's sends wait until the notices already queued for us have been
+  // read (a poll that brings no new control message): a rank that arrives late then sends the
+  // pieces its successor skipped straight to their owners instead of through the successor.
+  bool first_sends_deferred_ = false;
+  uint64_t ctrl_seen_ = 0;       // control messages read so far
+  uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
   std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
   int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
   bool fwd_done_sent_ = false;

@@ -86,15 +86,11 @@ void TraceWriter::event(const std::string& json) {
 
 void TraceWriter::add(const CollectiveStats& stats) {
   if (file_ == nullptr || failed_) return;
-  if (!have_origin_) {
-    origin_ = stats.start;
-    have_origin_ = true;
-  }
   const int pid = rank_;
   event(fmt::format(
       R"({{"name":"allreduce seq={}","ph":"X","pid":{},"tid":0,"ts":{},"dur":{},)"
       R"("args":{{"bytes":{},"skips":{},"late":{},"wait_s":{},"slowest_neighbour":{}}}}})",
-      stats.seq, pid, us(stats.start - origin_),
+      stats.seq, pid, us(stats.start),
       us(stats.end > stats.start ? stats.end - stats.start : 0.0), stats.bytes, stats.skips,
       stats.late_pieces, secs(stats.wait_s), stats.slowest_neighbour));
   for (const StepRecord& s : stats.steps) {
@@ -103,7 +99,7 @@ void TraceWriter::add(const CollectiveStats& stats) {
           R"({{"name":"{} step {}","ph":"X","pid":{},"tid":1,"ts":{},"dur":{},)"
           R"("args":{{"chunk":{},"from":{},"to":{},"segments":{},"wait_us":{},"reduce_us":{},)"
           R"("transfer_us":{},"skips":{},"late_pieces":{}}}}})",
-          phase_tag(s.phase), s.step, pid, us(s.t_start - origin_), us(s.t_end - s.t_start),
+          phase_tag(s.phase), s.step, pid, us(s.t_start), us(s.t_end - s.t_start),
           s.chunk, s.from, s.to, s.segments, us(s.wait_s), us(s.reduce_s), us(s.transfer_s),
           s.skips, s.late_pieces));
     }
@@ -111,7 +107,7 @@ void TraceWriter::add(const CollectiveStats& stats) {
       event(fmt::format(
           R"({{"name":"skip","ph":"i","s":"t","pid":{},"tid":1,"ts":{},)"
           R"("args":{{"step":{},"phase":"{}","skips":{},"late_pieces":{}}}}})",
-          pid, us(s.t_start - origin_), s.step, phase_tag(s.phase), s.skips, s.late_pieces));
+          pid, us(s.t_start), s.step, phase_tag(s.phase), s.skips, s.late_pieces));
     }
   }
   if (!failed_ && std::fflush(file_) != 0) failed_ = true;

@@ -16,7 +16,8 @@ namespace skipring {
 //
 // Layout: pid = rank; tid 0 carries the collectives, tid 1 the steps and skip instants. Metadata
 // events ("ph":"M") name the process "rank <r>" and the threads "collectives" and "steps". Times
-// are microseconds relative to the `start` of the first collective added.
+// are the clock's absolute time in microseconds (steady_clock: one time base for every rank of
+// a host, so the per-rank files line up when loaded together; MPI_Wtime under SimGrid).
 class TraceWriter {
  public:
   // Opens <dir>/skipring-trace-rank<rank>.json for writing, creating `dir` (and its parents) if
@@ -54,8 +55,6 @@ class TraceWriter {
   std::FILE* file_;
   std::string path_;
   int rank_;
-  bool have_origin_ = false;
-  double origin_ = 0;  // clock seconds mapped to ts 0
   size_t events_ = 0;
   bool failed_ = false;
 };
