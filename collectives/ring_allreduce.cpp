@@ -414,9 +414,13 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
         resolve_rs_recv(now, out);
         continue;
       }
-      if (free_recv_slots_.empty() && overflow_slots_.size() < stats_.skips) {
+      if (free_recv_slots_.empty() && (overflow_slots_.size() < stats_.skips || pred_silent_)) {
         // Skipped receives keep their slots until the late rank answers; each skip lends the
-        // window one more slot so the ring keeps moving around a late rank.
+        // window one more slot so the ring keeps moving around a late rank. While the
+        // predecessor is silent the window grows on demand: our own chunk's pieces from it
+        // cannot be skipped, and each would otherwise hold a slot until it arrives (one per
+        // segment: the window closed after `depth` segments and the ranks behind us started
+        // skipping us in turn).
         overflow_slots_.emplace_back(new uint8_t[slot_bytes_]);
         free_recv_slots_.push_back(p_.depth + static_cast<int>(overflow_slots_.size()) - 1);
       }

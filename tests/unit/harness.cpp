@@ -84,7 +84,7 @@ class FakeNetwork {
  public:
   FakeNetwork(const Options& opt, ManualClock* clock)
       : opt_(opt), clock_(clock), rng_(opt.seed * 7919 + 17), unexpected_(opt.n),
-        posted_(opt.n) {
+        posted_(opt.n), out_free_(opt.n, 0.0), in_free_(opt.n, 0.0) {
     for (int r = 0; r < opt.n; ++r) transports_.emplace_back(new FakeTransport(this, r, opt.n));
   }
 
@@ -198,7 +198,13 @@ class FakeNetwork {
       PostedRecv r = *pit;
       ux.erase(mit);
       pit = po.erase(pit);
-      const double t = clock_->now() + (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
+      const double dur = (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
+      double t = clock_->now() + dur;
+      if (opt_.links) {
+        const double begin = std::max({clock_->now(), out_free_[m->src], in_free_[dst]});
+        t = begin + dur;
+        out_free_[m->src] = in_free_[dst] = t;
+      }
       schedule(t, [this, m, r] { transfer(*m, r); });
     }
   }
@@ -228,6 +234,7 @@ class FakeNetwork {
   std::vector<std::deque<std::shared_ptr<Message>>> unexpected_;
   std::vector<std::deque<PostedRecv>> posted_;
   std::map<std::tuple<int, int, int>, double> last_arrival_;
+  std::vector<double> out_free_, in_free_;  // Options::links: when each rank's links are free
   std::vector<std::unique_ptr<FakeTransport>> transports_;
 };
 

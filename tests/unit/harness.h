@@ -32,6 +32,10 @@ struct Options {
   double latency_min = 1e-6;    // per message, virtual seconds
   double latency_max = 5e-6;
   double bytes_per_s = 1e9;     // transfer time = bytes / rate after matching
+  // Links: each rank has one outgoing and one incoming link (full duplex NIC); a matched
+  // message's transfer waits until both are free and occupies both. Off: transfers overlap
+  // freely (only the protocol's ordering is under test).
+  bool links = false;
   double eager_probability = 0.5;
   std::vector<double> start_time;  // per rank; empty = all at 0
   double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
