@@ -199,7 +199,7 @@ double RingAllreduce::piece_threshold(const RecvOp& r) const {
 }
 
 double RingAllreduce::skip_deadline(const RecvOp& r) const {
-  if (pred_silent_) return r.t_posted;
+  if (pred_absent_) return r.t_posted;
   return std::max(r.t_posted, t_pred_heard_) + piece_threshold(r);
 }
 
@@ -207,6 +207,9 @@ double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
   if (first_sends_deferred_) return -t;  // at the next poll
+  if (pred_silent_ && !pred_absent_) {
+    t = std::min(t, t_pred_heard_ + kBypassFactor * p_.skip_threshold_s);
+  }
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     const RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
@@ -414,10 +417,10 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
         resolve_rs_recv(now, out);
         continue;
       }
-      if (free_recv_slots_.empty() && (overflow_slots_.size() < stats_.skips || pred_silent_)) {
+      if (free_recv_slots_.empty() && (overflow_slots_.size() < stats_.skips || pred_absent_)) {
         // Skipped receives keep their slots until the late rank answers; each skip lends the
-        // window one more slot so the ring keeps moving around a late rank. While the
-        // predecessor is silent the window grows on demand: our own chunk's pieces from it
+        // window one more slot so the ring keeps moving around a late rank. Once the
+        // predecessor is absent the window grows on demand: our own chunk's pieces from it
         // cannot be skipped, and each would otherwise hold a slot until it arrives (one per
         // segment: the window closed after `depth` segments and the ranks behind us started
         // skipping us in turn).
@@ -846,7 +849,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   if (r.phase == Phase::kReduceScatter) {
     r.t_ready = std::max(r.t_posted, t_pred_heard_);
     t_pred_heard_ = now;
-    pred_silent_ = false;
+    pred_silent_ = pred_absent_ = false;
   }
   --pending_;
   ++stats_.messages_received;
@@ -1057,6 +1060,10 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
       return Status::kOk;
     }
     send_first_pieces(now, out);
+  }
+  if (pred_silent_ && !pred_absent_ &&
+      t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {
+    pred_absent_ = true;
   }
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     RecvOp& r = recvs_[i];

@@ -262,9 +262,12 @@ class RingAllreduce final : public CollectiveCore {
   // max(its receive was posted, the predecessor's previous ring piece arrived). Receives are
   // posted a window ahead, so timing them from posting would skip the tail of every window.
   double t_pred_heard_ = 0;
-  // We skipped the predecessor and nothing came from it since: it is absent or slow, so
-  // every other posted piece of it is skipped at once instead of a threshold each.
+  // We skipped the predecessor and nothing came from it since.
   bool pred_silent_ = false;
+  // ... and that for kBypassFactor thresholds: it is absent (a late rank, not a descheduled
+  // one). Then every posted piece of it is skipped at once instead of a threshold each, and
+  // the receive window grows on demand.
+  bool pred_absent_ = false;
   // With skip-ahead on, step 0's sends wait until the notices already queued for us have been
   // read (a poll that brings no new control message): a rank that arrives late then sends the
   // pieces its successor skipped straight to their owners instead of through the successor.
