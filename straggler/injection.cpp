@@ -158,7 +158,7 @@ double sample(const InjectRule& r, uint64_t key) {
 
 // ---- one rule -----------------------------------------------------------------------------------
 
-constexpr const char* kKeys[] = {"rank", "delay", "dist", "at", "prob", "every", "seed"};
+constexpr const char* kKeys[] = {"rank", "delay", "dist", "at", "prob", "every", "step", "seed"};
 
 // Parses one key's value into `r`; returns an empty string or the reason (without prefix).
 std::string apply_key(std::string_view key, std::string_view value, InjectRule* r) {
@@ -248,13 +248,19 @@ std::string apply_key(std::string_view key, std::string_view value, InjectRule* 
     r->every = n;
     return {};
   }
+  if (key == "step") {
+    uint64_t k = 0;
+    if (!parse_u64(value, &k) || k > 1000000) return bad("expects an integer >= 0");
+    r->step = static_cast<int>(k);
+    return {};
+  }
   if (key == "seed") {
     uint64_t s = 0;
     if (!parse_u64(value, &s)) return bad("expects an unsigned 64-bit integer");
     r->seed = s;
     return {};
   }
-  return fmt::format("unknown key '{}' (expects rank, delay, dist, at, prob, every or seed)", key);
+  return fmt::format("unknown key '{}' (expects rank, delay, dist, at, prob, every, step or seed)", key);
 }
 
 // Parses the text of one non-empty rule; returns an empty string or the reason.
@@ -280,6 +286,7 @@ std::string parse_rule(std::string_view text, InjectRule* r) {
   if (!seen[0]) return "missing 'rank' (expects rank=R or rank=*)";
   if (!seen[1] && !seen[2]) return "missing 'delay' or 'dist' (exactly one is required)";
   if (seen[1] && seen[2]) return "both 'delay' and 'dist' given (exactly one is allowed)";
+  if (r->step >= 0 && r->at_arrive) return "'step' does not apply to at=arrive";
   return {};
 }
 
@@ -325,6 +332,7 @@ double InjectPlan::delay(int rank, uint64_t seq, InjectPoint point, int step) co
     if (r.rank >= 0 && r.rank != rank) continue;
     if (!r.applies_at(point)) continue;
     if (r.every == 0 || seq % r.every != 0) continue;
+    if (r.step >= 0 && r.step != step) continue;
     if (r.prob <= 0) continue;
     const uint64_t key = tuple_key(r.seed, rank, seq, point, step);
     if (r.prob < 1 && !(uniform01(key, 0) < r.prob)) continue;
@@ -363,6 +371,7 @@ std::string InjectPlan::to_string() const {
     out += fmt::format(",at={}", at);
     if (r.prob != 1.0) out += ",prob=" + fmt_number(r.prob);
     if (r.every != 1) out += fmt::format(",every={}", r.every);
+    if (r.step >= 0) out += fmt::format(",step={}", r.step);
     if (r.seed != 0) out += fmt::format(",seed={}", r.seed);
   }
   return out;

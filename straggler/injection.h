@@ -12,6 +12,9 @@
 //                                allgather step, or both kinds of step (default rs)
 //   prob=P                       chance in [0, 1] that the rule fires at a point (default 1)
 //   every=N                      only collectives with seq % N == 0 (N >= 1, default 1)
+//   step=K                       only step K (0-based) of the phase(s) in `at` (default: every
+//                                step; not with at=arrive). The paper's setting is one slow
+//                                step: at=rs,step=0
 //   seed=S                       uint64 seed of the rule's random stream (default 0)
 // Example: SKIPRING_INJECT="rank=1,delay=2ms,at=rs;rank=*,dist=exp:100us,at=arrive,prob=0.1"
 #pragma once
@@ -37,6 +40,7 @@ struct InjectRule {
   bool at_ag = false;
   double prob = 1.0;
   uint64_t every = 1;
+  int step = -1;  // -1: every step
   uint64_t seed = 0;
   // Delay model. kFixed: a = delay; kExp: a = mean; kUniform: a = lo, b = hi;
   // kLognormal: a = median, b = sigma. Durations are in seconds.

@@ -161,6 +161,9 @@ TEST(InjectParse, MalformedSpecsNameTheFault) {
       {"rank=1", "missing 'delay' or 'dist'"},
       {"rank=1,delay=1ms,dist=exp:1ms", "both 'delay' and 'dist'"},
       {"rank=1,delay=1ms,color=red", "unknown key 'color'"},
+      {"rank=1,delay=1ms,step=-1", "bad step '-1'"},
+      {"rank=1,delay=1ms,step=x", "bad step 'x'"},
+      {"rank=1,delay=1ms,at=arrive,step=0", "'step' does not apply to at=arrive"},
       {"rank=1,rank=2,delay=1ms", "duplicate key 'rank'"},
       {"rank=1,delay=1ms,delay=2ms", "duplicate key 'delay'"},
       {"rank=1,delay=1ms,at=rs,at=ag", "duplicate key 'at'"},
@@ -229,6 +232,16 @@ TEST(InjectDelay, ExampleOnlyHitsItsRankAndPoint) {
   EXPECT_EQ(plan.delay(2, 0, InjectPoint::kReduceScatter, 0), 0.0);
   EXPECT_EQ(plan.delay(1, 0, InjectPoint::kAllgather, 0), 0.0);
   EXPECT_EQ(plan.delay(1, 0, InjectPoint::kArrive, 0), 0.0);
+}
+
+TEST(InjectDelay, StepKeyPicksOneStep) {
+  const InjectPlan plan = parse_ok("rank=2,delay=30us,at=step,step=1");
+  EXPECT_EQ(plan.to_string(), "rank=2,delay=30us,at=step,step=1");
+  EXPECT_EQ(plan.delay(2, 0, InjectPoint::kReduceScatter, 0), 0.0);
+  EXPECT_DOUBLE_EQ(plan.delay(2, 0, InjectPoint::kReduceScatter, 1), 30e-6);
+  EXPECT_DOUBLE_EQ(plan.delay(2, 4, InjectPoint::kAllgather, 1), 30e-6);
+  EXPECT_EQ(plan.delay(2, 0, InjectPoint::kAllgather, 2), 0.0);
+  EXPECT_EQ(plan.delay(1, 0, InjectPoint::kReduceScatter, 1), 0.0);
 }
 
 TEST(InjectDelay, StarMatchesEveryRank) {
