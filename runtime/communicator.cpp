@@ -52,8 +52,11 @@ double Communicator::skip_threshold(size_t segment_bytes) const {
   // collectives of their 90th percentile). Before any history: T = 1 ms, T_trans = the
   // segment at 1 GB/s, so early collectives skip only for clear stragglers.
   const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
-  return timer_.threshold(pred, segment_bytes, cfg_.alpha, cfg_.skip_min_wait_us * 1e-6, 1e-3,
-                          static_cast<double>(segment_bytes) / 1e9);
+  const double T = cfg_.skip_t_us > 0 ? cfg_.skip_t_us * 1e-6 : timer_.typical(pred, 1e-3);
+  const double trans = cfg_.skip_ttrans_us > 0
+                           ? cfg_.skip_ttrans_us * 1e-6
+                           : timer_.transfer(segment_bytes, static_cast<double>(segment_bytes) / 1e9);
+  return std::max(cfg_.skip_min_wait_us * 1e-6, cfg_.alpha * T + trans);
 }
 
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,

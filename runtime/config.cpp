@@ -120,6 +120,16 @@ const ParamDesc kParams[] = {
      "Progress engine: longest sleep between polls once idle for a while (0: only yield).",
      [](const std::string& t, Config* c) { return parse_int(t, 0, 100000, &c->idle_sleep_us); },
      [](const Config& c) { return std::to_string(c.idle_sleep_us); }},
+#ifdef SKIPRING_SIMGRID
+    // Under SMPI std::chrono::steady_clock is the host's real time, not the simulated time.
+    {"SKIPRING_CLOCK", "enum", "mpi_wtime (the SimGrid build runs on simulated time only)",
+     "Time source of the progress engine; the SimGrid SMPI build uses MPI_Wtime (simulated).",
+     [](const std::string& t, Config* c) {
+       if (lower(t) != "mpi_wtime") return false;
+       c->clock = ClockKind::kMpiWtime;
+       return true;
+     },
+#else
     {"SKIPRING_CLOCK", "enum", "steady|mpi_wtime",
      "Time source of the progress engine; mpi_wtime under SimGrid SMPI (simulated time).",
      [](const std::string& t, Config* c) {
@@ -128,6 +138,7 @@ const ParamDesc kParams[] = {
        if (v == "mpi_wtime") return c->clock = ClockKind::kMpiWtime, true;
        return false;
      },
+#endif
      [](const Config& c) {
        return std::string(c.clock == ClockKind::kSteady ? "steady" : "mpi_wtime");
      }},
@@ -162,6 +173,28 @@ const ParamDesc kParams[] = {
        return parse_int(t, 0, 10000000, &c->skip_min_wait_us);
      },
      [](const Config& c) { return std::to_string(c.skip_min_wait_us); }},
+    {"SKIPRING_SKIP_T_US", "double", "a number >= 0 and <= 1e7 (0: learn T)",
+     "T of the skip threshold in microseconds, given instead of learnt (experiments).",
+     [](const std::string& t, Config* c) {
+       char* end = nullptr;
+       errno = 0;
+       const double v = std::strtod(t.c_str(), &end);
+       if (t.empty() || errno != 0 || *end != '\0' || !(v >= 0.0) || v > 1e7) return false;
+       c->skip_t_us = v;
+       return true;
+     },
+     [](const Config& c) { return fmt_double(c.skip_t_us); }},
+    {"SKIPRING_SKIP_TTRANS_US", "double", "a number >= 0 and <= 1e7 (0: fit T_trans)",
+     "T_trans of the skip threshold in microseconds, given instead of fitted (experiments).",
+     [](const std::string& t, Config* c) {
+       char* end = nullptr;
+       errno = 0;
+       const double v = std::strtod(t.c_str(), &end);
+       if (t.empty() || errno != 0 || *end != '\0' || !(v >= 0.0) || v > 1e7) return false;
+       c->skip_ttrans_us = v;
+       return true;
+     },
+     [](const Config& c) { return fmt_double(c.skip_ttrans_us); }},
     {"SKIPRING_INJECT", "spec", "rules 'rank=R,delay=D|dist=...,at=arrive|rs|ag|step,prob=P,every=N,seed=S' separated by ';'",
      "Straggler injection for experiments (see README); empty: none.",
      [](const std::string& t, Config* c) {
@@ -177,6 +210,34 @@ const ParamDesc kParams[] = {
        return true;
      },
      [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }},
+    {"SKIPRING_SIM_REDUCE_GBPS", "double", "a number > 0 and <= 1e6 (GB/s, 1e9 bytes per second)",
+     "SimGrid SMPI build: each reduction costs bytes / rate of simulated time (default: 8 KiB "
+     "in 3 us); validated but ignored by the normal build.",
+     [](const std::string& t, Config* c) {
+       char* end = nullptr;
+       errno = 0;
+       const double v = std::strtod(t.c_str(), &end);
+       if (t.empty() || errno != 0 || *end != '\0' || !(v > 0.0) || v > 1e6) return false;
+       c->sim_reduce_gbps = v;
+       return true;
+     },
+     [](const Config& c) { return fmt_double(c.sim_reduce_gbps); }},
+    {"SKIPRING_SIM_POLL_NS", "int", "1..1000000",
+     "SimGrid SMPI build, SKIPRING_SIM_WAIT=poll (or no loopback link): simulated nanoseconds "
+     "an idle rank sleeps between polls (bounds how late it sees a message); ignored by the "
+     "normal build.",
+     [](const std::string& t, Config* c) { return parse_int(t, 1, 1000000, &c->sim_poll_ns); },
+     [](const Config& c) { return std::to_string(c.sim_poll_ns); }},
+    {"SKIPRING_SIM_WAIT", "enum", "block|poll",
+     "SimGrid SMPI build: an idle rank blocks until its next completion or timer (block: exact "
+     "and fast) or polls every SKIPRING_SIM_POLL_NS (poll); ignored by the normal build.",
+     [](const std::string& t, Config* c) {
+       const std::string v = lower(t);
+       if (v == "block") return c->sim_block = true, true;
+       if (v == "poll") return c->sim_block = false, true;
+       return false;
+     },
+     [](const Config& c) { return std::string(c.sim_block ? "block" : "poll"); }},
 };
 
 std::mutex g_mutex;

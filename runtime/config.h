@@ -23,7 +23,11 @@ struct Config {
   int pipeline_depth = 8;         // SKIPRING_PIPELINE_DEPTH
   int poll_spins = 200;           // SKIPRING_POLL_SPINS
   int idle_sleep_us = 20;         // SKIPRING_IDLE_SLEEP_US
+#ifdef SKIPRING_SIMGRID
+  ClockKind clock = ClockKind::kMpiWtime;  // SKIPRING_CLOCK (SMPI: simulated time only)
+#else
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
+#endif
   bool check = false;             // SKIPRING_CHECK
   size_t small_bytes = 16 * 1024;  // SKIPRING_SMALL_BYTES
   // Straggler handling (DESIGN.md 2): skip ahead when the predecessor is later than
@@ -31,8 +35,22 @@ struct Config {
   bool skip = true;                // SKIPRING_SKIP
   double alpha = 2.0;              // SKIPRING_ALPHA (> 1)
   int skip_min_wait_us = 50;       // SKIPRING_SKIP_MIN_WAIT_US
+  // Given instead of learnt (0: learn): T and T_trans of the threshold, in microseconds. The
+  // paper's model has T = the reduce time of a step (3 us) apart from T_trans; the learnt T is
+  // the whole step (transfer included).
+  double skip_t_us = 0;            // SKIPRING_SKIP_T_US
+  double skip_ttrans_us = 0;       // SKIPRING_SKIP_TTRANS_US
   std::string inject;              // SKIPRING_INJECT (validated by parse_inject_spec)
   std::string trace_dir;           // SKIPRING_TRACE (empty: no trace)
+  // SimGrid SMPI build only (ignored otherwise): reductions are charged as simulated compute
+  // time bytes / rate; 2.73 GB/s = 8 KiB in 3 us, the paper's T.
+  double sim_reduce_gbps = 2.73;   // SKIPRING_SIM_REDUCE_GBPS (> 0)
+  // SimGrid SMPI build only: simulated time an idle progress engine sleeps between polls (the
+  // most it can be late to see a message).
+  int sim_poll_ns = 100;           // SKIPRING_SIM_POLL_NS
+  // SimGrid SMPI build only: an idle rank blocks until its next completion or timer (true,
+  // exact) or polls every sim_poll_ns (false).
+  bool sim_block = true;           // SKIPRING_SIM_WAIT=block|poll
 };
 
 // One row of the registry, for printing.

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""SimGrid sweeps of skipring's real implementation (issue 4): the paper's figures 7-10,
+late arrival against L = (n-1)/n*S*beta, and no-straggler scaling against the alpha-beta model.
+
+Every point runs build-sim/apps/skipring_sim under scripts/sim_run.sh (SMPI, CM02 alpha-beta
+network, 100 Gbit/s links, 5 us latency; every time is simulated). Medians over --iters
+iterations. CSVs go to docs/data/sim_*.csv, PNGs to docs/figures/sim_*.png.
+
+    python3 scripts/sim_sweep.py                 # every sweep (build first: scripts/sim_build.sh)
+    python3 scripts/sim_sweep.py --only paper    # paper | alpha | late | scaling (comma list)
+    python3 scripts/sim_sweep.py --quick         # fewer points, smaller rings (smoke run)
+"""
+import argparse
+import csv
+import io
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DRIVER = os.path.join(REPO, "build-sim", "apps", "skipring_sim")
+
+# The paper's setting (seed 000, section 3): T = 3 us per step, 8 KB packets, 100 Gbit/s links,
+# T_trans = 5 us latency + packet time.
+PIECE = 8192
+LINK_BPS = 100e9 / 8  # bytes per second
+LATENCY = 5e-6
+T_PAPER = 3e-6
+T_TRANS = LATENCY + PIECE / LINK_BPS
+REDUCE_GBPS_PAPER = PIECE / T_PAPER / 1e9  # reduce time T per 8 KB piece
+# Late-arrival and scaling runs are about the network: reductions at 50 GB/s stay off the
+# critical path (a 100 Gbit/s link moves 12.5 GB/s).
+REDUCE_GBPS_FAST = 50.0
+
+
+def progress(msg):
+    sys.stderr.write("\r\033[K" + msg if sys.stderr.isatty() else msg + "\n")
+    sys.stderr.flush()
+
+
+def run_driver(n, args, env_extra):
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in env_extra.items()})
+    cmd = ["bash", os.path.join(REPO, "scripts", "sim_run.sh"), "-np", str(n), DRIVER] + args
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        raise SystemExit(f"sim_sweep: failed ({p.returncode}): {' '.join(cmd)}")
+    rows = [r for r in csv.DictReader(io.StringIO(p.stdout)) if r.get("mode")]
+    for r in rows:
+        if r["exact"] != "1":
+            raise SystemExit(f"sim_sweep: inexact result: {r} ({' '.join(cmd)})")
+    return rows, wall
+
+
+def med(rows, mode, key):
+    vals = [float(r[key]) for r in rows if r["mode"] == mode and r[key] not in ("", "nan")]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def write_csv(path, header, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    print(f"wrote {os.path.relpath(path, REPO)} ({len(rows)} rows)")
+
+
+def model_tdec(delta, theta):
+    """Eq. (1)/(2) of the paper with the threshold the implementation used (theta = aT+T_trans
+    in the paper). Returns (T_dec, which equation)."""
+    if T_PAPER + delta > theta:
+        return T_PAPER + T_TRANS, "1"
+    # Eq. (2): T+dT+2Tt+2T - (theta+Tt+T)
+    return delta + 2 * T_PAPER + T_TRANS - theta, "2"
+
+
+def paper_env(alpha):
+    # The paper's threshold alpha*T + T_trans with its T and T_trans given (the learnt T would be
+    # the whole step, transfer included).
+    return {"SKIPRING_ALPHA": alpha, "SKIPRING_SIM_REDUCE_GBPS": f"{REDUCE_GBPS_PAPER:.6f}",
+            "SKIPRING_SKIP_MIN_WAIT_US": 0, "SKIPRING_SEGMENT_BYTES": PIECE,
+            "SKIPRING_SKIP_T_US": T_PAPER * 1e6, "SKIPRING_SKIP_TTRANS_US": f"{T_TRANS * 1e6:.4f}"}
+
+
+def sweep_paper(a, deltas, alphas, name):
+    """Reduce-scatter time of plain ring and skip-ahead, one rank slow at one RS step (the
+    paper's figures 7-9), n = 4, one 8 KB piece per chunk."""
+    n = 4
+    out = []
+    total = len(deltas) * len(alphas)
+    k = 0
+    for alpha in alphas:
+        for d in deltas:
+            k += 1
+            progress(f"[{name} {k}/{total}] alpha={alpha} dT={d}us")
+            args = ["--bytes", str(n * PIECE), "--mode", "skip,ring", "--iters", str(a.iters),
+                    "--warmup", "8"]
+            if d > 0:
+                args += ["--inject", f"rank=1,delay={d}us,at=rs,step=0"]
+            rows, _ = run_driver(n, args, paper_env(alpha))
+            ring = med(rows, "ring", "t_rs_us")
+            skip = med(rows, "skip", "t_rs_us")
+            theta = med(rows, "skip", "threshold_us")
+            skips = med(rows, "skip", "skips")
+            tdec = ring - skip
+            mt, eq = model_tdec(d * 1e-6, theta * 1e-6)
+            mt *= 1e6
+            out.append([n, alpha, d, f"{ring:.3f}", f"{skip:.3f}", f"{tdec:.3f}",
+                        f"{tdec / ring:.4f}", f"{theta:.3f}", f"{skips:g}", eq, f"{mt:.3f}",
+                        f"{mt / ring:.4f}", f"{(tdec / mt) if mt > 0 else float('nan'):.3f}"])
+    progress(f"[{name}] done\n")
+    header = ["n", "alpha", "delta_t_us", "t_ring_rs_us", "t_skip_rs_us", "t_dec_us", "ratio",
+              "threshold_us", "skips", "model_eq", "model_t_dec_us", "model_ratio",
+              "measured_over_model"]
+    write_csv(os.path.join(a.data, f"sim_{name}.csv"), header, out)
+    return header, out
+
+
+def sweep_late(a, ns, size):
+    """One rank arriving late: time from the last arrival to completion, against L."""
+    out = []
+    for i, n in enumerate(ns):
+        progress(f"[late {i + 1}/{len(ns)}] n={n}")
+        late_us = 20000
+        args = ["--bytes", str(size), "--mode", "skip,ring,mpi", "--iters", str(a.iters),
+                "--warmup", "3", "--late-rank", "1", "--late-us", str(late_us)]
+        rows, wall = run_driver(n, args, {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST})
+        L = (n - 1) / n * size / LINK_BPS * 1e6
+        skip, ring, mpi = (med(rows, m, "t_after_last_arrival_us") for m in ("skip", "ring", "mpi"))
+        out.append([n, size, late_us, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{L:.1f}",
+                    f"{skip / L:.3f}", f"{ring / L:.3f}", f"{skip / ring:.3f}",
+                    f"{med(rows, 'skip', 'skips'):g}", f"{wall:.1f}"])
+    progress("[late] done\n")
+    header = ["n", "bytes", "late_us", "skip_after_us", "ring_after_us", "mpi_after_us", "L_us",
+              "skip_over_L", "ring_over_L", "skip_over_ring", "skips", "wall_s"]
+    write_csv(os.path.join(a.data, "sim_late.csv"), header, out)
+    return header, out
+
+
+def sweep_scaling(a, ns, size):
+    """No straggler: all-reduce time against the alpha-beta model of the ring."""
+    out = []
+    for i, n in enumerate(ns):
+        progress(f"[scaling {i + 1}/{len(ns)}] n={n}")
+        args = ["--bytes", str(size), "--mode", "skip,ring,mpi", "--iters", str(a.iters),
+                "--warmup", "3"]
+        rows, wall = run_driver(n, args, {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST})
+        model = (2 * (n - 1) * LATENCY + 2 * (n - 1) / n * size / LINK_BPS) * 1e6
+        skip, ring, mpi = (med(rows, m, "t_total_us") for m in ("skip", "ring", "mpi"))
+        out.append([n, size, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{model:.1f}",
+                    f"{skip / model:.3f}", f"{ring / model:.3f}", f"{skip / ring:.3f}",
+                    f"{med(rows, 'skip', 'skips'):g}", f"{wall:.1f}"])
+    progress("[scaling] done\n")
+    header = ["n", "bytes", "skip_us", "ring_us", "mpi_us", "model_us", "skip_over_model",
+              "ring_over_model", "skip_over_ring", "skips", "wall_s"]
+    write_csv(os.path.join(a.data, "sim_scaling.csv"), header, out)
+    return header, out
+
+
+def plots(a, results):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(a.figures, exist_ok=True)
+
+    def save(fig, name):
+        path = os.path.join(a.figures, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        print(f"wrote {os.path.relpath(path, REPO)}")
+
+    if "paper" in results:
+        h, rows = results["paper"]
+        alphas = sorted({float(r[1]) for r in rows})
+        # Fig. 7: RS time over dT (one alpha), fig. 8: ratio over dT for several alpha.
+        fig, ax = plt.subplots(figsize=(6, 4))
+        a0 = 2.0 if 2.0 in alphas else alphas[0]
+        sel = [r for r in rows if float(r[1]) == a0]
+        ax.plot([float(r[2]) for r in sel], [float(r[3]) for r in sel], "o-", label="plain ring")
+        ax.plot([float(r[2]) for r in sel], [float(r[4]) for r in sel], "s-",
+                label=f"skip-ahead (alpha={a0:g})")
+        ax.set_xlabel("delta T (us)")
+        ax.set_ylabel("reduce-scatter time (us)")
+        ax.set_title("Fig. 7: n=4, 8 KB pieces, T=3 us, 100 Gbit/s, 5 us")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        save(fig, "sim_fig7_rs_time.png")
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for al in alphas:
+            sel = [r for r in rows if float(r[1]) == al]
+            line, = ax.plot([float(r[2]) for r in sel], [100 * float(r[6]) for r in sel], "o-",
+                            label=f"measured, alpha={al:g}")
+            ax.plot([float(r[2]) for r in sel], [100 * float(r[11]) for r in sel], "--",
+                    color=line.get_color(), alpha=0.6, label=f"eq. (1)/(2), alpha={al:g}")
+        ax.set_xlabel("delta T (us)")
+        ax.set_ylabel("T_dec / T_ring (%)")
+        ax.set_title("Fig. 8/10: optimisation ratio over delta T")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        save(fig, "sim_fig8_ratio_vs_delta.png")
+    if "alpha" in results:
+        h, rows = results["alpha"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for d in sorted({float(r[2]) for r in rows}):
+            sel = [r for r in rows if float(r[2]) == d]
+            line, = ax.plot([float(r[1]) for r in sel], [100 * float(r[6]) for r in sel], "o-",
+                            label=f"measured, dT={d:g} us")
+            ax.plot([float(r[1]) for r in sel], [100 * float(r[11]) for r in sel], "--",
+                    color=line.get_color(), alpha=0.6, label=f"eq. (1)/(2), dT={d:g} us")
+        ax.set_xlabel("alpha")
+        ax.set_ylabel("T_dec / T_ring (%)")
+        ax.set_title("Fig. 9: optimisation ratio over alpha")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        save(fig, "sim_fig9_ratio_vs_alpha.png")
+    if "late" in results:
+        h, rows = results["late"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ns = [int(r[0]) for r in rows]
+        for col, lab in ((7, "skip-ahead"), (8, "plain ring")):
+            ax.plot(ns, [float(r[col]) for r in rows], "o-", label=lab)
+        ax.plot(ns, [float(r[5]) / float(r[6]) for r in rows], "^-", label="SMPI MPI_Allreduce")
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(1.25, color="k", lw=0.8, ls=":", label="target 1.25 L")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks")
+        ax.set_ylabel("time after last arrival / L")
+        ax.set_title(f"Late arrival, S = {int(rows[0][1]) >> 20} MiB")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        save(fig, "sim_late_arrival.png")
+    if "scaling" in results:
+        h, rows = results["scaling"]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ns = [int(r[0]) for r in rows]
+        for col, lab in ((2, "skip-ahead"), (3, "plain ring"), (4, "SMPI MPI_Allreduce"),
+                         (5, "alpha-beta ring model")):
+            ax.plot(ns, [float(r[col]) for r in rows], "o-" if col < 5 else "k--", label=lab)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("ranks")
+        ax.set_ylabel("all-reduce time (us)")
+        ax.set_title(f"No straggler, S = {int(rows[0][1]) >> 20} MiB")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        save(fig, "sim_scaling.png")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="paper,alpha,late,scaling")
+    ap.add_argument("--quick", action="store_true", help="few points, small rings")
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--data", default=os.path.join(REPO, "docs", "data"))
+    ap.add_argument("--figures", default=os.path.join(REPO, "docs", "figures"))
+    ap.add_argument("--no-plots", action="store_true")
+    a = ap.parse_args()
+    if not os.path.exists(DRIVER):
+        raise SystemExit(f"sim_sweep: {DRIVER} missing: run scripts/sim_build.sh first")
+    only = set(a.only.split(","))
+    results = {}
+    if a.quick:
+        a.iters = min(a.iters, 3)
+    if "paper" in only:
+        deltas = [0, 5, 10, 20] if a.quick else [0, 2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 60, 100]
+        alphas = [2.0] if a.quick else [1.25, 1.5, 2.0, 3.0]
+        results["paper"] = sweep_paper(a, deltas, alphas, "paper")
+    if "alpha" in only:
+        alphas = [1.5, 3.0] if a.quick else [1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0]
+        deltas = [10] if a.quick else [8, 15, 40]
+        results["alpha"] = sweep_paper(a, deltas, alphas, "alpha")
+    if "late" in only:
+        results["late"] = sweep_late(a, [8] if a.quick else [8, 16, 64, 256],
+                                     (1 << 20) if a.quick else (8 << 20))
+    if "scaling" in only:
+        results["scaling"] = sweep_scaling(a, [4, 8] if a.quick else [4, 8, 16, 64, 256],
+                                           1 << 20)
+    if not a.no_plots:
+        plots(a, results)
+
+
+if __name__ == "__main__":
+    main()
