@@ -268,6 +268,11 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
     out->late_pieces = s.late_pieces;
     out->slowest_neighbour = s.slowest_neighbour;
     out->skip_threshold_s = s.skip_threshold_s;
+    double rs_end = 0;
+    for (const StepRecord& r : s.steps) {
+      if (r.phase == Phase::kReduceScatter && r.t_end > rs_end) rs_end = r.t_end;
+    }
+    out->rs_time_s = rs_end > s.start ? rs_end - s.start : 0;
     return MPI_SUCCESS;
   } catch (...) {
     return MPI_ERR_OTHER;

@@ -5,17 +5,90 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <thread>
 
 #include "collectives/reduce_kernels.h"
+#include "runtime/config.h"
 #include "runtime/log.h"
+
+#ifdef SKIPRING_SIMGRID
+#include <smpi/smpi.h>  // smpi_execute_benched
+#include <time.h>
+
+#include "sim/smpi_wait.h"
+#endif
 
 namespace skipring {
 
 ProgressEngine::ProgressEngine(Transport* transport, const Clock* clock, EngineOptions options)
-    : transport_(transport), clock_(clock), options_(options) {}
+    : transport_(transport), clock_(clock), options_(options) {
+  if (options_.sim_reduce_gbps <= 0) options_.sim_reduce_gbps = global_config().sim_reduce_gbps;
+  if (options_.sim_poll_s <= 0) options_.sim_poll_s = global_config().sim_poll_ns * 1e-9;
+  if (options_.sim_block < 0) options_.sim_block = global_config().sim_block ? 1 : 0;
+}
+
+#ifdef SKIPRING_SIMGRID
+void ProgressEngine::sim_charge_reduce(const Action& a) {
+  // The host's real kernel time does not count (run with smpi/simulate-computation:no); the
+  // modelled time does, as an execution on this rank's simulated host (its speed from the
+  // platform, so smpi/host-speed does not matter).
+  const double bytes = static_cast<double>(a.count) * static_cast<double>(dtype_size(a.dtype));
+  if (bytes > 0) smpi_execute_benched(bytes / (options_.sim_reduce_gbps * 1e9));
+}
+
+Status ProgressEngine::sim_step(bool* progressed) {
+  *progressed = false;
+  if (options_.sim_block && smpi_wait::arm(next_wakeup())) {
+    // The poll waits until one operation completes (MPI_Waitany: one wake-up per event) or
+    // the next timer is due; it does not wait when something is complete already.
+    SKIPRING_CHECK(progress(progressed));
+    if (smpi_wait::take_consumed() || *progressed) return Status::kOk;
+    if (transport_->outstanding() == 0) {
+      // Nothing posted to wait on: only the next timer can change anything.
+      if (next_wakeup() == std::numeric_limits<double>::infinity()) {
+        SKIPRING_LOG_ERROR("progress engine: idle with nothing posted and no timer: {}",
+                           core_->describe());
+        return Status::kErrInternal;
+      }
+      sim_sleep(next_wakeup() - clock_->now());
+      return Status::kOk;
+    }
+    sim_warn_polling("the transport's poll did not reach the MPI_Testsome redirect");
+  } else {
+    SKIPRING_CHECK(progress(progressed));
+    if (*progressed) return Status::kOk;
+    if (options_.sim_block) sim_warn_polling(smpi_wait::unavailable_reason());
+  }
+  // Polling: never sleep past the next timer (a skip deadline, the end of an injected delay).
+  sim_sleep(std::min(options_.sim_poll_s, next_wakeup() - clock_->now()));
+  return Status::kOk;
+}
+
+void ProgressEngine::sim_warn_polling(const char* why) {
+  static bool warned = false;  // per rank (SMPI privatises it); rank 0 speaks for all
+  if (warned || transport_->rank() != 0) return;
+  warned = true;
+  SKIPRING_LOG_WARN("SimGrid: cannot block until the next event ({}): polling every {} ns of "
+                    "simulated time instead",
+                    why, options_.sim_poll_s * 1e9);
+}
+
+void ProgressEngine::sim_sleep(double s) {
+  // Always sleep a little: a zero-length sleep would let simulated time stand still.
+  s = std::max(s, 1e-9);
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(s);
+  ts.tv_nsec = static_cast<long>(std::ceil((s - static_cast<double>(ts.tv_sec)) * 1e9));
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec += 1;
+    ts.tv_nsec -= 1000000000L;
+  }
+  smpi_nanosleep(&ts, nullptr);
+}
+#endif
 
 Status ProgressEngine::begin(CollectiveCore* core) {
   core_ = core;
@@ -65,6 +138,9 @@ Status ProgressEngine::execute(ActionList* actions) {
         break;
       case Action::Kind::kReduce:
         SKIPRING_CHECK(reduce(a.op, a.dtype, a.dst, a.a, a.b, a.count));
+#ifdef SKIPRING_SIMGRID
+        sim_charge_reduce(a);
+#endif
         SKIPRING_CHECK(core_->on_reduce(a.token, clock_->now(), actions));
         break;
       case Action::Kind::kCopy:
@@ -125,6 +201,15 @@ Status ProgressEngine::progress(bool* progressed) {
 
 Status ProgressEngine::run(CollectiveCore* core) {
   SKIPRING_CHECK(begin(core));
+#ifdef SKIPRING_SIMGRID
+  // Under SMPI: poll, and when nothing happened sleep in simulated time (spinning or
+  // sched_yield would let simulated time stand still: the simulation would livelock).
+  while (!finished_) {
+    bool progressed = false;
+    SKIPRING_CHECK(sim_step(&progressed));
+  }
+  return Status::kOk;
+#else
   // Back-off when idle: spin (lowest latency), then sched_yield (ranks are often
   // oversubscribed: the peer we wait for may need this core), and only once idle for
   // kSleepAfter seconds (a straggler, not a message in flight) short sleeps. Sleeping earlier
@@ -156,6 +241,7 @@ Status ProgressEngine::run(CollectiveCore* core) {
     sleep_us = std::min(sleep_us * 2, options_.idle_sleep_us);
   }
   return Status::kOk;
+#endif
 }
 
 }  // namespace skipring

@@ -2,6 +2,13 @@
 // for completions and feeds them back as events, stamps every event with the clock, and
 // backs off (spin, then yield, then short sleeps) when idle so oversubscribed ranks do not
 // starve each other. progress() never blocks; run() loops on it.
+//
+// SimGrid SMPI build (SKIPRING_SIMGRID): simulated time advances only while a rank blocks in
+// SimGrid, so an idle engine never spins or yields. It blocks until one of its operations
+// completes or its next timer is due (sim/smpi_wait.h: exact, and one wake-up per event), or,
+// with sim_block off or no loopback link to time with, sleeps sim_poll_s of simulated time
+// between polls (never past its next timer), which bounds how late it sees a message. Every
+// reduction is charged as simulated compute time, bytes / sim_reduce_gbps.
 #pragma once
 
 #include <deque>
@@ -18,6 +25,11 @@ namespace skipring {
 struct EngineOptions {
   int poll_spins = 200;     // idle polls before yielding
   int idle_sleep_us = 20;   // longest sleep when idle (0: never sleep, only yield)
+  // SMPI build only (0: take SKIPRING_SIM_REDUCE_GBPS / SKIPRING_SIM_POLL_NS from the global
+  // configuration).
+  double sim_reduce_gbps = 0;  // reduction rate charged as simulated compute, GB/s
+  double sim_poll_s = 0;       // simulated time between polls when idle (polling)
+  int sim_block = -1;          // 1: block when idle, 0: poll, -1: SKIPRING_SIM_WAIT
 };
 
 // Straggler injection: extra delay (seconds) before the first message a step sends, given
@@ -48,6 +60,12 @@ class ProgressEngine {
  private:
   Status execute(ActionList* actions);
   Status post(const Action& a);
+#ifdef SKIPRING_SIMGRID
+  Status sim_step(bool* progressed);         // progress(), waiting in simulated time
+  void sim_sleep(double seconds);            // sleep in simulated time
+  void sim_warn_polling(const char* why);    // once per rank
+  void sim_charge_reduce(const Action& a);   // the reduction's simulated compute time
+#endif
 
   struct Held {
     double release;

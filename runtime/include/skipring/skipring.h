@@ -49,6 +49,8 @@ typedef struct skipring_stats {
   uint32_t late_pieces;     /* pieces that arrived after this rank had forwarded */
   int32_t slowest_neighbour; /* rank this rank waited for longest (-1: none) */
   double skip_threshold_s;   /* skip-ahead threshold used: alpha*T + T_trans (0: off) */
+  double rs_time_s;          /* start of the call until this rank's last reduce-scatter step
+                                ended (its own chunk complete); 0: no reduce-scatter phase */
 } skipring_stats_t;
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
