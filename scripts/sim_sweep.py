@@ -262,11 +262,23 @@ def main():
     ap.add_argument("--data", default=os.path.join(REPO, "docs", "data"))
     ap.add_argument("--figures", default=os.path.join(REPO, "docs", "figures"))
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--max-n", type=int, default=256, help="largest ring in late/scaling sweeps")
+    ap.add_argument("--plot-only", action="store_true",
+                    help="redraw the PNGs from the CSVs already in --data")
     a = ap.parse_args()
-    if not os.path.exists(DRIVER):
+    if not os.path.exists(DRIVER) and not a.plot_only:
         raise SystemExit(f"sim_sweep: {DRIVER} missing: run scripts/sim_build.sh first")
     only = set(a.only.split(","))
     results = {}
+    if a.plot_only:
+        for name in ("paper", "alpha", "late", "scaling"):
+            path = os.path.join(a.data, f"sim_{name}.csv")
+            if name in only and os.path.exists(path):
+                with open(path) as f:
+                    rows = list(csv.reader(f))
+                results[name] = (rows[0], rows[1:])
+        plots(a, results)
+        return
     if a.quick:
         a.iters = min(a.iters, 3)
     if "paper" in only:
@@ -278,10 +290,12 @@ def main():
         deltas = [10] if a.quick else [8, 15, 40]
         results["alpha"] = sweep_paper(a, deltas, alphas, "alpha")
     if "late" in only:
-        results["late"] = sweep_late(a, [8] if a.quick else [8, 16, 64, 256],
+        results["late"] = sweep_late(a, [n for n in ([8] if a.quick else [8, 16, 64, 256])
+                                         if n <= a.max_n],
                                      (1 << 20) if a.quick else (8 << 20))
     if "scaling" in only:
-        results["scaling"] = sweep_scaling(a, [4, 8] if a.quick else [4, 8, 16, 64, 256],
+        results["scaling"] = sweep_scaling(a, [n for n in ([4, 8] if a.quick else [4, 8, 16, 64, 256])
+                                               if n <= a.max_n],
                                            1 << 20)
     if not a.no_plots:
         plots(a, results)
