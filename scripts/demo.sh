@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# README command 1: build skipring (Release) and benchmark it against MPI_Allreduce on 4 ranks.
+# README command 1: the straggler demo. Installs what is missing, builds skipring (Release) and
+# runs a short experiment on 4 ranks: no straggler / one rank slow at every reduce-scatter step
+# / one rank arriving late, each with skip-ahead, plain ring and MPI_Allreduce interleaved per
+# iteration. Prints a table, writes a PNG and fails if any result is wrong.
 #
-# Usage: scripts/demo.sh [BENCH_ARGS...]   (extra arguments are appended to skipring_bench's)
+# Usage: scripts/demo.sh [DEMO_ARGS...]   (passed to scripts/straggler_demo.py; --help lists them)
 # Env: BUILD_DIR (default: build-release, relative to the repository root).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-echo "skipring demo: 4-rank all-reduce, skipring vs MPI_Allreduce, sizes from 8 B growing x8 up to 64 MiB."
-
-bash scripts/setup.sh
+# Base packages plus python3-matplotlib for the plot; quiet when nothing is missing.
+bash scripts/setup.sh plots
 
 build_dir="${BUILD_DIR:-build-release}"
 # Only the benchmark is needed; its build output goes to a log that is shown only on failure.
@@ -22,5 +24,11 @@ if ! { cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSKIPRING_BUILD_TE
   exit 1
 fi
 
-exec bash scripts/mpirun.sh -np 4 "$build_dir/apps/skipring_bench" \
-  -b 8 -e 64M -f 8 -n 10 -w 3 --compare mpi "$@"
+# python3-matplotlib is installed for Debian's interpreter; prefer it over another python3 on
+# PATH (pyenv, a virtual environment) that may lack matplotlib.
+python=python3
+if [[ -x /usr/bin/python3 ]]; then
+  python=/usr/bin/python3
+fi
+exec "$python" scripts/straggler_demo.py --bench "$build_dir/apps/skipring_bench" \
+  --out-dir "$build_dir/demo" "$@"
