@@ -1,6 +1,7 @@
 // Event-driven idle waiting under SimGrid SMPI (see smpi_wait.h).
 #include "sim/smpi_wait.h"
 
+#include <simgrid/s4u/Actor.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
 #include <smpi/smpi.h>
@@ -104,7 +105,7 @@ bool start_timer(State& s, double now, double d) {
                 &send) != MPI_SUCCESS) {
     return false;
   }
-  MPI_Request_free(&send);
+  MPI_Wait(&send, MPI_STATUS_IGNORE);  // eager: already complete
   s.timers.push_back(t);
   return true;
 }
@@ -164,6 +165,11 @@ extern "C" int skipring_smpi_testsome(int incount, MPI_Request requests[], int* 
   for (const Timer& t : s.timers) s.all.push_back(t.recv);
   int k = MPI_UNDEFINED;
   MPI_Status st;
+  // SimGrid 3.32's waitany tests each activity before it blocks, and that test
+  // (ActivityImpl::test) dynamic_casts the actor's *previous* simcall observer, which may be
+  // gone by now (after an execution, for instance): a crash that depends on what memory holds.
+  // A yield (a simcall without observer, no simulated time) leaves a null observer behind.
+  simgrid::s4u::this_actor::yield();
   const int rc = MPI_Waitany(static_cast<int>(s.all.size()), s.all.data(), &k, &st);
   std::copy(s.all.begin(), s.all.begin() + incount, requests);
   if (rc != MPI_SUCCESS) return rc;
@@ -184,10 +190,14 @@ extern "C" int skipring_smpi_testsome(int incount, MPI_Request requests[], int* 
     *outcount = 0;
     return MPI_SUCCESS;
   }
-  // One of the caller's requests completed (MPI_Waitany freed it). Others that completed at
-  // the same time are found by the next call, which then returns at once.
+  // One of the caller's requests completed (MPI_Waitany freed it): report it first, then
+  // whatever else is complete now, as one MPI_Testsome would (the engine handles a batch in
+  // index order; one completion per call would reorder its sends after a burst of arrivals).
+  int more = 0;
+  const int rc2 = MPI_Testsome(incount, requests, &more, indices + 1,
+                               statuses == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : statuses + 1);
   indices[0] = k;
   if (statuses != MPI_STATUSES_IGNORE) statuses[0] = st;
-  *outcount = 1;
-  return MPI_SUCCESS;
+  *outcount = 1 + (more == MPI_UNDEFINED ? 0 : more);
+  return rc2;
 }
