@@ -187,7 +187,9 @@ class Driver {
 
   std::string delta_text() const {
     if (o_.slow_rank >= 0) return fmt::format("{:g}", o_.delta_us);
-    if (!o_.inject.empty()) return "nan";  // a raw spec: see the command line
+    // A raw spec (--inject or SKIPRING_INJECT): see the command line.
+    const char* env = std::getenv("SKIPRING_INJECT");
+    if (!o_.inject.empty() || (env != nullptr && *env != '\0')) return "nan";
     return "0";
   }
 

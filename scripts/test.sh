@@ -2,12 +2,14 @@
 # README command 2: install dependencies, build (RelWithDebInfo) and run the whole test suite.
 #
 # Usage: scripts/test.sh [CTEST_ARGS...]   e.g. scripts/test.sh -R config
-# Env: BUILD_DIR (default: build, relative to the repository root).
+# Env: BUILD_DIR (default: build), SIM_BUILD_DIR (default: build-sim; the SimGrid build,
+#      scripts/sim_build.sh), both relative to the repository root.
 # Exits with ctest's status (non-zero if any test failed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup.sh
+# simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite.
+bash scripts/setup.sh simgrid
 
 # mpirun (from ctest, and from gtest discovery at build time) as root, oversubscribed; same
 # values as scripts/mpirun.sh.
@@ -19,8 +21,14 @@ export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_cop
 build_dir="${BUILD_DIR:-build}"
 jobs="$(nproc)"
 
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+sim_dir="${SIM_BUILD_DIR:-build-sim}"
+[[ "$sim_dir" == /* ]] || sim_dir="$PWD/$sim_dir"
+
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSKIPRING_SIM_DRIVER="$sim_dir/apps/skipring_sim"
 cmake --build "$build_dir" -j "$jobs"
+# The SimGrid SMPI build (build-sim/) whose driver the sim-labelled tests run.
+SIM_BUILD_DIR="$sim_dir" bash scripts/sim_build.sh
 
 # Two passes. Tests labelled "mpi" start several ranks each with mpirun, usually more ranks than
 # cores, and Open MPI ranks busy-poll: two such tests side by side on a 2-core machine starve
