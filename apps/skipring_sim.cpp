@@ -48,9 +48,12 @@ enum class ElemType { kInt64, kFloat, kDouble };
 
 const char* mode_name(Mode m) {
   switch (m) {
-    case Mode::kSkip: return "skip";
-    case Mode::kRing: return "ring";
-    case Mode::kMpi: return "mpi";
+    case Mode::kSkip:
+      return "skip";
+    case Mode::kRing:
+      return "ring";
+    case Mode::kMpi:
+      return "mpi";
   }
   return "?";
 }
@@ -101,7 +104,8 @@ int64_t int_expected(int n, size_t i, int it) {
   return tri * static_cast<int64_t>(i % 1021 + 1) + static_cast<int64_t>(n) * it;
 }
 double real_input(int rank, size_t i, int it) {
-  const uint64_t h = mix64((static_cast<uint64_t>(rank) << 40) ^ (static_cast<uint64_t>(it) << 32) ^ i);
+  const uint64_t h =
+      mix64((static_cast<uint64_t>(rank) << 40) ^ (static_cast<uint64_t>(it) << 32) ^ i);
   return static_cast<double>(h >> 11) * 0x1.0p-52 - 1.0;
 }
 
@@ -123,9 +127,18 @@ class Driver {
   Driver(const Options& o, int rank, int n) : o_(o), rank_(rank), n_(n) {
     count_ = static_cast<size_t>(o_.bytes / elem_size());
     switch (o_.type) {
-      case ElemType::kInt64: b_.i_send.resize(count_); b_.i_recv.resize(count_); break;
-      case ElemType::kFloat: b_.f_send.resize(count_); b_.f_recv.resize(count_); break;
-      case ElemType::kDouble: b_.d_send.resize(count_); b_.d_recv.resize(count_); break;
+      case ElemType::kInt64:
+        b_.i_send.resize(count_);
+        b_.i_recv.resize(count_);
+        break;
+      case ElemType::kFloat:
+        b_.f_send.resize(count_);
+        b_.f_recv.resize(count_);
+        break;
+      case ElemType::kDouble:
+        b_.d_send.resize(count_);
+        b_.d_recv.resize(count_);
+        break;
     }
   }
 
@@ -173,13 +186,13 @@ class Driver {
     *skips_out = gsums[0];
     if (measured && rank_ == 0) {
       const double first_in = -gmx[0], last_in = gmx[1], last_out = gmx[2];
-      const std::string rs =
-          mode == Mode::kMpi || gmx[3] <= first_in ? std::string()
-                                                   : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
+      const std::string rs = mode == Mode::kMpi || gmx[3] <= first_in
+                                 ? std::string()
+                                 : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
       fmt::print("{},{},{},{},{},{},{:.3f},{},{:.3f},{},{},{},{},{:.3f}\n", n_, o_.bytes,
-                 mode_name(mode), alpha_text(), delta_text(), fmt::format("{:g}", late ? o_.late_us : 0.0),
-                 (last_out - first_in) * 1e6, rs, (last_out - last_in) * 1e6, gsums[0], gsums[1],
-                 exact ? 1 : 0, it, gthr[0] * 1e6);
+                 mode_name(mode), alpha_text(), delta_text(),
+                 fmt::format("{:g}", late ? o_.late_us : 0.0), (last_out - first_in) * 1e6, rs,
+                 (last_out - last_in) * 1e6, gsums[0], gsums[1], exact ? 1 : 0, it, gthr[0] * 1e6);
       std::fflush(stdout);
     }
     return exact;
@@ -200,17 +213,17 @@ class Driver {
 
  private:
   MPI_Datatype mpi_type() const {
-    return o_.type == ElemType::kInt64 ? MPI_INT64_T
+    return o_.type == ElemType::kInt64   ? MPI_INT64_T
            : o_.type == ElemType::kFloat ? MPI_FLOAT
                                          : MPI_DOUBLE;
   }
   void* send_ptr() {
-    return o_.type == ElemType::kInt64 ? static_cast<void*>(b_.i_send.data())
+    return o_.type == ElemType::kInt64   ? static_cast<void*>(b_.i_send.data())
            : o_.type == ElemType::kFloat ? static_cast<void*>(b_.f_send.data())
                                          : static_cast<void*>(b_.d_send.data());
   }
   void* recv_ptr() {
-    return o_.type == ElemType::kInt64 ? static_cast<void*>(b_.i_recv.data())
+    return o_.type == ElemType::kInt64   ? static_cast<void*>(b_.i_recv.data())
            : o_.type == ElemType::kFloat ? static_cast<void*>(b_.f_recv.data())
                                          : static_cast<void*>(b_.d_recv.data());
   }
@@ -266,8 +279,8 @@ class Driver {
       const double got = o_.type == ElemType::kFloat ? b_.f_recv[i] : b_.d_recv[i];
       const double eps = o_.type == ElemType::kFloat ? 0x1.0p-23 : 0x1.0p-52;
       if (!(std::fabs(got - ref) <= 2.0 * n_ * eps * mag + 1e-300)) {
-        fmt::print(stderr, "skipring_sim: rank {}: element {} is {} (expected about {})\n",
-                   rank_, i, got, ref);
+        fmt::print(stderr, "skipring_sim: rank {}: element {} is {} (expected about {})\n", rank_,
+                   i, got, ref);
         ok = false;
       }
     }
@@ -281,13 +294,15 @@ class Driver {
 };
 
 int parse(int argc, char** argv, Options* o, int rank) {
-  CLI::App app{"skipring_sim: skipring vs plain ring vs MPI_Allreduce on a SimGrid platform "
-               "(simulated time; run with scripts/sim_run.sh)"};
+  CLI::App app{
+      "skipring_sim: skipring vs plain ring vs MPI_Allreduce on a SimGrid platform "
+      "(simulated time; run with scripts/sim_run.sh)"};
   std::string modes = "skip";
   app.add_option("--bytes", o->bytes_text, "message size (K/M/G suffixes), default 1M");
   app.add_option("--type", o->type_text, "int64 (exact sums checked) | float | double")
       ->check(CLI::IsMember({"int64", "float", "double"}));
-  app.add_option("--iters", o->iters, "measured iterations per mode")->check(CLI::Range(1, 1000000));
+  app.add_option("--iters", o->iters, "measured iterations per mode")
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--mode", modes, "comma list of skip, ring, mpi (interleaved per iteration)");
@@ -320,19 +335,25 @@ int parse(int argc, char** argv, Options* o, int rank) {
             : o->type_text == "double" ? ElemType::kDouble
                                        : ElemType::kInt64;
   const uint64_t es = o->type == ElemType::kFloat ? 4 : 8;
-  if (o->bytes % es != 0 || o->bytes / es > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+  if (o->bytes % es != 0 ||
+      o->bytes / es > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
     if (rank == 0) {
-      fmt::print(stderr, "skipring_sim: --bytes {} is not a whole number of {}-byte elements "
-                 "(or too many)\n", o->bytes, es);
+      fmt::print(stderr,
+                 "skipring_sim: --bytes {} is not a whole number of {}-byte elements "
+                 "(or too many)\n",
+                 o->bytes, es);
     }
     return 1;
   }
   std::stringstream ss(modes);
   std::string m;
   while (std::getline(ss, m, ',')) {
-    if (m == "skip") o->modes.push_back(Mode::kSkip);
-    else if (m == "ring") o->modes.push_back(Mode::kRing);
-    else if (m == "mpi") o->modes.push_back(Mode::kMpi);
+    if (m == "skip")
+      o->modes.push_back(Mode::kSkip);
+    else if (m == "ring")
+      o->modes.push_back(Mode::kRing);
+    else if (m == "mpi")
+      o->modes.push_back(Mode::kMpi);
     else {
       if (rank == 0) fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi)\n", m);
       return 1;
@@ -343,7 +364,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
     return 1;
   }
   if (o->slow_rank >= 0 && !o->inject.empty()) {
-    if (rank == 0) fmt::print(stderr, "skipring_sim: --slow-rank and --inject exclude each other\n");
+    if (rank == 0)
+      fmt::print(stderr, "skipring_sim: --slow-rank and --inject exclude each other\n");
     return 1;
   }
   if (o->slow_rank >= 0) {
@@ -377,8 +399,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (rank == 0 && o.header) {
-    fmt::print("n,bytes,mode,alpha,delta_t_us,late_us,t_total_us,t_rs_us,"
-               "t_after_last_arrival_us,skips,late_pieces,exact,iter,threshold_us\n");
+    fmt::print(
+        "n,bytes,mode,alpha,delta_t_us,late_us,t_total_us,t_rs_us,"
+        "t_after_last_arrival_us,skips,late_pieces,exact,iter,threshold_us\n");
   }
   Driver d(o, rank, n);
   bool all_exact = true, skips_ok = true;
@@ -406,7 +429,8 @@ int main(int argc, char** argv) {
   MPI_Finalize();
   if (!all_exact) return 2;
   if (o.expect_skips && !skips_ok) {
-    if (rank == 0) fmt::print(stderr, "skipring_sim: --expect-skips: skip counts not as expected\n");
+    if (rank == 0)
+      fmt::print(stderr, "skipring_sim: --expect-skips: skip counts not as expected\n");
     return 3;
   }
   return 0;

@@ -1,18 +1,17 @@
 // Event-driven idle waiting under SimGrid SMPI (see smpi_wait.h).
 #include "sim/smpi_wait.h"
 
-#include <simgrid/s4u/Actor.hpp>
-#include <simgrid/s4u/Host.hpp>
-#include <simgrid/s4u/Link.hpp>
 #include <smpi/smpi.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
 #include <string>
 #include <vector>
-
 
 namespace skipring {
 namespace smpi_wait {
@@ -194,8 +193,9 @@ extern "C" int skipring_smpi_testsome(int incount, MPI_Request requests[], int* 
   // whatever else is complete now, as one MPI_Testsome would (the engine handles a batch in
   // index order; one completion per call would reorder its sends after a burst of arrivals).
   int more = 0;
-  const int rc2 = MPI_Testsome(incount, requests, &more, indices + 1,
-                               statuses == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : statuses + 1);
+  const int rc2 =
+      MPI_Testsome(incount, requests, &more, indices + 1,
+                   statuses == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : statuses + 1);
   indices[0] = k;
   if (statuses != MPI_STATUSES_IGNORE) statuses[0] = st;
   *outcount = 1 + (more == MPI_UNDEFINED ? 0 : more);
