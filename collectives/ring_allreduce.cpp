@@ -178,10 +178,10 @@ uint8_t* RingAllreduce::slot_payload(uint8_t* base, int slot) const {
 }
 
 void RingAllreduce::write_header(uint8_t* hdr, Phase phase, int chunk, int seg,
-                                 const ContributionSet& set, uint8_t flags) {
+                                 const ContributionSet& set, uint8_t flags, uint32_t route) {
   encode_wire_header(hdr, WireExpect{p_.seq, static_cast<uint8_t>(phase),
                                      static_cast<uint32_t>(chunk), static_cast<uint32_t>(seg)},
-                     set, flags);
+                     set, flags, route);
 }
 
 Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, int seg,
@@ -325,6 +325,16 @@ Status RingAllreduce::start(double now, ActionList* out) {
   // ranks also from the predecessor (bypassed pieces) and from the rank two ahead (bypass
   // requests).
   bypassed_.assign(layout_.total_segments(), 0);
+  byp_out_.assign(layout_.total_segments(), 0);
+  byp_race_.assign(layout_.total_segments(), 0);
+  pred_byp_.assign(layout_.total_segments(), 0);
+  sent_pred_bypassed_.assign(layout_.total_segments(), 0);
+  owner_direct_.assign(layout_.segments(pos_), {});
+  deferred_ag_.clear();
+  rs_recv_of_seg_.assign(layout_.total_segments(), -1);
+  for (size_t i = 0; i < recvs_.size(); ++i) {
+    if (recvs_[i].phase == Phase::kReduceScatter) rs_recv_of_seg_[recvs_[i].seg_id] = static_cast<int>(i);
+  }
   for (const RecvOp& r : recvs_) {
     if (r.phase == Phase::kReduceScatter && r.chunk != pos_) ++rs_to_emit_;
   }
@@ -376,13 +386,13 @@ void RingAllreduce::send_first_pieces(double now, ActionList* out) {
 
 void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
                               const void* payload, int slot, double now, ActionList* out,
-                              bool reads_input) {
+                              bool reads_input, int peer) {
   SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
   sends_.push_back(s);
   Action a;
   a.kind = Action::Kind::kSend;
   a.token = make_token(kTokSend, sends_.size() - 1);
-  a.peer = succ_;
+  a.peer = peer >= 0 ? peer : succ_;
   a.tag = tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id);
   a.header = hdr;
   a.header_bytes = hdr_bytes_;
@@ -393,6 +403,23 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
   out->push_back(a);
   ++pending_;
   ++stats_.messages_sent;
+}
+
+void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
+  const RecvOp& r = recvs_[idx];
+  int to = (pos_ + 1) % n_;
+  if (sent_pred_bypassed_[r.seg_id]) {
+    return;  // our successor takes it from our predecessor
+  }
+  if (byp_out_[r.seg_id]) {
+    // The owner sends the late successor this segment directly. If it had skipped us first
+    // (race), it forwards the segment itself; else we send it around it.
+    if (byp_race_[r.seg_id]) return;
+    to = (pos_ + 2) % n_;
+  }
+  if (to == r.chunk) return;  // the owner has it
+  post_send(Phase::kAllgather, n_ - 1 + r.step, r.chunk, r.seg, r.header,
+            seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out, false, p_.ring[to]);
 }
 
 void RingAllreduce::post_receives(double now, ActionList* out) {
@@ -436,6 +463,17 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       // Allgather lands in the user's buffer: only once our reduce-scatter work on that
       // segment no longer reads it (in place) and within the pipeline depth.
       if (ag_posted_ >= p_.depth || !local_done_[r.seg_id]) break;
+      if (side_channels_) {
+        // The source depends on how our predecessor's piece for this segment was resolved
+        // (bypassed or not): wait until it is.
+        const int ri = rs_recv_of_seg_[r.seg_id];
+        if (ri >= 0 && recvs_[ri].state != OpState::kFinished) break;
+        if (bypassed_[r.seg_id]) {
+          a.peer = p_.ring[r.chunk];  // we were bypassed: straight from the owner
+        } else if (pred_byp_[r.seg_id]) {
+          a.peer = p_.ring[(pos_ - 2 + 2 * n_) % n_];  // around our bypassed predecessor
+        }
+      }
       ++ag_posted_;
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
@@ -533,9 +571,15 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                                double now, ActionList* out, bool relayed) {
   const int seg_id = layout_.first_segment(c) + g;
   rs_sent_[seg_id] = 1;
-  const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_;
+  // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
+  // routed around per segment, which keeps the allgather routes consistent.
+  const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_ && !bypassed_[seg_id];
+  // Our predecessor bypassed us for this piece: tell the successor (it then takes the segment's
+  // allgather from our predecessor, and we do not forward it).
+  const uint32_t route = bypassed_[seg_id] ? kRoutePredBypassed : 0;
+  sent_pred_bypassed_[seg_id] = bypassed_[seg_id];
   if (!redirect_[seg_id] && !bypass) {
-    write_header(hdr, Phase::kReduceScatter, c, g, set);
+    write_header(hdr, Phase::kReduceScatter, c, g, set, 0, route);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
     if (relayed) piece_emitted(now, out);
     return;
@@ -543,7 +587,10 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   if (bypass) {
     // Our successor is late (the rank after it asked): the piece goes straight to the owner
     // and the successor learns it has only its own input to send for (c, g).
-    write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra);
+    // The owner also sends the final segment straight to the late rank.
+    write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
+                 static_cast<uint32_t>(succ_ + 1));
+    byp_out_[seg_id] = 1;
     const int extra = add_aux(AuxKind::kExtraSend, c, g);
     aux_[extra].send_slot = slot;
     if (reads_input) aux_[extra].recv_slot = -2;
@@ -566,7 +613,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   ++stats_.messages_sent;
   const int ack = add_aux(AuxKind::kAckSend, c, g);
   aux_[ack].hdr.assign(hdr_bytes_, 0);
-  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
+  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck, route);
   post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
   if (reads_input) {
     // An own-input piece sent as an extra: the input is read until that send completes.
@@ -670,6 +717,14 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
     payload = slot_payload(extra_slots_, x.extra_slot);
   }
   SKIPRING_CHECK(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
+  const uint32_t late = wire_route(hdr) & kRouteLateMask;
+  if (late != 0) {
+    if (late > static_cast<uint32_t>(n_) || static_cast<int>(late - 1) == p_.rank) {
+      return fail(fmt::format("owner of chunk {} segment {}: bad allgather route {}", pos_, g,
+                              late - 1));
+    }
+    owner_direct_[g].push_back(static_cast<int>(late - 1));
+  }
   if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
     return fail(fmt::format("owner of chunk {} segment {}: piece {} overlaps what it holds {}",
                             pos_, g, scratch_set_.to_string(), o.acc.to_string()));
@@ -737,6 +792,14 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       const int channel = op.channel;
       if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
         open_[channel] = false;
+        if (channel == kBack) {
+          // Every notice of the successor is in: the bypassed allgather routes are final.
+          for (size_t i : deferred_ag_) {
+            --pending_;
+            forward_ag(i, now, out);
+          }
+          deferred_ag_.clear();
+        }
         break;
       }
       if (channel == kFar) {
@@ -753,7 +816,13 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
           if (!(h.flags & kFlagNotice)) return fail("malformed notice");
           // Not yet sent: it will go straight to the owner. Already sent: the successor gets
           // it on its ring receive and forwards it itself.
-          if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
+          if (!rs_sent_[seg_id]) {
+            redirect_[seg_id] = 1;
+          } else if (byp_out_[seg_id]) {
+            // The successor skipped us before our bypass message reached it: it sent its piece
+            // without the bypassed mark, so it forwards this segment's allgather itself.
+            byp_race_[seg_id] = 1;
+          }
         } else {
           if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
           bypassed_[seg_id] = 1;
@@ -781,6 +850,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
       SKIPRING_CHECK(check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg,
                                   &scratch_set_));
+      if (wire_route(op.hdr.data()) & kRoutePredBypassed) pred_byp_[recvs_[ri].seg_id] = 1;
       RecvOp& r = recvs_[ri];
       Action c;
       c.kind = Action::Kind::kCancel;
@@ -862,6 +932,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     --rs_unresolved_;
     uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
     SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
+    if (wire_route(hdr) & kRoutePredBypassed) pred_byp_[r.seg_id] = 1;
     if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
       return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
                               r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
@@ -902,9 +973,13 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     --ag_posted_;
     r.state = OpState::kFinished;
     rec.t_end = now;
-    if ((pos_ + 1) % n_ != r.chunk) {
-      post_send(Phase::kAllgather, n_ - 1 + r.step, r.chunk, r.seg, r.header,
-                seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out);
+    if (byp_out_[r.seg_id] && open_[kBack]) {
+      // Bypassed segment: where it goes depends on whether the successor skipped us first,
+      // which only its rs-done settles.
+      deferred_ag_.push_back(idx);
+      ++pending_;
+    } else {
+      forward_ag(idx, now, out);
     }
     post_receives(now, out);
   }
@@ -994,6 +1069,11 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
       write_header(hdr, Phase::kAllgather, pos_, g, o.acc);
       post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1, now,
                 out);
+      for (int late : owner_direct_[g]) {
+        // A late rank was bypassed for this segment: it gets the result from us directly.
+        post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
+                  now, out, false, late);
+      }
     } else {
       SKIPRING_CHECK(owner_merge(g, now, out));
     }

@@ -174,11 +174,13 @@ class RingAllreduce final : public CollectiveCore {
   uint8_t* seg_ptr(void* base, int c, int g) const;
   const uint8_t* input_ptr(int c, int g) const;
   void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set,
-                    uint8_t flags = 0);
+                    uint8_t flags = 0, uint32_t route = 0);
   Status check_header(const uint8_t* hdr, Phase phase, int chunk, int seg, ContributionSet* set);
   void post_receives(double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
-                 int slot, double now, ActionList* out, bool reads_input = false);
+                 int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
+  // Passes an allgather segment on (to the successor, or around a bypassed late rank).
+  void forward_ag(size_t idx, double now, ActionList* out);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   void maybe_done(double now, ActionList* out);
@@ -274,6 +276,15 @@ class RingAllreduce final : public CollectiveCore {
   bool first_sends_deferred_ = false;
   uint64_t ctrl_seen_ = 0;       // control messages read so far
   uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
+  // Allgather around a bypassed late rank (docs/skip_ahead.md), per segment id:
+  std::vector<uint8_t> byp_out_;    // we bypassed our successor for this piece
+  std::vector<uint8_t> byp_race_;   // ... but it had skipped us first (its notice came after)
+  std::vector<uint8_t> pred_byp_;   // our predecessor was bypassed: allgather from the one before
+  std::vector<uint8_t> sent_pred_bypassed_;  // we told our successor we were bypassed
+  std::vector<int> rs_recv_of_seg_;  // index of the ring receive from the predecessor, or -1
+  // Per own segment: late ranks bypassed in its chain, which get the final segment from us.
+  std::vector<std::vector<int>> owner_direct_;
+  std::vector<size_t> deferred_ag_;  // bypassed allgather forwards waiting for the rs-done
   std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
   int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
   bool fwd_done_sent_ = false;

@@ -8,9 +8,10 @@
 namespace skipring {
 
 void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set,
-                        uint8_t flags) {
+                        uint8_t flags, uint32_t route) {
   WireHeader h{};
   h.flags = flags;
+  h.reserved = route;
   h.magic = kWireMagic;
   h.seq = id.seq;
   h.phase = id.phase;
@@ -38,6 +39,12 @@ std::string decode_wire_header(const uint8_t* hdr, int n, const WireExpect& want
     return "corrupt contribution set";
   }
   return "";
+}
+
+uint32_t wire_route(const uint8_t* hdr) {
+  WireHeader h;
+  std::memcpy(&h, hdr, sizeof(h));
+  return h.reserved;
 }
 
 std::string decode_wire_control(const uint8_t* hdr, uint32_t seq, WireHeader* out) {

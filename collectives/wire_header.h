@@ -25,6 +25,14 @@ constexpr uint8_t kFlagBypassed = 32;   // control, to the successor: "my piece 
 constexpr uint8_t kFlagFwdDone = 64;    // control: "no more bypass messages from me"
 constexpr uint8_t kFlagFarDone = 128;   // control: "no more bypass requests from me"
 
+// WireHeader.reserved carries the allgather route of a reduce-scatter piece (late-rank bypass):
+// low 24 bits: 1 + the rank the chunk's owner must also send the final segment to (set by the
+// rank that bypassed its late successor); kRoutePredBypassed: "my predecessor bypassed me for
+// this piece, so I do not forward its allgather: take it from my predecessor" (set by the late
+// rank on what it sends its successor).
+constexpr uint32_t kRouteLateMask = 0x00ffffff;
+constexpr uint32_t kRoutePredBypassed = 1u << 31;
+
 struct WireHeader {
   uint32_t magic;
   uint32_t seq;
@@ -52,7 +60,9 @@ struct WireExpect {
 };
 
 void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set,
-                        uint8_t flags = 0);
+                        uint8_t flags = 0, uint32_t route = 0);
+// The route word of an encoded header.
+uint32_t wire_route(const uint8_t* hdr);
 
 // Checks magic, sequence number, phase/chunk/segment and the set's encoding for n ranks, and
 // reads the set. Returns an empty string when the header is as expected, else the reason.
