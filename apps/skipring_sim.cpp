@@ -300,12 +300,16 @@ int parse(int argc, char** argv, Options* o, int rank) {
   std::string modes = "skip";
   app.add_option("--bytes", o->bytes_text, "message size (K/M/G suffixes), default 1M");
   app.add_option("--type", o->type_text, "int64 (exact sums checked) | float | double")
-      ->check(CLI::IsMember({"int64", "float", "double"}));
+      ->check(CLI::IsMember({"int64", "float", "double"}))
+      ->capture_default_str();
   app.add_option("--iters", o->iters, "measured iterations per mode")
-      ->check(CLI::Range(1, 1000000));
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
-      ->check(CLI::Range(0, 1000000));
-  app.add_option("--mode", modes, "comma list of skip, ring, mpi (interleaved per iteration)");
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--mode", modes, "comma list of skip, ring, mpi (interleaved per iteration)")
+      ->capture_default_str();
   app.add_option("--late-rank", o->late_rank, "rank that enters each measured call late");
   app.add_option("--late-us", o->late_us, "how late, simulated microseconds")
       ->check(CLI::NonNegativeNumber);
@@ -313,7 +317,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_option("--delta-us", o->delta_us, "extra delay per slow step (Delta T), microseconds")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--at", o->at, "slow steps: rs | ag | step")
-      ->check(CLI::IsMember({"rs", "ag", "step"}));
+      ->check(CLI::IsMember({"rs", "ag", "step"}))
+      ->capture_default_str();
   app.add_option("--inject", o->inject, "raw SKIPRING_INJECT spec for the measured iterations");
   app.add_flag("!--no-header", o->header, "omit the CSV header");
   app.add_flag("--expect-skips", o->expect_skips,
