@@ -189,15 +189,22 @@ extern "C" int skipring_smpi_testsome(int incount, MPI_Request requests[], int* 
     *outcount = 0;
     return MPI_SUCCESS;
   }
-  // One of the caller's requests completed (MPI_Waitany freed it): report it first, then
-  // whatever else is complete now, as one MPI_Testsome would (the engine handles a batch in
-  // index order; one completion per call would reorder its sends after a burst of arrivals).
+  // One of the caller's requests completed (MPI_Waitany freed it): report it with whatever
+  // else is complete now, in index order, as one MPI_Testsome would (the engine handles a batch
+  // in that order; one completion per call would reorder its sends after a burst of arrivals).
   int more = 0;
   const int rc2 =
       MPI_Testsome(incount, requests, &more, indices + 1,
                    statuses == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : statuses + 1);
-  indices[0] = k;
-  if (statuses != MPI_STATUSES_IGNORE) statuses[0] = st;
-  *outcount = 1 + (more == MPI_UNDEFINED ? 0 : more);
+  if (more == MPI_UNDEFINED) more = 0;
+  int pos = 0;  // k's place among the others (MPI_Testsome lists them in index order)
+  while (pos < more && indices[pos + 1] < k) {
+    indices[pos] = indices[pos + 1];
+    if (statuses != MPI_STATUSES_IGNORE) statuses[pos] = statuses[pos + 1];
+    ++pos;
+  }
+  indices[pos] = k;
+  if (statuses != MPI_STATUSES_IGNORE) statuses[pos] = st;
+  *outcount = 1 + more;
   return rc2;
 }
