@@ -11,7 +11,7 @@ Checks, each able to fail:
   2. reductions cost simulated time: 3 reduce-scatter steps of 8 KiB at 2.73 GB/s add
      3 x 3.0 us to the reduce-scatter against a 1000 GB/s run;
   3. the progress engine's blocking wait (one wake-up per event, loopback timers) gives the
-     times of polling every simulated nanosecond;
+     times and skip decisions of polling every simulated nanosecond (late rank, skip timers);
   4. bad SimGrid-build settings fail at init naming the variable.
 """
 
@@ -86,12 +86,16 @@ def main():
           f"reduce time charged: reduce-scatter {got:.3f} us longer at 2.73 GB/s "
           f"(expected {expect:.3f})")
 
-    # 3. Blocking wait == fine polling (plain ring: no timers, no skip decisions).
-    block = rows(run(driver, ring, {"SKIPRING_SIM_WAIT": "block"}))[0]
-    poll = rows(run(driver, ring, {"SKIPRING_SIM_WAIT": "poll", "SKIPRING_SIM_POLL_NS": "1"}))[0]
-    diff = abs(float(block["t_total_us"]) - float(poll["t_total_us"]))
-    check(diff < 0.05, f"blocking wait matches 1 ns polling: {block['t_total_us']} vs "
-                       f"{poll['t_total_us']} us")
+    # 3. Blocking wait == fine polling, with skip timers and a late rank (skip decisions too).
+    late = ["--bytes", "32K", "--mode", "skip,ring", "--iters", "1", "--warmup", "4",
+            "--late-rank", "2", "--late-us", "100"]
+    block = rows(run(driver, late, {"SKIPRING_SIM_WAIT": "block"}))
+    poll = rows(run(driver, late, {"SKIPRING_SIM_WAIT": "poll", "SKIPRING_SIM_POLL_NS": "1"}))
+    for b, p in zip(block, poll):
+        diff = abs(float(b["t_total_us"]) - float(p["t_total_us"]))
+        check(diff < 0.05 and b["skips"] == p["skips"],
+              f"{b['mode']}: blocking wait matches 1 ns polling: {b['t_total_us']} vs "
+              f"{p['t_total_us']} us, skips {b['skips']} vs {p['skips']}")
 
     # 4. Bad settings fail at init, naming the variable.
     for var, value in (("SKIPRING_SIM_REDUCE_GBPS", "0"), ("SKIPRING_SIM_WAIT", "spin"),
