@@ -335,9 +335,13 @@ Status RingAllreduce::start(double now, ActionList* out) {
   for (size_t i = 0; i < recvs_.size(); ++i) {
     if (recvs_[i].phase == Phase::kReduceScatter) rs_recv_of_seg_[recvs_[i].seg_id] = static_cast<int>(i);
   }
+  // Every piece we send in the reduce-scatter: the relayed ones and our step-0 ones (those may
+  // be sent after relayed ones: send_first_pieces waits for queued notices). fwd-done follows
+  // the last of them, after any "bypassed" message.
   for (const RecvOp& r : recvs_) {
     if (r.phase == Phase::kReduceScatter && r.chunk != pos_) ++rs_to_emit_;
   }
+  rs_to_emit_ += layout_.segments(start_chunk);
   open_[kBack] = true;
   post_ctrl_recv(kBack, now, out);
   side_channels_ = p_.skip && n_ >= 3;
@@ -379,8 +383,7 @@ void RingAllreduce::send_first_pieces(double now, ActionList* out) {
   mine.add(p_.rank);
   for (int g = 0; g < layout_.segments(c); ++g) {
     uint8_t* hdr = first_hdrs_ + static_cast<size_t>(g) * hdr_area_;
-    emit_piece(0, c, g, hdr, input_ptr(c, g), -1, mine, /*reads_input=*/true, now, out,
-               /*relayed=*/false);
+    emit_piece(0, c, g, hdr, input_ptr(c, g), -1, mine, /*reads_input=*/true, now, out);
   }
 }
 
@@ -568,7 +571,7 @@ void RingAllreduce::piece_emitted(double now, ActionList* out) {
 
 void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,
                                int slot, const ContributionSet& set, bool reads_input,
-                               double now, ActionList* out, bool relayed) {
+                               double now, ActionList* out) {
   const int seg_id = layout_.first_segment(c) + g;
   rs_sent_[seg_id] = 1;
   // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
@@ -581,7 +584,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   if (!redirect_[seg_id] && !bypass) {
     write_header(hdr, Phase::kReduceScatter, c, g, set, 0, route);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
-    if (relayed) piece_emitted(now, out);
+    piece_emitted(now, out);
     return;
   }
   if (bypass) {
@@ -599,7 +602,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     out->back().header = hdr;
     ++stats_.messages_sent;
     send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
-    if (relayed) piece_emitted(now, out);
+    piece_emitted(now, out);
     return;
   }
   // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
@@ -619,7 +622,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     // An own-input piece sent as an extra: the input is read until that send completes.
     aux_[extra].recv_slot = -2;
   }
-  if (relayed) piece_emitted(now, out);
+  piece_emitted(now, out);
 }
 
 void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {

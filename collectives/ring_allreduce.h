@@ -206,8 +206,7 @@ class RingAllreduce final : public CollectiveCore {
   // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
   // ack to the successor when the successor asked for that.
   void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
-                  const ContributionSet& set, bool reads_input, double now, ActionList* out,
-                  bool relayed = true);
+                  const ContributionSet& set, bool reads_input, double now, ActionList* out);
   // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
   void send_first_pieces(double now, ActionList* out);
   // How long a posted ring piece may be missing before it is skipped (grows with the step).
