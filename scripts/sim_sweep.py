@@ -122,10 +122,17 @@ def sweep_paper(a, deltas, alphas, name):
     return header, out
 
 
-def sweep_late(a, ns, size):
+def parse_size(text):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper()
+    return int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
+
+
+def sweep_late(a, ns, big):
     """One rank arriving late: time from the last arrival to completion, against L."""
     out = []
     for i, n in enumerate(ns):
+        size = big if n <= 64 else min(big, 8 << 20)
         progress(f"[late {i + 1}/{len(ns)}] n={n}")
         late_us = 20000
         # SMPI's own MPI_Allreduce takes minutes of real time at 256 ranks: skipped there.
@@ -234,7 +241,8 @@ def plots(a, results):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("ranks")
         ax.set_ylabel("time after last arrival / L")
-        ax.set_title(f"Late arrival, S = {int(rows[0][1]) >> 20} MiB")
+        ax.set_title("Late arrival (S = " + ", ".join(sorted({f"{int(r[1]) >> 20} MiB"
+                                                              for r in rows})) + ")")
         ax.legend()
         ax.grid(alpha=0.3)
         save(fig, "sim_late_arrival.png")
@@ -265,6 +273,9 @@ def main():
     ap.add_argument("--figures", default=os.path.join(REPO, "docs", "figures"))
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--max-n", type=int, default=256, help="largest ring in late/scaling sweeps")
+    ap.add_argument("--late-bytes", default="64M",
+                    help="message size of the late-arrival sweep (K/M suffix); 256 ranks use "
+                         "8M (memory: every simulated rank holds its buffers)")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the PNGs from the CSVs already in --data")
     a = ap.parse_args()
@@ -292,9 +303,9 @@ def main():
         deltas = [10] if a.quick else [8, 15, 40]
         results["alpha"] = sweep_paper(a, deltas, alphas, "alpha")
     if "late" in only:
+        size = 1 << 20 if a.quick else parse_size(a.late_bytes)
         results["late"] = sweep_late(a, [n for n in ([8] if a.quick else [8, 16, 64, 256])
-                                         if n <= a.max_n],
-                                     (1 << 20) if a.quick else (8 << 20))
+                                         if n <= a.max_n], size)
     if "scaling" in only:
         results["scaling"] = sweep_scaling(a, [n for n in ([4, 8] if a.quick else [4, 8, 16, 64, 256])
                                                if n <= a.max_n],
