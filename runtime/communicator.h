@@ -60,6 +60,10 @@ class Communicator {
   Communicator() = default;
 
   MPI_Comm internal_ = MPI_COMM_NULL;
+  // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
+  // kOversubscribedFloorS when this host runs more ranks than it has cores and the variable
+  // is not set (a rank off its core for a scheduler time slice is not a straggler).
+  double skip_floor_s_ = 0;
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
   Config cfg_;

@@ -50,10 +50,10 @@ struct CollectiveStats {
   uint32_t late_pieces = 0;
   uint32_t bypass_requests = 0;  // late-rank bypasses this rank asked for (0 or 1)
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
-  // 90th percentile of "receive posted -> piece arrived" over the reduce-scatter ring pieces
-  // this rank could skip and did not: the normal step time the skip threshold is derived from
-  // (0: none).
-  double rs_piece_wait_p90 = 0;
+  // Longest wait (from the timer's start: max(receive posted, previous piece from the
+  // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the
+  // normal step time the skip threshold is derived from (0: none).
+  double rs_piece_wait_max = 0;
   double skip_threshold_s = 0;  // threshold this collective used (0: skip-ahead off)
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;
