@@ -6,7 +6,7 @@ Every point runs build-sim/apps/skipring_sim under scripts/sim_run.sh (SMPI, CM0
 network, 100 Gbit/s links, 5 us latency; every time is simulated). Medians over --iters
 iterations. CSVs go to docs/data/sim_*.csv, PNGs to docs/figures/sim_*.png.
 
-    python3 scripts/sim_sweep.py                 # every sweep (build first: scripts/sim_build.sh)
+    python3 scripts/sim_sweep.py                 # every sweep (installs SimGrid, builds build-sim/)
     python3 scripts/sim_sweep.py --only paper    # paper | alpha | late | scaling (comma list)
     python3 scripts/sim_sweep.py --quick         # fewer points, smaller rings (smoke run)
 """
@@ -272,6 +272,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(REPO, "docs", "data"))
     ap.add_argument("--figures", default=os.path.join(REPO, "docs", "figures"))
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--no-build", action="store_true",
+                    help="do not run setup.sh / sim_build.sh first")
     ap.add_argument("--max-n", type=int, default=256, help="largest ring in late/scaling sweeps")
     ap.add_argument("--late-bytes", default="64M",
                     help="message size of the late-arrival sweep (K/M suffix); 256 ranks use "
@@ -279,6 +281,13 @@ def main():
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the PNGs from the CSVs already in --data")
     a = ap.parse_args()
+    if not a.plot_only and not a.no_build:
+        # One command from a fresh clone: SimGrid and matplotlib if missing, build-sim/ (both
+        # incremental and quiet when already there).
+        subprocess.run(["bash", os.path.join(REPO, "scripts", "setup.sh"), "simgrid", "plots"],
+                       check=True)
+        subprocess.run(["bash", os.path.join(REPO, "scripts", "sim_build.sh")], check=True,
+                       stdout=subprocess.DEVNULL)
     if not os.path.exists(DRIVER) and not a.plot_only:
         raise SystemExit(f"sim_sweep: {DRIVER} missing: run scripts/sim_build.sh first")
     only = set(a.only.split(","))
