@@ -45,6 +45,17 @@ bool parse_int(const std::string& text, long lo, long hi, int* out) {
   return true;
 }
 
+// A finite number in (lo, hi] when lo_open, else [lo, hi].
+bool parse_double(const std::string& text, double lo, double hi, bool lo_open, double* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !(lo_open ? v > lo : v >= lo) || !(v <= hi)) return false;
+  *out = v;
+  return true;
+}
+
 // Accepts a byte count with an optional K/M/G suffix (powers of 1024), optional trailing B.
 bool parse_size(const std::string& text, size_t lo, size_t hi, size_t* out) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
@@ -159,12 +170,7 @@ const ParamDesc kParams[] = {
     {"SKIPRING_ALPHA", "double", "a number > 1 and <= 1000",
      "Skip threshold factor: skip when the wait exceeds alpha * T + T_trans.",
      [](const std::string& t, Config* c) {
-       char* end = nullptr;
-       errno = 0;
-       const double v = std::strtod(t.c_str(), &end);
-       if (t.empty() || errno != 0 || *end != '\0' || !(v > 1.0) || v > 1000.0) return false;
-       c->alpha = v;
-       return true;
+       return parse_double(t, 1.0, 1000.0, /*lo_open=*/true, &c->alpha);
      },
      [](const Config& c) { return fmt_double(c.alpha); }},
     {"SKIPRING_SKIP_MIN_WAIT_US", "int", "0..10000000",
@@ -176,23 +182,13 @@ const ParamDesc kParams[] = {
     {"SKIPRING_SKIP_T_US", "double", "a number >= 0 and <= 1e7 (0: learn T)",
      "T of the skip threshold in microseconds, given instead of learnt (experiments).",
      [](const std::string& t, Config* c) {
-       char* end = nullptr;
-       errno = 0;
-       const double v = std::strtod(t.c_str(), &end);
-       if (t.empty() || errno != 0 || *end != '\0' || !(v >= 0.0) || v > 1e7) return false;
-       c->skip_t_us = v;
-       return true;
+       return parse_double(t, 0.0, 1e7, /*lo_open=*/false, &c->skip_t_us);
      },
      [](const Config& c) { return fmt_double(c.skip_t_us); }},
     {"SKIPRING_SKIP_TTRANS_US", "double", "a number >= 0 and <= 1e7 (0: fit T_trans)",
      "T_trans of the skip threshold in microseconds, given instead of fitted (experiments).",
      [](const std::string& t, Config* c) {
-       char* end = nullptr;
-       errno = 0;
-       const double v = std::strtod(t.c_str(), &end);
-       if (t.empty() || errno != 0 || *end != '\0' || !(v >= 0.0) || v > 1e7) return false;
-       c->skip_ttrans_us = v;
-       return true;
+       return parse_double(t, 0.0, 1e7, /*lo_open=*/false, &c->skip_ttrans_us);
      },
      [](const Config& c) { return fmt_double(c.skip_ttrans_us); }},
     {"SKIPRING_INJECT", "spec", "rules 'rank=R,delay=D|dist=...,at=arrive|rs|ag|step,prob=P,every=N,seed=S' separated by ';'",
@@ -214,12 +210,7 @@ const ParamDesc kParams[] = {
      "SimGrid SMPI build: each reduction costs bytes / rate of simulated time (default: 8 KiB "
      "in 3 us); validated but ignored by the normal build.",
      [](const std::string& t, Config* c) {
-       char* end = nullptr;
-       errno = 0;
-       const double v = std::strtod(t.c_str(), &end);
-       if (t.empty() || errno != 0 || *end != '\0' || !(v > 0.0) || v > 1e6) return false;
-       c->sim_reduce_gbps = v;
-       return true;
+       return parse_double(t, 0.0, 1e6, /*lo_open=*/true, &c->sim_reduce_gbps);
      },
      [](const Config& c) { return fmt_double(c.sim_reduce_gbps); }},
     {"SKIPRING_SIM_POLL_NS", "int", "1..1000000",
