@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,13 +58,6 @@ class CollectiveCore {
   virtual const CollectiveStats& stats() const = 0;
   // One line on what the core still waits for (deadlock reports in tests).
   virtual std::string describe() const { return ""; }
-  // The driver's answer to "has a message from peer with tag arrived, unmatched?" (a hint;
-  // unset: never). Lets a late rank read the notices queued for it before it sends.
-  using ProbeFn = std::function<bool(int peer, int tag)>;
-  void set_probe(ProbeFn probe) { probe_ = std::move(probe); }
-
- protected:
-  ProbeFn probe_;
 };
 
 }  // namespace skipring

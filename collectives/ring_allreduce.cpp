@@ -206,7 +206,7 @@ double RingAllreduce::skip_deadline(const RecvOp& r) const {
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
-  if (first_sends_deferred_ || !held_pieces_.empty()) return recheck_at_;
+  if (first_sends_deferred_) return -t;  // at the next poll
   if (pred_silent_ && !pred_absent_) {
     t = std::min(t, t_pred_heard_ + kBypassFactor * p_.skip_threshold_s);
   }
@@ -227,8 +227,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   wait_clock_ = now;
   t_pred_heard_ = now;
-  recheck_at_ = now;
-  held_pieces_.clear();
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
       Action a;
@@ -376,10 +374,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
   resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
   maybe_done(now, out);
   return Status::kOk;
-}
-
-bool RingAllreduce::notices_waiting() const {
-  return p_.skip && open_[kBack] && probe_ && probe_(succ_, ctrl_tag(kBack));
 }
 
 void RingAllreduce::send_first_pieces(double now, ActionList* out) {
@@ -579,10 +573,6 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                                int slot, const ContributionSet& set, bool reads_input,
                                double now, ActionList* out) {
   const int seg_id = layout_.first_segment(c) + g;
-  if (!redirect_[seg_id] && notices_waiting()) {
-    held_pieces_.push_back(HeldPiece{record, c, g, hdr, payload, slot, set, reads_input});
-    return;  // on_time emits it once the notices are read
-  }
   rs_sent_[seg_id] = 1;
   // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
   // routed around per segment, which keeps the allgather routes consistent.
@@ -1147,20 +1137,12 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
 Status RingAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   if (!p_.skip) return Status::kOk;
-  if (first_sends_deferred_ || !held_pieces_.empty()) {
-    if (ctrl_seen_ != ctrl_seen_mark_ || notices_waiting()) {
-      // Notices are still coming in: read them first. Look again a microsecond later (not at
-      // once: under SimGrid the notice's transfer needs simulated time to pass).
-      ctrl_seen_mark_ = ctrl_seen_;
-      recheck_at_ = now + 1e-6;
+  if (first_sends_deferred_) {
+    if (ctrl_seen_ != ctrl_seen_mark_) {
+      ctrl_seen_mark_ = ctrl_seen_;  // notices are still coming in: read them first
       return Status::kOk;
     }
-    if (first_sends_deferred_) send_first_pieces(now, out);
-    std::vector<HeldPiece> held;
-    held.swap(held_pieces_);
-    for (HeldPiece& h : held) {
-      emit_piece(h.record, h.c, h.g, h.hdr, h.payload, h.slot, h.set, h.reads_input, now, out);
-    }
+    send_first_pieces(now, out);
   }
   if (pred_silent_ && !pred_absent_ &&
       t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {

@@ -273,19 +273,6 @@ class RingAllreduce final : public CollectiveCore {
   // read (a poll that brings no new control message): a rank that arrives late then sends the
   // pieces its successor skipped straight to their owners instead of through the successor.
   bool first_sends_deferred_ = false;
-  // Pieces for the successor held back while skip notices from it are waiting unread (a late
-  // rank arriving to a queue of notices): once read, each goes to the owner if it was skipped.
-  struct HeldPiece {
-    int record, c, g;
-    uint8_t* hdr;
-    const void* payload;
-    int slot;
-    ContributionSet set;
-    bool reads_input;
-  };
-  std::vector<HeldPiece> held_pieces_;
-  double recheck_at_ = 0;  // when on_time looks at the notices again
-  bool notices_waiting() const;
   uint64_t ctrl_seen_ = 0;       // control messages read so far
   uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
   // Allgather around a bypassed late rank (docs/skip_ahead.md), per segment id:

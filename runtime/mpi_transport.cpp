@@ -234,15 +234,6 @@ Status MpiTransport::cancel(Token token) {
   return received ? Status::kErrProtocol : Status::kOk;
 }
 
-Status MpiTransport::message_waiting(int peer, int tag, bool* waiting) {
-  int flag = 0;
-  if (MPI_Iprobe(peer, header_tag(tag), comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  *waiting = flag != 0;
-  return Status::kOk;
-}
-
 Status MpiTransport::unmatched_message_waiting(bool* waiting) {
   int flag = 0;
   if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {

@@ -32,7 +32,6 @@ class MpiTransport final : public Transport {
   Status cancel(Token token) override;
   size_t outstanding() const override { return ops_.size() - free_ops_.size(); }
   Status unmatched_message_waiting(bool* waiting) override;
-  Status message_waiting(int peer, int tag, bool* waiting) override;
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;

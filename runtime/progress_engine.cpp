@@ -97,10 +97,6 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   held_.clear();
   delayed_steps_.clear();
   last_release_ = 0;
-  core_->set_probe([this](int peer, int tag) {
-    bool waiting = false;
-    return ok(transport_->message_waiting(peer, tag, &waiting)) && waiting;
-  });
   SKIPRING_CHECK(core_->start(clock_->now(), &actions_));
   return execute(&actions_);
 }

@@ -43,14 +43,6 @@ class Transport {
   virtual size_t outstanding() const = 0;
   // True when a message is waiting that no posted receive matches (stale-message check).
   virtual Status unmatched_message_waiting(bool* waiting) = 0;
-  // True when a message from `peer` with `tag` has arrived and no posted receive has matched it
-  // yet (a hint: false when the transport cannot tell).
-  virtual Status message_waiting(int peer, int tag, bool* waiting) {
-    (void)peer;
-    (void)tag;
-    *waiting = false;
-    return Status::kOk;
-  }
 };
 
 }  // namespace skipring

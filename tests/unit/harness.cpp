@@ -71,7 +71,6 @@ class FakeTransport final : public Transport {
   Status cancel(Token token) override;
   size_t outstanding() const override { return outstanding_; }
   Status unmatched_message_waiting(bool* waiting) override;
-  Status message_waiting(int peer, int tag, bool* waiting) override;
 
   std::deque<Completion> ready_;
   size_t outstanding_ = 0;
@@ -137,12 +136,6 @@ class FakeNetwork {
   }
 
   bool unmatched(int dst) const { return !unexpected_[dst].empty(); }
-  bool unmatched_from(int dst, int src, int tag) const {
-    for (const auto& m : unexpected_[dst]) {
-      if (m->src == src && m->tag == tag) return true;
-    }
-    return false;
-  }
 
   // Runs every event due at the earliest pending time; returns false when none is pending.
   double next_time() const {
@@ -262,11 +255,6 @@ Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_b
 Status FakeTransport::cancel(Token token) {
   // Not among the unmatched posted receives: a message matched it, which the protocol forbids.
   return net_->cancel(rank_, token) ? Status::kOk : Status::kErrProtocol;
-}
-
-Status FakeTransport::message_waiting(int peer, int tag, bool* waiting) {
-  *waiting = net_->unmatched_from(rank_, peer, tag);
-  return Status::kOk;
 }
 
 Status FakeTransport::unmatched_message_waiting(bool* waiting) {

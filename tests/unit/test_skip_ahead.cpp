@@ -229,7 +229,6 @@ struct LateCost {
   double skip_after = 0, ring_after = 0, lower_bound = 0;
   uint64_t skips_elsewhere = 0;  // skips by ranks other than the late rank's successor
   uint64_t bypass_requests = 0;
-  uint64_t late_pieces = 0;  // pieces of the late rank that reached an owner through a relay
 };
 
 LateCost late_cost(int n, int late, int segs_per_chunk) {
@@ -256,7 +255,6 @@ LateCost late_cost(int n, int late, int segs_per_chunk) {
       end = std::max(end, res.stats[0][r].end);
       if (r != (late + 1) % n) out.skips_elsewhere += res.stats[0][r].skips;
       out.bypass_requests += res.stats[0][r].bypass_requests;
-      if (skip) out.late_pieces += res.stats[0][r].late_pieces;
     }
     if (std::getenv("SKIPRING_TEST_VERBOSE")) {
       for (int r = 0; r < n; ++r) {
@@ -286,12 +284,10 @@ TEST(SkipAhead, LateArrivalCost) {
     // channel timer and the on-demand window every rank ended up skipping its predecessor).
     EXPECT_EQ(c.skips_elsewhere, 0u) << "n=" << n;
     EXPECT_EQ(c.bypass_requests, 1u) << "n=" << n;
-    // The late rank reads the notices queued for it before it sends: its pieces go straight to
-    // their owners, none through its successor (64 of 64 did before the probe).
-    EXPECT_EQ(c.late_pieces, 0u) << "n=" << n;
-    // Measured 1.33 (n=4) and 1.01 (n=8) of plain ring (docs/skip_ahead.md: the late rank
-    // holds its pieces while it reads notices one per poll, behind data on its link).
-    EXPECT_LE(c.skip_after, (n == 4 ? 1.45 : 1.1) * c.ring_after) << "n=" << n;
+    // Measured 1.17 (n=4) and 0.96 (n=8) of plain ring: the late rank's pieces still reach
+    // most owners through its successor (docs/skip_ahead.md), which doubles the successor's
+    // incoming traffic; the bound guards against a return of the cascade (1.37 / 1.31).
+    EXPECT_LE(c.skip_after, (n == 4 ? 1.25 : 1.05) * c.ring_after) << "n=" << n;
   }
 }
 
