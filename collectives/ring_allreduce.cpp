@@ -376,6 +376,19 @@ Status RingAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
+void RingAllreduce::cancel_op(Token t, ActionList* out) {
+  Action c;
+  c.kind = Action::Kind::kCancel;
+  c.token = t;
+  out->push_back(c);
+  --pending_;
+}
+
+void RingAllreduce::cancel_aux(int aux, ActionList* out) {
+  cancel_op(make_token(kTokAux, static_cast<size_t>(aux)), out);
+  aux_[aux].cancelled = true;
+}
+
 void RingAllreduce::send_first_pieces(double now, ActionList* out) {
   first_sends_deferred_ = false;
   const int c = (pos_ - 1 + n_) % n_;
@@ -666,19 +679,8 @@ void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
   // The predecessor sent its piece for this receive straight to the owner: the ring receive
   // will never match. If we had skipped it, this also answers our notice.
   RecvOp& r = recvs_[idx];
-  Action c;
-  c.kind = Action::Kind::kCancel;
-  c.token = make_token(kTokRecv, idx);
-  out->push_back(c);
-  --pending_;
-  if (r.skipped) {
-    Action ca;
-    ca.kind = Action::Kind::kCancel;
-    ca.token = make_token(kTokAux, r.ack_aux);
-    out->push_back(ca);
-    aux_[r.ack_aux].cancelled = true;
-    --pending_;
-  }
+  cancel_op(make_token(kTokRecv, idx), out);
+  if (r.skipped) cancel_aux(r.ack_aux, out);
   r.state = OpState::kFinished;
   r.t_arrived = now;
   free_recv_slots_.push_back(r.slot);
@@ -855,11 +857,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
                                   &scratch_set_));
       if (wire_route(op.hdr.data()) & kRoutePredBypassed) pred_byp_[recvs_[ri].seg_id] = 1;
       RecvOp& r = recvs_[ri];
-      Action c;
-      c.kind = Action::Kind::kCancel;
-      c.token = make_token(kTokRecv, ri);
-      out->push_back(c);
-      --pending_;  // the ring receive
+      cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
       r.state = OpState::kFinished;
       r.t_arrived = now;
       free_recv_slots_.push_back(r.slot);
@@ -946,12 +944,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
       r.state = OpState::kFinished;
       ++stats_.late_pieces;
       rec.late_pieces += 1;
-      Action c;
-      c.kind = Action::Kind::kCancel;
-      c.token = make_token(kTokAux, r.ack_aux);
-      out->push_back(c);
-      aux_[r.ack_aux].cancelled = true;
-      --pending_;
+      cancel_aux(r.ack_aux, out);
       write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagExtra);
       const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
       aux_[extra].recv_slot = r.slot;
@@ -1059,13 +1052,8 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
       // us for it (it would overlap), so the standing receive for such pieces is cancelled.
       o.full = true;
       if (o.extra_posted) {
-        Action c;
-        c.kind = Action::Kind::kCancel;
-        c.token = make_token(kTokAux, o.extra_aux);
-        out->push_back(c);
-        aux_[o.extra_aux].cancelled = true;
+        cancel_aux(o.extra_aux, out);
         o.extra_posted = false;
-        --pending_;
       }
       stats_.steps[n_ - 2].t_end = now;
       uint8_t* hdr = owner_hdrs_ + g * hdr_area_;

@@ -209,6 +209,10 @@ class RingAllreduce final : public CollectiveCore {
                   const ContributionSet& set, bool reads_input, double now, ActionList* out);
   // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
   void send_first_pieces(double now, ActionList* out);
+  // Cancels a posted receive (it no longer counts as pending); cancel_aux also marks the
+  // auxiliary receive so that a completion racing the cancel is ignored.
+  void cancel_op(Token t, ActionList* out);
+  void cancel_aux(int aux, ActionList* out);
   // How long a posted ring piece may be missing before it is skipped (grows with the step).
   double piece_threshold(const RecvOp& r) const;
   // When a posted ring piece that has not arrived gets skipped.
