@@ -185,6 +185,23 @@ def plots(a, results):
         plt.close(fig)
         print(f"wrote {os.path.relpath(path, REPO)}")
 
+    def ratio_plot(rows, group, x, group_label, xlabel, title, name):
+        # Measured T_dec/T_ring (column 6) and eq. (1)/(2) (column 11), one line pair per group.
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for g in sorted({float(r[group]) for r in rows}):
+            sel = [r for r in rows if float(r[group]) == g]
+            xs = [float(r[x]) for r in sel]
+            line, = ax.plot(xs, [100 * float(r[6]) for r in sel], "o-",
+                            label="measured, " + group_label.format(g))
+            ax.plot(xs, [100 * float(r[11]) for r in sel], "--", color=line.get_color(),
+                    alpha=0.6, label="eq. (1)/(2), " + group_label.format(g))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("T_dec / T_ring (%)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        save(fig, name)
+
     if "paper" in results:
         h, rows = results["paper"]
         alphas = sorted({float(r[1]) for r in rows})
@@ -201,34 +218,13 @@ def plots(a, results):
         ax.legend()
         ax.grid(alpha=0.3)
         save(fig, "sim_fig7_rs_time.png")
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for al in alphas:
-            sel = [r for r in rows if float(r[1]) == al]
-            line, = ax.plot([float(r[2]) for r in sel], [100 * float(r[6]) for r in sel], "o-",
-                            label=f"measured, alpha={al:g}")
-            ax.plot([float(r[2]) for r in sel], [100 * float(r[11]) for r in sel], "--",
-                    color=line.get_color(), alpha=0.6, label=f"eq. (1)/(2), alpha={al:g}")
-        ax.set_xlabel("delta T (us)")
-        ax.set_ylabel("T_dec / T_ring (%)")
-        ax.set_title("Fig. 8/10: optimisation ratio over delta T")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        save(fig, "sim_fig8_ratio_vs_delta.png")
+        ratio_plot(rows, group=1, x=2, group_label="alpha={:g}", xlabel="delta T (us)",
+                   title="Fig. 8/10: optimisation ratio over delta T",
+                   name="sim_fig8_ratio_vs_delta.png")
     if "alpha" in results:
         h, rows = results["alpha"]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for d in sorted({float(r[2]) for r in rows}):
-            sel = [r for r in rows if float(r[2]) == d]
-            line, = ax.plot([float(r[1]) for r in sel], [100 * float(r[6]) for r in sel], "o-",
-                            label=f"measured, dT={d:g} us")
-            ax.plot([float(r[1]) for r in sel], [100 * float(r[11]) for r in sel], "--",
-                    color=line.get_color(), alpha=0.6, label=f"eq. (1)/(2), dT={d:g} us")
-        ax.set_xlabel("alpha")
-        ax.set_ylabel("T_dec / T_ring (%)")
-        ax.set_title("Fig. 9: optimisation ratio over alpha")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        save(fig, "sim_fig9_ratio_vs_alpha.png")
+        ratio_plot(rows, group=2, x=1, group_label="dT={:g} us", xlabel="alpha",
+                   title="Fig. 9: optimisation ratio over alpha", name="sim_fig9_ratio_vs_alpha.png")
     if "late" in results:
         h, rows = results["late"]
         fig, ax = plt.subplots(figsize=(6, 4))
