@@ -191,6 +191,61 @@ const ParamDesc kParams[] = {
        return parse_double(t, 0.0, 1e7, /*lo_open=*/false, &c->skip_ttrans_us);
      },
      [](const Config& c) { return fmt_double(c.skip_ttrans_us); }},
+    {"SKIPRING_ALGO", "enum", "auto|ring|skipring|rd|rabenseifner|tree|multitree|hier",
+     "All-reduce algorithm: auto picks by the alpha-beta cost model (skipring_info --algo "
+     "prints the table); any other value forces that algorithm for every size.",
+     [](const std::string& t, Config* c) { return parse_algo(t, &c->algo); },
+     [](const Config& c) { return std::string(algo_name(c.algo)); }},
+    {"SKIPRING_HOST_MAP", "string", "block:K | one host label per rank, ',' separated",
+     "Rank -> host override (tests, SimGrid): fakes several hosts; empty: the real hosts.",
+     [](const std::string& t, Config* c) {
+       if (t.rfind("block:", 0) == 0) {
+         int k = 0;
+         if (!parse_int(t.substr(6), 1, 1 << 24, &k)) return false;
+       } else {
+         size_t start = 0;
+         while (true) {
+           const size_t comma = t.find(',', start);
+           const std::string label = t.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+           if (label.empty()) return false;
+           if (comma == std::string::npos) break;
+           start = comma + 1;
+         }
+       }
+       c->host_map = t;
+       return true;
+     },
+     [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }},
+    {"SKIPRING_TREE_GRAPH", "path", "a link-graph file (docs/topology.md)",
+     "Link graph (latency, bandwidth per link) the multitree algorithm builds its trees on; "
+     "empty: derived from the topology.",
+     [](const std::string& t, Config* c) {
+       c->tree_graph = t;
+       return true;  // read and validated at communicator setup
+     },
+     [](const Config& c) { return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph; }},
+    {"SKIPRING_MULTITREE_K", "int", "1..16",
+     "Most spanning trees the multitree all-reduce builds.",
+     [](const std::string& t, Config* c) { return parse_int(t, 1, 16, &c->multitree_k); },
+     [](const Config& c) { return std::to_string(c.multitree_k); }},
+    {"SKIPRING_MODEL_LAT_US", "double", "a number >= 0 and <= 1e6 (0: measure)",
+     "Cost model: per-message latency in microseconds; 0 measures it at communicator setup.",
+     [](const std::string& t, Config* c) {
+       return parse_double(t, 0.0, 1e6, /*lo_open=*/false, &c->model_lat_us);
+     },
+     [](const Config& c) { return fmt_double(c.model_lat_us); }},
+    {"SKIPRING_MODEL_GBPS", "double", "a number >= 0 and <= 1e6 (0: measure)",
+     "Cost model: point-to-point bandwidth in GB/s; 0 measures it at communicator setup.",
+     [](const std::string& t, Config* c) {
+       return parse_double(t, 0.0, 1e6, /*lo_open=*/false, &c->model_gbps);
+     },
+     [](const Config& c) { return fmt_double(c.model_gbps); }},
+    {"SKIPRING_MODEL_REDUCE_GBPS", "double", "a number >= 0 and <= 1e6 (0: measure)",
+     "Cost model: reduction rate in GB/s; 0 measures it at communicator setup.",
+     [](const std::string& t, Config* c) {
+       return parse_double(t, 0.0, 1e6, /*lo_open=*/false, &c->model_reduce_gbps);
+     },
+     [](const Config& c) { return fmt_double(c.model_reduce_gbps); }},
     {"SKIPRING_INJECT", "spec", "rules 'rank=R,delay=D|dist=...,at=arrive|rs|ag|step,prob=P,every=N,seed=S' separated by ';'",
      "Straggler injection for experiments (see README); empty: none.",
      [](const std::string& t, Config* c) {
@@ -235,6 +290,24 @@ std::mutex g_mutex;
 Config g_config;
 
 }  // namespace
+
+namespace {
+const char* const kAlgoNames[] = {"auto", "ring", "skipring", "rd", "rabenseifner",
+                                  "tree", "multitree", "hier"};
+}  // namespace
+
+const char* algo_name(Algo a) { return kAlgoNames[static_cast<int>(a)]; }
+
+bool parse_algo(const std::string& text, Algo* out) {
+  const std::string t = lower(text);
+  for (int i = 0; i < static_cast<int>(sizeof(kAlgoNames) / sizeof(kAlgoNames[0])); ++i) {
+    if (t == kAlgoNames[i]) {
+      *out = static_cast<Algo>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 EnvLookup process_env() {
   return [](const char* name, std::string* value) {

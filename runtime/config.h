@@ -14,6 +14,11 @@ namespace skipring {
 
 enum class LogLevel : int { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 enum class ClockKind : int { kSteady, kMpiWtime };
+// SKIPRING_ALGO: which all-reduce algorithm runs; kAuto picks by the alpha-beta cost model
+// (collectives/select.h).
+enum class Algo : int { kAuto, kRing, kSkipRing, kRd, kRabenseifner, kTree, kMultiTree, kHier };
+const char* algo_name(Algo a);
+bool parse_algo(const std::string& text, Algo* out);
 
 struct Config {
   bool enable = true;             // SKIPRING_ENABLE
@@ -40,6 +45,17 @@ struct Config {
   // the whole step (transfer included).
   double skip_t_us = 0;            // SKIPRING_SKIP_T_US
   double skip_ttrans_us = 0;       // SKIPRING_SKIP_TTRANS_US
+  // Algorithm choice and topology (issue 5).
+  Algo algo = Algo::kAuto;          // SKIPRING_ALGO
+  // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or
+  // one label per rank separated by ',' (e.g. "a,a,b,b"); the length is checked at setup.
+  std::string host_map;             // SKIPRING_HOST_MAP
+  std::string tree_graph;           // SKIPRING_TREE_GRAPH: link graph file for multitree
+  int multitree_k = 4;              // SKIPRING_MULTITREE_K: at most this many trees
+  // Cost model parameters (0: measured at communicator setup).
+  double model_lat_us = 0;          // SKIPRING_MODEL_LAT_US: per-message latency alpha
+  double model_gbps = 0;            // SKIPRING_MODEL_GBPS: link bandwidth 1/beta
+  double model_reduce_gbps = 0;     // SKIPRING_MODEL_REDUCE_GBPS: reduction rate 1/gamma
   std::string inject;              // SKIPRING_INJECT (validated by parse_inject_spec)
   std::string trace_dir;           // SKIPRING_TRACE (empty: no trace)
   // SimGrid SMPI build only (ignored otherwise): reductions are charged as simulated compute

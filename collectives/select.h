@@ -1,0 +1,2 @@
+// placeholder: filled in by the issue-5 work.
+#pragma once
