@@ -177,7 +177,14 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  if (!handles(datatype, op, comm, &dt, &rop)) {
+  // A communicator that already has skipring state is an intra-communicator (handles() checked
+  // it when the state was created): the per-call path skips MPI_Comm_test_inter.
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
+  const bool usable = c != nullptr ? global_config().enable && dtype_from_mpi(datatype, &dt) &&
+                                         rop_from_mpi(op, &rop) && op_valid(rop, dt)
+                                   : handles(datatype, op, comm, &dt, &rop);
+  if (!usable) {
     // A predefined op on a predefined type MPI does not define it for is a user error.
     if (global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
         !op_valid(rop, dt)) {
@@ -187,8 +194,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   }
   if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c == nullptr) {
+    if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  }
   if (c->broken()) return MPI_ERR_OTHER;
   Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
   if (!ok(st)) return to_mpi_error(st);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "collectives/rd_direct.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -56,6 +57,8 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     SKIPRING_LOG_ERROR("ring order: {}", why);
     return Status::kErrInternal;
   }
+  c->pos_ = static_cast<int>(std::find(c->ring_.begin(), c->ring_.end(), c->rank_) -
+                             c->ring_.begin());
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
   c->clock_ = make_clock(cfg.clock);
   c->engine_ = std::make_unique<ProgressEngine>(
@@ -106,6 +109,31 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const bool small = bytes <= cfg_.small_bytes;
   const size_t seg_bytes = std::min(bytes / std::max(1, size_) + dtype_size(dtype),
                                     cfg_.segment_bytes);
+  // Latency-bound and nothing asks for per-step records: recursive doubling straight on MPI
+  // (collectives/rd_direct.h), without the core's per-message headers and action lists.
+  if (small && inject_.empty() && cfg_.trace_dir.empty() && cfg_.log_level > LogLevel::kDebug &&
+      !cfg_.check) {
+    CollectiveStats& s = last_stats_;
+    s.seq = seq_;
+    s.bytes = bytes;
+    s.steps.clear();
+    s.neighbours.clear();
+    s.skips = s.late_pieces = s.bypass_requests = 0;
+    s.slowest_neighbour = -1;
+    s.rs_piece_wait_max = s.skip_threshold_s = 0;
+    s.wait_s = s.reduce_s = s.transfer_s = 0;
+    s.start = clock_->now();
+    const Status st = rd_direct_allreduce(internal_, ring_, pos_, sendbuf, recvbuf, count, dtype,
+                                          op, &scratch_, &s.messages_sent, &s.messages_received);
+    s.end = clock_->now();
+    ++seq_;
+    if (!ok(st)) {
+      broken_ = true;
+      SKIPRING_LOG_ERROR("allreduce seq {} (recursive doubling) failed: {}", s.seq,
+                         status_string(st));
+    }
+    return st;
+  }
   p.skip = cfg_.skip && !small;
   if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,

@@ -34,12 +34,7 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm internal() const { return internal_; }
   const std::vector<int>& ring() const { return ring_; }
-  int pos_in_ring() const {
-    for (int i = 0; i < size_; ++i) {
-      if (ring_[i] == rank_) return i;
-    }
-    return 0;
-  }
+  int pos_in_ring() const { return pos_; }
 
   // sendbuf == recvbuf means in place. Arguments are already validated.
   Status allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
@@ -66,6 +61,7 @@ class Communicator {
   double skip_floor_s_ = 0;
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
+  int pos_ = 0;  // this rank's position in ring_
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;

@@ -1,0 +1,118 @@
+// Recursive doubling straight on MPI point-to-point (see rd_direct.h).
+#include "collectives/rd_direct.h"
+
+#include <cstring>
+
+#include "collectives/reduce_kernels.h"
+
+namespace skipring {
+namespace {
+
+int pos_of_vrank(int v, int extras) { return v < extras ? 2 * v + 1 : v + extras; }
+
+// Exchanges `bytes` with `peer`: sends `mine`, receives into `theirs`.
+// Sends `mine` to `peer` with tag `tag` and receives into `theirs` from it with `recv_tag`
+// (default: the same tag).
+Status exchange(MPI_Comm comm, int peer, int tag, const void* mine, void* theirs, size_t bytes,
+                int recv_tag = -1) {
+  MPI_Request req[2];
+  if (MPI_Irecv(theirs, static_cast<int>(bytes), MPI_BYTE, peer, recv_tag < 0 ? tag : recv_tag,
+                comm, &req[0]) !=
+      MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  if (MPI_Isend(mine, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &req[1]) !=
+      MPI_SUCCESS) {
+    MPI_Cancel(&req[0]);
+    MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+    return Status::kErrTransport;
+  }
+  return MPI_Waitall(2, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS ? Status::kOk
+                                                                 : Status::kErrTransport;
+}
+
+}  // namespace
+
+Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
+                           const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
+                           std::vector<uint8_t>* scratch, uint32_t* sent, uint32_t* received) {
+  const int n = static_cast<int>(ring.size());
+  const size_t bytes = count * dtype_size(dtype);
+  uint32_t n_sent = 0, n_recv = 0;
+  auto count_msgs = [&]() {
+    if (sent) *sent = n_sent;
+    if (received) *received = n_recv;
+  };
+  if (bytes > static_cast<size_t>(INT32_MAX)) return Status::kErrCount;
+  if (n == 1 || count == 0) {
+    if (count > 0 && sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, bytes);
+    count_msgs();
+    return Status::kOk;
+  }
+  int p = 1;
+  while (2 * p <= n) p *= 2;
+  const int extras = n - p;
+  if (scratch->size() < bytes) scratch->resize(bytes);
+  void* tmp = scratch->data();
+
+  if (pos < 2 * extras && pos % 2 == 0) {
+    // An extra position: give the input to the right neighbour, take the result back.
+    const int peer = ring[pos + 1];
+    const int len = static_cast<int>(bytes);
+    if (sendbuf == recvbuf) {
+      // In place the input and the result share the buffer: the send must be over before a
+      // receive into it is posted.
+      if (MPI_Send(sendbuf, len, MPI_BYTE, peer, kRdDirectTagBase, comm) != MPI_SUCCESS ||
+          MPI_Recv(recvbuf, len, MPI_BYTE, peer, kRdDirectTagBase + 63, comm,
+                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        return Status::kErrTransport;
+      }
+    } else {
+      SKIPRING_CHECK(exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes,
+                              kRdDirectTagBase + 63));
+    }
+    n_sent = 1;
+    n_recv = 1;
+    count_msgs();
+    return Status::kOk;
+  }
+
+  const void* cur = sendbuf;
+  if (pos < 2 * extras) {
+    // Partner of the extra at pos - 1: a = the extra's input (the lower position).
+    if (MPI_Recv(tmp, static_cast<int>(bytes), MPI_BYTE, ring[pos - 1], kRdDirectTagBase, comm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+    ++n_recv;
+    SKIPRING_CHECK(reduce(op, dtype, recvbuf, tmp, sendbuf, count));
+    cur = recvbuf;
+  }
+  const int v = pos < 2 * extras ? pos / 2 : pos - extras;
+  for (int k = 0; (1 << k) < p; ++k) {
+    const int w = v ^ (1 << k);
+    const int peer = ring[pos_of_vrank(w, extras)];
+    SKIPRING_CHECK(exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes));
+    ++n_sent;
+    ++n_recv;
+    // a = the partial of the side whose bit k is clear: the same operands, in the same order,
+    // on both sides of the exchange.
+    if (v < w) {
+      SKIPRING_CHECK(reduce(op, dtype, recvbuf, cur, tmp, count));
+    } else {
+      SKIPRING_CHECK(reduce(op, dtype, recvbuf, tmp, cur, count));
+    }
+    cur = recvbuf;
+  }
+  if (pos < 2 * extras) {
+    if (MPI_Send(recvbuf, static_cast<int>(bytes), MPI_BYTE, ring[pos - 1],
+                 kRdDirectTagBase + 63, comm) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+    ++n_sent;
+  }
+  count_msgs();
+  return Status::kOk;
+}
+
+}  // namespace skipring
