@@ -1,2 +1,161 @@
-// placeholder: filled in by the issue-5 work.
+// Algorithm selection from an alpha-beta-gamma cost model (see select.h).
 #include "collectives/select.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace skipring {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int floor_pow2(int n) {
+  int p = 1;
+  while (2 * p <= n) p *= 2;
+  return p;
+}
+
+int log2_int(int p) {
+  int l = 0;
+  while ((1 << l) < p) ++l;
+  return l;
+}
+
+// Flat algorithms on a communicator spanning hosts are paced by the inter-host links.
+double flat_alpha(const TopologySummary& t, const CostParams& p) {
+  return t.hosts > 1 ? std::max(p.alpha_s, p.inter_alpha_s) : p.alpha_s;
+}
+double flat_beta(const TopologySummary& t, const CostParams& p) {
+  return t.hosts > 1 ? std::max(p.beta_s, p.inter_beta_s) : p.beta_s;
+}
+
+double rd_cost(double S, int n, double a, double b, double g) {
+  const int p = floor_pow2(n);
+  const double fold = n > p ? 2 * (a + S * b) + S * g : 0.0;
+  return fold + log2_int(p) * (a + S * b + S * g);
+}
+
+double rabenseifner_cost(double S, int n, double a, double b, double g) {
+  const int p = floor_pow2(n);
+  const double fold = n > p ? 2 * (a + S * b) + S * g : 0.0;
+  const double frac = static_cast<double>(p - 1) / p;
+  return fold + 2 * log2_int(p) * a + 2 * frac * S * b + frac * S * g;
+}
+
+// Ring of n ranks: 2(n-1) steps of S/n bytes, each chunk in `segs` pipelined segments whose
+// latency overlaps (up to the pipeline depth) but whose engine cost sigma does not. The
+// pipeline also overlaps the reduction of one segment with the transfer of the next, so only
+// the slower of the two streams counts, plus the last segment's reduction.
+double ring_cost(double S, int n, double alpha, double sigma, double b, double g, size_t seg) {
+  if (n == 1) return 0;
+  const double chunk = S / n;
+  const double segs = std::max(1.0, std::ceil(chunk / std::max<size_t>(seg, 1)));
+  const double steps = 2.0 * (n - 1);
+  return steps * (alpha + segs * sigma) + std::max(steps * chunk * b, (n - 1) * chunk * g) +
+         chunk / segs * g;
+}
+
+// Pipelined reduce-to-root then broadcast over `trees` trees of height h sharing the
+// aggregate rate R (bytes/s), the data split evenly: per phase (h + k - 1) segment steps with k
+// segments per tree; a reduce step also adds about two children's segments.
+double tree_cost(double S, int height, double rate, int trees, double a, double g, size_t seg) {
+  if (rate <= 0 || height <= 0 || trees <= 0) return kInf;
+  const double St = S / trees;
+  const double k = std::max(1.0, std::ceil(St / static_cast<double>(std::max<size_t>(seg, 1))));
+  const double sz = St / k;
+  const double Rt = rate / trees;
+  const double steps = height + k - 1;
+  return steps * (a + sz / Rt + 2 * sz * g) + steps * (a + sz / Rt);
+}
+
+}  // namespace
+
+std::string CostParams::to_string() const {
+  return fmt::format(
+      "alpha {:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s, inter-host alpha {:.2f} us, "
+      "beta {:.3f} GB/s, engine sigma {:.2f} us",
+      alpha_s * 1e6, 1e-9 / beta_s, 1e-9 / gamma_s, inter_alpha_s * 1e6, 1e-9 / inter_beta_s,
+      sigma_s * 1e6);
+}
+
+const std::vector<Algo>& modelled_algos() {
+  static const std::vector<Algo> kAlgos = {Algo::kRd,   Algo::kRabenseifner, Algo::kRing,
+                                           Algo::kTree, Algo::kMultiTree,    Algo::kHier};
+  return kAlgos;
+}
+
+double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParams& p,
+                 size_t segment_bytes) {
+  const double S = static_cast<double>(bytes);
+  const int n = std::max(1, t.n);
+  if (n == 1) return 0;
+  const double fa = flat_alpha(t, p), fb = flat_beta(t, p);
+  switch (a) {
+    case Algo::kRd:
+      // The direct path: no engine, so no sigma.
+      return rd_cost(S, n, fa, fb, p.gamma_s);
+    case Algo::kRabenseifner:
+      return rabenseifner_cost(S, n, fa + p.sigma_s, fb, p.gamma_s);
+    case Algo::kRing:
+    case Algo::kSkipRing:
+      return ring_cost(S, n, fa, p.sigma_s, fb, p.gamma_s, segment_bytes);
+    case Algo::kTree:
+      return tree_cost(S, t.tree1_height, t.tree1_rate_Bps, 1, fa + p.sigma_s, p.gamma_s,
+                       segment_bytes);
+    case Algo::kMultiTree:
+      if (t.trees < 2) return kInf;
+      return tree_cost(S, t.tree_height, t.tree_rate_Bps, t.trees, fa + p.sigma_s, p.gamma_s,
+                       segment_bytes);
+    case Algo::kHier: {
+      if (t.hosts < 2 || t.max_local < 2 || t.hosts == n) return kInf;
+      const int m = t.max_local, H = t.hosts;
+      const double local = ring_cost(S, m, p.alpha_s, p.sigma_s, p.beta_s, p.gamma_s,
+                                     segment_bytes);  // local reduce-scatter + allgather
+      const double inter = ring_cost(S / m, H, p.inter_alpha_s, p.sigma_s, p.inter_beta_s,
+                                     p.gamma_s, segment_bytes);
+      return local + inter;
+    }
+    case Algo::kAuto:
+      break;
+  }
+  return kInf;
+}
+
+Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p,
+                 size_t segment_bytes, bool skip, double* cost) {
+  Algo best = Algo::kRing;
+  double best_cost = kInf;
+  for (Algo a : modelled_algos()) {
+    const double c = algo_cost(a, bytes, t, p, segment_bytes);
+    // Strictly cheaper wins: ties keep the earlier (simpler) algorithm.
+    if (c < best_cost) {
+      best = a;
+      best_cost = c;
+    }
+  }
+  if (best == Algo::kRing && skip) best = Algo::kSkipRing;
+  if (cost) *cost = best_cost;
+  return best;
+}
+
+std::string decision_table(const TopologySummary& t, const CostParams& p, size_t segment_bytes,
+                           bool skip, size_t max_bytes) {
+  std::string out = fmt::format("{:>10}", "bytes");
+  for (Algo a : modelled_algos()) out += fmt::format(" {:>13}", algo_name(a));
+  out += fmt::format("  {}\n", "auto");
+  for (size_t b = 8; b <= max_bytes; b *= 4) {
+    out += fmt::format("{:>10}", b);
+    for (Algo a : modelled_algos()) {
+      const double c = algo_cost(a, b, t, p, segment_bytes);
+      out += std::isinf(c) ? fmt::format(" {:>13}", "-") : fmt::format(" {:>13.2f}", c * 1e6);
+    }
+    out += fmt::format("  {}\n", algo_name(select_algo(b, t, p, segment_bytes, skip)));
+  }
+  out += "(modelled microseconds; '-': not applicable here)\n";
+  return out;
+}
+
+}  // namespace skipring

@@ -1,2 +1,65 @@
-// placeholder: filled in by the issue-5 work.
+// Algorithm selection from an alpha-beta-gamma cost model (seed 001; DESIGN.md section 4).
+//
+// Every algorithm's time for S bytes on n ranks is modelled as
+//   messages on the critical path x (alpha + sigma)  +  bytes on the critical path x beta
+//   + bytes reduced on the critical path x gamma
+// with alpha the per-message latency, beta the time per byte of a point-to-point transfer,
+// gamma the time per byte of a reduction and sigma the per-message software cost of the
+// progress engine (0 for the direct recursive doubling, which has no engine). Between hosts
+// (when the communicator spans several) alpha and beta are the inter-host ones. The cost
+// functions are pure, so the decision is the same on every rank as long as the parameters
+// are (Communicator measures them once and agrees on them with one all-reduce).
+//
+// `auto` takes the cheapest applicable algorithm; `ring` and `skipring` are the same ring
+// (skip-ahead on or off), auto reports `skipring` when SKIPRING_SKIP=1.
 #pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "runtime/config.h"
+
+namespace skipring {
+
+struct CostParams {
+  double alpha_s = 2e-6;        // per-message latency (same host)
+  double beta_s = 1.0 / 5e9;    // seconds per byte (same host)
+  double gamma_s = 1.0 / 10e9;  // seconds per byte reduced
+  double inter_alpha_s = 2e-6;  // between hosts (= the same-host values on one host)
+  double inter_beta_s = 1.0 / 5e9;
+  double sigma_s = 1e-6;        // per-message cost of the progress engine (cores, not rd)
+  std::string to_string() const;
+};
+
+struct TopologySummary {
+  int n = 1;          // ranks
+  int hosts = 1;      // distinct hosts
+  int max_local = 1;  // most ranks on one host
+  // Multi-tree plan (tree/multitree): number of trees, the tallest tree's height and the
+  // aggregate rate in bytes/s of the plan (0: no plan, algorithm not applicable).
+  int trees = 0;
+  int tree_height = 0;
+  double tree_rate_Bps = 0;
+  int tree1_height = 0;  // the single-tree plan ("tree")
+  double tree1_rate_Bps = 0;
+};
+
+// Modelled time in seconds; +inf when the algorithm cannot run here (e.g. hier on one host,
+// tree without a plan). `segment_bytes` is the pipeline segment of the ring and trees.
+double algo_cost(Algo a, size_t bytes, const TopologySummary& topo, const CostParams& p,
+                 size_t segment_bytes);
+
+// The algorithm `auto` picks (never kAuto; kSkipRing for the ring when `skip` is on).
+Algo select_algo(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                 size_t segment_bytes, bool skip, double* cost = nullptr);
+
+// The algorithms the model compares (everything but kAuto and kSkipRing).
+const std::vector<Algo>& modelled_algos();
+
+// A text table: one row per size (8 B .. max_bytes, x4), the modelled time of each algorithm
+// in microseconds and auto's choice.
+std::string decision_table(const TopologySummary& topo, const CostParams& p,
+                           size_t segment_bytes, bool skip, size_t max_bytes);
+
+}  // namespace skipring

@@ -281,6 +281,9 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
       if (r.phase == Phase::kReduceScatter && r.t_end > rs_end) rs_end = r.t_end;
     }
     out->rs_time_s = rs_end > s.start ? rs_end - s.start : 0;
+    if (s.algo >= 0) {
+      std::snprintf(out->algo, sizeof(out->algo), "%s", algo_name(static_cast<Algo>(s.algo)));
+    }
     return MPI_SUCCESS;
   } catch (...) {
     return MPI_ERR_OTHER;
@@ -343,6 +346,30 @@ int skipring_set_skip(int enabled) {
     cfg.skip = enabled != 0;
     set_global_config(cfg);
     for (auto& [c, comm] : state().comms) c->set_skip(enabled != 0);
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_set_algo(const char* name) {
+  try {
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    Algo algo = Algo::kAuto;
+    if (name == nullptr) {
+      Config env_cfg;
+      std::string error;
+      if (!ok(load_config(process_env(), &env_cfg, &error))) return MPI_ERR_ARG;
+      algo = env_cfg.algo;
+    } else if (!parse_algo(name, &algo)) {
+      SKIPRING_LOG_ERROR("skipring_set_algo: unknown algorithm '{}'", name);
+      return MPI_ERR_ARG;
+    }
+    std::lock_guard<std::mutex> lock(state().mutex);
+    Config cfg = global_config();
+    cfg.algo = algo;
+    set_global_config(cfg);
+    for (auto& [c, comm] : state().comms) c->set_algo(algo);
     return MPI_SUCCESS;
   } catch (...) {
     return MPI_ERR_OTHER;

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "collectives/rd_direct.h"
+#include "collectives/select.h"
+#include "runtime/cost_probe.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -61,6 +63,8 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
                              c->ring_.begin());
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
   c->clock_ = make_clock(cfg.clock);
+  c->topo_summary_.n = c->size_;
+
   c->engine_ = std::make_unique<ProgressEngine>(
       c->transport_.get(), c->clock_.get(), EngineOptions{cfg.poll_spins, cfg.idle_sleep_us});
   c->params_.rank = c->rank_;
@@ -92,6 +96,20 @@ double Communicator::skip_threshold(size_t segment_bytes) const {
   return std::max(skip_floor_s_, cfg_.alpha * T + trans);
 }
 
+Algo Communicator::choose_algo(size_t bytes) {
+  if (cfg_.algo != Algo::kAuto) return cfg_.algo;
+  if (!cost_measured_) {
+    // The cost model's parameters, identical on every rank (one all-reduce inside).
+    if (ok(measure_cost_params(internal_, ring_, host_of_rank_, cfg_, *clock_, &cost_))) {
+      if (rank_ == 0) SKIPRING_LOG_INFO("cost model: {}", cost_.to_string());
+    } else {
+      SKIPRING_LOG_WARN("cost model: measurement failed, using defaults {}", cost_.to_string());
+    }
+    cost_measured_ = true;
+  }
+  return select_algo(bytes, topo_summary_, cost_, cfg_.segment_bytes, cfg_.skip);
+}
+
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return Status::kErrInternal;
@@ -104,18 +122,18 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.recvbuf = recvbuf;
   p.seq = static_cast<uint32_t>(seq_);
   if (!op_valid(op, dtype)) return Status::kErrOp;
-  // Latency-bound sizes: recursive doubling (log2 n steps); otherwise the pipelined ring.
   const size_t bytes = count * dtype_size(dtype);
-  const bool small = bytes <= cfg_.small_bytes;
   const size_t seg_bytes = std::min(bytes / std::max(1, size_) + dtype_size(dtype),
                                     cfg_.segment_bytes);
-  // Latency-bound and nothing asks for per-step records: recursive doubling straight on MPI
+  const Algo algo = choose_algo(bytes);
+  // Recursive doubling with nothing asking for per-step records: straight on MPI
   // (collectives/rd_direct.h), without the core's per-message headers and action lists.
-  if (small && inject_.empty() && cfg_.trace_dir.empty() && cfg_.log_level > LogLevel::kDebug &&
-      !cfg_.check) {
+  if (algo == Algo::kRd && inject_.empty() && cfg_.trace_dir.empty() &&
+      cfg_.log_level > LogLevel::kDebug && !cfg_.check) {
     CollectiveStats& s = last_stats_;
     s.seq = seq_;
     s.bytes = bytes;
+    s.algo = static_cast<int>(algo);
     s.steps.clear();
     s.neighbours.clear();
     s.skips = s.late_pieces = s.bypass_requests = 0;
@@ -134,7 +152,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     }
     return st;
   }
-  p.skip = cfg_.skip && !small;
+  // Skip-ahead runs in the ring only; "ring" is the ring with skipping off.
+  p.skip = cfg_.skip && algo == Algo::kSkipRing;
   if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);
@@ -154,10 +173,13 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   }
   Status st;
   std::unique_ptr<CollectiveCore> core;
-  if (small) {
-    core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
-  } else {
-    core = std::make_unique<RingAllreduce>(p, &scratch_);
+  switch (algo) {
+    case Algo::kRd:
+      core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
+      break;
+    default:
+      core = std::make_unique<RingAllreduce>(p, &scratch_);
+      break;
   }
   st = engine_->run(core.get());
   ++seq_;
@@ -167,6 +189,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     return st;
   }
   last_stats_ = core->stats();
+  last_stats_.algo = static_cast<int>(algo);
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,
                    seg_bytes);

@@ -13,6 +13,7 @@
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "collectives/ring_allreduce.h"
+#include "collectives/select.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
@@ -48,6 +49,13 @@ class Communicator {
   }
   void set_inject(const InjectPlan& plan) { inject_ = plan; }
   void set_skip(bool on) { cfg_.skip = on; }
+  void set_algo(Algo a) { cfg_.algo = a; }
+  // The algorithm an all-reduce of `bytes` runs: SKIPRING_ALGO, or the cost model's choice.
+  // With auto, the first call measures the cost model's parameters (collective: every rank
+  // reaches it in the same all-reduce).
+  Algo choose_algo(size_t bytes);
+  const CostParams& cost_params() const { return cost_; }
+  const TopologySummary& topology_summary() const { return topo_summary_; }
   // The skip threshold the next ring collective will use (seconds).
   double skip_threshold(size_t segment_bytes) const;
 
@@ -62,6 +70,10 @@ class Communicator {
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
+  CostParams cost_;               // measured on the first auto all-reduce
+  bool cost_measured_ = false;
+  TopologySummary topo_summary_;  // what the cost model knows of the topology
+  std::vector<int> host_of_rank_;  // dense host id per rank (empty: one host)
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;

@@ -157,12 +157,6 @@ const ParamDesc kParams[] = {
      "After each collective, verify no message is left unmatched on the internal communicator.",
      [](const std::string& t, Config* c) { return parse_bool(t, &c->check); },
      [](const Config& c) { return std::string(bool_str(c.check)); }},
-    {"SKIPRING_SMALL_BYTES", "size", "0..1G, suffix K/M/G allowed",
-     "Messages up to this size use recursive doubling (latency-bound); larger ones the ring.",
-     [](const std::string& t, Config* c) {
-       return parse_size(t, 0, size_t{1} << 30, &c->small_bytes);
-     },
-     [](const Config& c) { return std::to_string(c.small_bytes); }},
     {"SKIPRING_SKIP", "bool", "0|1",
      "Skip ahead past a slow predecessor (1). 0: plain ring, run-to-run identical results.",
      [](const std::string& t, Config* c) { return parse_bool(t, &c->skip); },

@@ -34,7 +34,6 @@ struct Config {
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
 #endif
   bool check = false;             // SKIPRING_CHECK
-  size_t small_bytes = 16 * 1024;  // SKIPRING_SMALL_BYTES
   // Straggler handling (DESIGN.md 2): skip ahead when the predecessor is later than
   // alpha * T + T_trans (and at least skip_min_wait_us).
   bool skip = true;                // SKIPRING_SKIP

@@ -179,7 +179,8 @@ void bad_input() {
 }
 
 void stats_check() {
-  // Large enough for the ring (above SKIPRING_SMALL_BYTES): 2(n-1) steps.
+  // The ring, whatever auto would pick for this size: 2(n-1) steps.
+  skipring_set_algo("skipring");
   const int count = 100000;
   std::vector<float> a(count, 1.0f), b(count);
   check(skipring_allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) ==
@@ -189,6 +190,9 @@ void stats_check() {
   check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS, "last_stats");
   check(st.bytes == 4u * count, "stats bytes");
   check(st.steps == static_cast<uint32_t>(g_size > 1 ? 2 * (g_size - 1) : 0), "stats steps");
+  check(std::string(st.algo) == "skipring", "stats algo");
+  check(skipring_set_algo("no-such-algorithm") == MPI_ERR_ARG, "unknown algorithm rejected");
+  check(skipring_set_algo(nullptr) == MPI_SUCCESS, "algorithm back to SKIPRING_ALGO");
   check(st.time_s > 0 || g_size == 1, "stats time");
   const char* skip_env = std::getenv("SKIPRING_SKIP");
   if (skip_env != nullptr && std::string(skip_env) == "0") {

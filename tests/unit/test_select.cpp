@@ -1,1 +1,142 @@
-// placeholder: filled in by the issue-5 work.
+// Algorithm selection (collectives/select.h): the cost model's shape and auto's choices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "collectives/select.h"
+#include "runtime/config.h"
+
+namespace skipring {
+namespace {
+
+TopologySummary flat(int n) {
+  TopologySummary t;
+  t.n = n;
+  return t;
+}
+
+TEST(SelectNames, ParseAndNameRoundTrip) {
+  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kSkipRing, Algo::kRd, Algo::kRabenseifner,
+                 Algo::kTree, Algo::kMultiTree, Algo::kHier}) {
+    Algo back = Algo::kAuto;
+    ASSERT_TRUE(parse_algo(algo_name(a), &back)) << algo_name(a);
+    EXPECT_EQ(back, a);
+  }
+  Algo x = Algo::kRing;
+  EXPECT_TRUE(parse_algo("RD", &x));
+  EXPECT_EQ(x, Algo::kRd);
+  EXPECT_FALSE(parse_algo("", &x));
+  EXPECT_FALSE(parse_algo("ringg", &x));
+}
+
+TEST(SelectModel, CostsGrowWithSize) {
+  const CostParams p;
+  for (int n : {2, 3, 4, 7, 8, 16, 64}) {
+    for (Algo a : {Algo::kRd, Algo::kRabenseifner, Algo::kRing}) {
+      double prev = -1;
+      for (size_t b = 8; b <= (size_t{64} << 20); b *= 2) {
+        const double c = algo_cost(a, b, flat(n), p, 256 * 1024);
+        ASSERT_TRUE(std::isfinite(c));
+        EXPECT_GE(c, prev) << algo_name(a) << " n=" << n << " bytes=" << b;
+        prev = c;
+      }
+    }
+  }
+}
+
+TEST(SelectModel, LatencyBoundPicksRecursiveDoublingBandwidthBoundPicksRing) {
+  const CostParams p;
+  for (int n : {2, 3, 4, 5, 8, 16, 33, 64}) {
+    EXPECT_EQ(select_algo(8, flat(n), p, 256 * 1024, false), Algo::kRd) << n;
+    const Algo big = select_algo(size_t{256} << 20, flat(n), p, 256 * 1024, false);
+    // Large: a bandwidth-optimal algorithm (the ring moves 2(n-1)/n S per link, as does
+    // Rabenseifner for a power of two).
+    EXPECT_TRUE(big == Algo::kRing || big == Algo::kRabenseifner) << n << " " << algo_name(big);
+    if (n > 8) {
+      EXPECT_EQ(big, Algo::kRing) << n;
+    }
+  }
+}
+
+TEST(SelectModel, AutoIsTheCheapestAndSkipMapsRingToSkipRing) {
+  CostParams p;
+  p.alpha_s = 5e-6;
+  p.sigma_s = 2e-6;
+  for (int n : {2, 4, 6, 12}) {
+    for (size_t b = 8; b <= (size_t{16} << 20); b *= 8) {
+      double cost = 0;
+      const Algo a = select_algo(b, flat(n), p, 64 * 1024, true, &cost);
+      EXPECT_NE(a, Algo::kAuto);
+      EXPECT_NE(a, Algo::kRing);  // skip on: the ring is reported as skipring
+      for (Algo other : modelled_algos()) {
+        EXPECT_LE(cost, algo_cost(other, b, flat(n), p, 64 * 1024)) << algo_name(other);
+      }
+      EXPECT_DOUBLE_EQ(cost, algo_cost(a, b, flat(n), p, 64 * 1024));
+    }
+  }
+}
+
+TEST(SelectModel, HierOnlyAcrossHostsAndTreesOnlyWithAPlan) {
+  const CostParams p;
+  TopologySummary one = flat(8);
+  EXPECT_TRUE(std::isinf(algo_cost(Algo::kHier, 1 << 20, one, p, 1 << 18)));
+  EXPECT_TRUE(std::isinf(algo_cost(Algo::kTree, 1 << 20, one, p, 1 << 18)));
+  EXPECT_TRUE(std::isinf(algo_cost(Algo::kMultiTree, 1 << 20, one, p, 1 << 18)));
+  TopologySummary two = one;
+  two.hosts = 2;
+  two.max_local = 4;
+  EXPECT_TRUE(std::isfinite(algo_cost(Algo::kHier, 1 << 20, two, p, 1 << 18)));
+  two.trees = 3;
+  two.tree_height = 3;
+  two.tree_rate_Bps = 10e9;
+  EXPECT_TRUE(std::isfinite(algo_cost(Algo::kMultiTree, 1 << 20, two, p, 1 << 18)));
+  // One rank per host: nothing to do inside hosts, hier is the plain inter-host ring.
+  TopologySummary spread = flat(4);
+  spread.hosts = 4;
+  EXPECT_TRUE(std::isinf(algo_cost(Algo::kHier, 1 << 20, spread, p, 1 << 18)));
+}
+
+TEST(SelectModel, SlowInterHostLinksFavourHierarchical) {
+  CostParams p;
+  p.alpha_s = 1e-6;
+  p.beta_s = 1.0 / 20e9;  // fast inside a host
+  p.inter_alpha_s = 10e-6;
+  p.inter_beta_s = 1.0 / 1e9;  // slow between hosts
+  TopologySummary t = flat(32);
+  t.hosts = 4;
+  t.max_local = 8;
+  const size_t big = size_t{64} << 20;
+  EXPECT_LT(algo_cost(Algo::kHier, big, t, p, 1 << 18), algo_cost(Algo::kRing, big, t, p, 1 << 18));
+  EXPECT_EQ(select_algo(big, t, p, 1 << 18, false), Algo::kHier);
+  const double slow_gain =
+      algo_cost(Algo::kRing, big, t, p, 1 << 18) / algo_cost(Algo::kHier, big, t, p, 1 << 18);
+  // Same links everywhere: hier moves as many bytes per link as the flat ring (a 2-D ring) and
+  // saves only latency, so its advantage is much smaller.
+  p.inter_alpha_s = p.alpha_s;
+  p.inter_beta_s = p.beta_s;
+  const double uniform_gain =
+      algo_cost(Algo::kRing, big, t, p, 1 << 18) / algo_cost(Algo::kHier, big, t, p, 1 << 18);
+  EXPECT_GT(slow_gain, 2.0);
+  EXPECT_LT(uniform_gain, 1.1);
+}
+
+TEST(SelectModel, NonPowerOfTwoPaysTheFoldIn) {
+  const CostParams p;
+  const size_t b = 1024;
+  EXPECT_GT(algo_cost(Algo::kRd, b, flat(5), p, 1 << 18), algo_cost(Algo::kRd, b, flat(4), p, 1 << 18));
+  EXPECT_DOUBLE_EQ(algo_cost(Algo::kRd, b, flat(1), p, 1 << 18), 0.0);
+}
+
+TEST(SelectTable, OneRowPerSizeAndAChoiceEach) {
+  const std::string table = decision_table(flat(4), CostParams{}, 1 << 18, true, 1 << 20);
+  int rows = 0;
+  for (size_t pos = 0; (pos = table.find('\n', pos)) != std::string::npos; ++pos) ++rows;
+  // Header, 8 B .. 1 MiB by x4 (9 sizes), footer.
+  EXPECT_EQ(rows, 1 + 9 + 1) << table;
+  EXPECT_NE(table.find("rd\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("skipring\n"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace skipring

@@ -51,6 +51,8 @@ typedef struct skipring_stats {
   double skip_threshold_s;   /* skip-ahead threshold used: alpha*T + T_trans (0: off) */
   double rs_time_s;          /* start of the call until this rank's last reduce-scatter step
                                 ended (its own chunk complete); 0: no reduce-scatter phase */
+  char algo[16];             /* algorithm that ran: "ring", "skipring", "rd", "rabenseifner",
+                                "tree", "multitree", "hier" ("" before any all-reduce) */
 } skipring_stats_t;
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
@@ -81,6 +83,12 @@ int skipring_set_inject(const char* spec);
 /* Turns skip-ahead on (1) or off (0, plain ring: run-to-run identical results) for every
  * communicator, from the next collective on; overrides SKIPRING_SKIP. */
 int skipring_set_skip(int enabled);
+
+/* Forces the all-reduce algorithm ("auto", "ring", "skipring", "rd", "rabenseifner", "tree",
+ * "multitree", "hier"; NULL: back to SKIPRING_ALGO) for every communicator, from the next
+ * collective on; overrides SKIPRING_ALGO. Every rank must make the same call (the choice must
+ * agree across ranks). MPI_ERR_ARG on an unknown name. */
+int skipring_set_algo(const char* name);
 
 /* Frees all per-communicator state. Called automatically at MPI_Finalize. */
 int skipring_finalize(void);

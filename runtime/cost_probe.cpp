@@ -1,0 +1,106 @@
+// Cost-model parameter measurement (see cost_probe.h).
+#include "runtime/cost_probe.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/reduce_kernels.h"
+
+namespace skipring {
+namespace {
+
+constexpr int kLatencyIters = 30;
+constexpr int kBandwidthIters = 5;
+constexpr size_t kBandwidthBytes = 256 * 1024;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Half round trips of `bytes` with `peer`; `first` sends first.
+Status ping_pong(MPI_Comm comm, int peer, bool first, std::vector<uint8_t>* buf, size_t bytes,
+                 int iters, const Clock& clock, double* half_rtt) {
+  std::vector<double> t;
+  for (int i = 0; i < iters + 2; ++i) {
+    const double t0 = clock.now();
+    const int len = static_cast<int>(bytes);
+    int rc;
+    if (first) {
+      rc = MPI_Send(buf->data(), len, MPI_BYTE, peer, kProbeTag, comm);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Recv(buf->data(), len, MPI_BYTE, peer, kProbeTag, comm, MPI_STATUS_IGNORE);
+    } else {
+      rc = MPI_Recv(buf->data(), len, MPI_BYTE, peer, kProbeTag, comm, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) rc = MPI_Send(buf->data(), len, MPI_BYTE, peer, kProbeTag, comm);
+    }
+    if (rc != MPI_SUCCESS) return Status::kErrTransport;
+    if (i >= 2) t.push_back((clock.now() - t0) / 2);  // two warm-up rounds
+  }
+  *half_rtt = median(t);
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
+                           const std::vector<int>& host_of_rank, const Config& cfg,
+                           const Clock& clock, CostParams* out) {
+  const int n = static_cast<int>(ring.size());
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  auto host = [&](int r) { return host_of_rank.empty() ? 0 : host_of_rank[r]; };
+  // [0] same-host alpha, [1] same-host seconds per byte, [2] inter alpha, [3] inter s/byte,
+  // [4] reduction seconds per byte; 0 = not measured by this rank.
+  double mine[5] = {0, 0, 0, 0, 0};
+  std::vector<uint8_t> buf(kBandwidthBytes, 1);
+  // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
+  // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
+  for (int shift = 0; shift < 2 && n > 1; ++shift) {
+    const int rel = pos - shift;
+    if (rel < 0) continue;
+    const int partner_pos = rel % 2 == 0 ? pos + 1 : pos - 1;
+    if (partner_pos < shift || partner_pos >= n) continue;
+    const int peer = ring[partner_pos];
+    const bool first = rel % 2 == 0;
+    double lat = 0, big = 0;
+    SKIPRING_CHECK(ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat));
+    SKIPRING_CHECK(
+        ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, &big));
+    const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;
+    const int slot = host(peer) == host(rank) ? 0 : 2;
+    mine[slot] = std::max(mine[slot], lat);
+    mine[slot + 1] = std::max(mine[slot + 1], per_byte);
+  }
+  {
+    const size_t count = kBandwidthBytes / sizeof(float);
+    std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count);
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      const double t0 = clock.now();
+      SKIPRING_CHECK(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      t.push_back(clock.now() - t0);
+    }
+    mine[4] = median(t) / kBandwidthBytes;
+  }
+  double all[5];
+  if (PMPI_Allreduce(mine, all, 5, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  CostParams p;  // defaults where nothing was measured (n == 1)
+  if (all[0] > 0) p.alpha_s = all[0];
+  if (all[1] > 0) p.beta_s = all[1];
+  p.inter_alpha_s = all[2] > 0 ? all[2] : p.alpha_s;
+  p.inter_beta_s = all[3] > 0 ? all[3] : p.beta_s;
+  if (all[4] > 0) p.gamma_s = all[4];
+  if (cfg.model_lat_us > 0) p.alpha_s = p.inter_alpha_s = cfg.model_lat_us * 1e-6;
+  if (cfg.model_gbps > 0) p.beta_s = p.inter_beta_s = 1.0 / (cfg.model_gbps * 1e9);
+  if (cfg.model_reduce_gbps > 0) p.gamma_s = 1.0 / (cfg.model_reduce_gbps * 1e9);
+  *out = p;
+  return Status::kOk;
+}
+
+}  // namespace skipring

@@ -1,0 +1,28 @@
+// Measures the cost model's parameters (collectives/select.h) once, at communicator setup:
+// per-message latency and bandwidth by ping-pong between ring neighbours (same host and, when
+// the ring crosses hosts, between hosts), and the reduction rate by timing the kernel. Every
+// rank then takes the slowest value of each (one all-reduce), so every rank holds the same
+// parameters and makes the same algorithm choice. SKIPRING_MODEL_* values replace measured
+// ones.
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "collectives/select.h"
+#include "runtime/clock.h"
+#include "runtime/config.h"
+#include "runtime/status.h"
+
+namespace skipring {
+
+constexpr int kProbeTag = 0x5100;
+
+// ring: ring order; host_of_rank: dense host id per rank (empty: all on one host).
+// Collective over `comm`.
+Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
+                           const std::vector<int>& host_of_rank, const Config& cfg,
+                           const Clock& clock, CostParams* out);
+
+}  // namespace skipring
