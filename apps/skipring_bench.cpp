@@ -384,6 +384,8 @@ struct Options {
   int late_rank = -1;  // --late-rank; -1: nobody arrives late
   double late_ms = 0;  // --late-ms
   bool overhead = false;
+  // --algo: algorithms to run per size (skipring_set_algo), in order; empty: SKIPRING_ALGO.
+  std::vector<std::string> algos;
   std::vector<Variant> variants;  // in the order they run and are printed
   bool interleaved() const { return straggler || overhead; }
   // Verbatim option text for the header.
@@ -437,6 +439,7 @@ struct ImplResult {
 };
 
 struct SkipStats {
+  std::string algo;  // what rank 0's last timed call ran (skipring_stats_t.algo)
   uint64_t skips = 0;
   uint64_t late_pieces = 0;
   double wait_us = 0;  // mean per rank and call
@@ -496,8 +499,20 @@ struct Row {
   std::string type;
   std::string op;
   std::optional<bool> native;
+  std::string algo_requested;  // --algo entry ("" without --algo)
   std::optional<ModeResult> oop;
   std::optional<ModeResult> ip;
+  // What ran: the algorithm of the first mode's last call, "auto:<choice>" when auto chose.
+  std::string AlgoLabel() const {
+    std::string ran = "?";
+    for (const auto* m : {&oop, &ip}) {
+      if (m->has_value() && (*m)->stats && !(*m)->stats->algo.empty()) {
+        ran = (*m)->stats->algo;
+        break;
+      }
+    }
+    return algo_requested == "auto" || algo_requested.empty() ? "auto:" + ran : ran;
+  }
 };
 
 // Raw measurements of one implementation in one mode.
@@ -572,13 +587,14 @@ class Report {
       return;
     }
     const size_t group = GroupWidth();
-    std::string labels = fmt::format("#{:>{}}", "", kPrefixWidth - 1);
+    std::string labels = fmt::format("#{:>{}}", "", kPrefixWidth + 16);
     if (opts_.run_oop) labels += fmt::format("{:^{}}", "out-of-place", group);
     if (opts_.run_ip) labels += fmt::format("{:^{}}", "in-place", group);
     fmt::print("{}\n", TrimRight(labels));
-    std::string titles =
-        fmt::format("#{:>11} {:>13} {:>9} {:>7}", "size", "count", "type", "redop");
-    std::string units = fmt::format("#{:>11} {:>13} {:>9} {:>7}", "(B)", "(elements)", "", "");
+    std::string titles = fmt::format("#{:>11} {:>13} {:>9} {:>7} {:>16}", "size", "count", "type",
+                                     "redop", "algo");
+    std::string units =
+        fmt::format("#{:>11} {:>13} {:>9} {:>7} {:>16}", "(B)", "(elements)", "", "", "");
     for (int g = 0; g < (opts_.run_oop ? 1 : 0) + (opts_.run_ip ? 1 : 0); ++g) {
       titles += fmt::format(" {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}", "time", "algbw", "busbw",
                             "#wrong", "p50", "p99");
@@ -615,8 +631,8 @@ class Report {
       }
     }
     if (rank_ != 0) return;
-    std::string line =
-        fmt::format("{:>12} {:>13} {:>9} {:>7}", row.bytes, row.count, row.type, row.op);
+    std::string line = fmt::format("{:>12} {:>13} {:>9} {:>7} {:>16}", row.bytes, row.count,
+                                   row.type, row.op, row.AlgoLabel());
     for (const auto* mode : {&row.oop, &row.ip}) {
       if (!mode->has_value()) continue;
       const ModeResult& m = **mode;
@@ -1055,6 +1071,7 @@ RawRun RunImpl(const Context& ctx, const Pattern<T>& pattern, const TypeDesc& ty
   uint64_t stat_counts[2] = {0, 0};  // skips, late pieces
   double wait_s = 0;
   int stats_ok = 1;
+  std::string last_algo;
   for (int it = 0; it < iters; ++it) {
     prepare(it);
     CheckMpi(MPI_Barrier(ctx.comm), "MPI_Barrier");
@@ -1068,6 +1085,7 @@ RawRun RunImpl(const Context& ctx, const Pattern<T>& pattern, const TypeDesc& ty
         stat_counts[0] += st.skips;
         stat_counts[1] += st.late_pieces;
         wait_s += st.wait_s;
+        last_algo.assign(st.algo, strnlen(st.algo, sizeof(st.algo)));
       } else {
         stats_ok = 0;
       }
@@ -1099,6 +1117,7 @@ RawRun RunImpl(const Context& ctx, const Pattern<T>& pattern, const TypeDesc& ty
     CheckMpi(MPI_Reduce(&stats_ok, &all_ok, 1, MPI_INT, MPI_MIN, 0, ctx.comm), "MPI_Reduce(stats)");
     if (ctx.rank == 0 && all_ok) {
       SkipStats s;
+      s.algo = last_algo;
       s.skips = counts_sum[0];
       s.late_pieces = counts_sum[1];
       s.wait_us = wait_sum / (static_cast<double>(ctx.nranks) * iters) * 1e6;
@@ -1350,15 +1369,23 @@ void RunCombination(const Context& ctx, Report& report, const std::vector<uint64
       report.AddInterleavedRow(row);
       continue;
     }
-    Row row;
-    row.bytes = bytes;
-    row.count = count;
-    row.type = type.name;
-    row.op = op.name;
-    row.native = native;
-    if (ctx.opts.run_oop) row.oop = RunMode(ctx, pattern, type, op, count, false);
-    if (ctx.opts.run_ip) row.ip = RunMode(ctx, pattern, type, op, count, true);
-    report.AddRow(row);
+    const std::vector<std::string> algos =
+        ctx.opts.algos.empty() ? std::vector<std::string>{""} : ctx.opts.algos;
+    for (const std::string& algo : algos) {
+      if (!algo.empty()) {
+        AgreeOnError(ctx, skipring_set_algo(algo.c_str()), Impl::kSkipring, "skipring_set_algo");
+      }
+      Row row;
+      row.bytes = bytes;
+      row.count = count;
+      row.type = type.name;
+      row.op = op.name;
+      row.native = native;
+      row.algo_requested = algo;
+      if (ctx.opts.run_oop) row.oop = RunMode(ctx, pattern, type, op, count, false);
+      if (ctx.opts.run_ip) row.ip = RunMode(ctx, pattern, type, op, count, true);
+      report.AddRow(row);
+    }
   }
 }
 
@@ -1449,6 +1476,19 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
       ->check(CLI::IsMember({"none", "mpi"}));
   app.add_option("--json", opts.json_path, "write every row to FILE as a JSON array (rank 0)")
       ->type_name("FILE");
+  std::string algo_text;
+  app.add_option("--algo", algo_text,
+                 "all-reduce algorithms to run per size, comma-separated (auto, ring, skipring, "
+                 "rd, rabenseifner, tree, multitree, hier); each row names what ran")
+      ->check([](const std::string& t) {
+        for (const std::string& a : SplitList(t)) {
+          if (a != "auto" && a != "ring" && a != "skipring" && a != "rd" &&
+              a != "rabenseifner" && a != "tree" && a != "multitree" && a != "hier") {
+            return "unknown algorithm '" + a + "'";
+          }
+        }
+        return std::string();
+      });
   app.add_option("--csv", opts.csv_path, "write every row to FILE as CSV (rank 0)")
       ->type_name("FILE");
   auto* ip = app.add_flag("--inplace-only", inplace_only, "run only the in-place variant");
@@ -1510,6 +1550,7 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
     return fail(e.what());
   }
   opts.check = check != 0;
+  opts.algos = SplitList(algo_text);
   opts.compare_mpi = compare == "mpi";
   opts.run_oop = !inplace_only;
   opts.run_ip = !outofplace_only;
@@ -1517,6 +1558,7 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
   opts.straggler = opts.inject_given || late_rank->count() > 0;
   if (opts.interleaved()) {
     const char* mode = opts.straggler ? "--inject/--late-rank" : "--overhead";
+    if (!opts.algos.empty()) return fail(std::string("--algo: ") + mode + " compares skip-ahead and the ring");
     if (inplace_only)
       return fail(std::string("--inplace-only: ") + mode + " runs out-of-place only");
     opts.run_oop = true;
