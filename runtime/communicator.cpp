@@ -50,8 +50,14 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     }
   }
 #endif
-  c->ring_ = identity_ring(c->size_);
+  // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
+  // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
   std::string why;
+  if (Status st = gather_topology(c->internal_, cfg.host_map, &c->topology_, &why); !ok(st)) {
+    SKIPRING_LOG_ERROR("communicator setup: {}", why);
+    return st;
+  }
+  c->ring_ = c->topology_.ring;
   if (!ring_is_valid(c->ring_, c->size_, &why)) {
     SKIPRING_LOG_ERROR("ring order: {}", why);
     return Status::kErrInternal;

@@ -18,6 +18,7 @@
 #include "straggler/injection.h"
 #include "straggler/step_stats.h"
 #include "straggler/step_timer.h"
+#include "topology/discovery.h"
 
 namespace skipring {
 
@@ -34,6 +35,8 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm internal() const { return internal_; }
   const std::vector<int>& ring() const { return ring_; }
+  // Hosts, per-rank records and the ring order gathered at creation (topology/discovery.h).
+  const Topology& topology() const { return topology_; }
   int pos_in_ring() const {
     for (int i = 0; i < size_; ++i) {
       if (ring_[i] == rank_) return i;
@@ -66,6 +69,7 @@ class Communicator {
   double skip_floor_s_ = 0;
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
+  Topology topology_;
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;
