@@ -170,8 +170,8 @@ int Topology::ring_position(int rank) const {
   return -1;
 }
 
-Status build_topology(std::vector<RankRecord> records, const std::string& host_map,
-                      Topology* out, std::string* error) {
+Status build_topology(std::vector<RankRecord> records, const std::string& host_map, Topology* out,
+                      std::string* error) {
   const int n = static_cast<int>(records.size());
   if (n < 1) {
     *error = "topology: no ranks";
@@ -202,8 +202,9 @@ Status build_topology(std::vector<RankRecord> records, const std::string& host_m
       keys[r] = std::to_string(records[r].host_hash) + '/' + records[r].host_name();
     }
     t.host_of_rank = dense_ids(keys);
-    t.host_names.assign(t.host_of_rank.empty() ? 0 : 1 + *std::max_element(t.host_of_rank.begin(),
-                                                                            t.host_of_rank.end()),
+    t.host_names.assign(t.host_of_rank.empty()
+                            ? 0
+                            : 1 + *std::max_element(t.host_of_rank.begin(), t.host_of_rank.end()),
                         std::string());
     for (int r = n - 1; r >= 0; --r) t.host_names[t.host_of_rank[r]] = records[r].host_name();
   }
@@ -261,10 +262,15 @@ void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
   TopoDeviceKind kind;
   switch (osdev->attr->osdev.type) {
     case HWLOC_OBJ_OSDEV_GPU:
-    case HWLOC_OBJ_OSDEV_COPROC: kind = TopoDeviceKind::kGpu; break;
+    case HWLOC_OBJ_OSDEV_COPROC:
+      kind = TopoDeviceKind::kGpu;
+      break;
     case HWLOC_OBJ_OSDEV_NETWORK:
-    case HWLOC_OBJ_OSDEV_OPENFABRICS: kind = TopoDeviceKind::kNic; break;
-    default: return;
+    case HWLOC_OBJ_OSDEV_OPENFABRICS:
+      kind = TopoDeviceKind::kNic;
+      break;
+    default:
+      return;
   }
   char bus[TopoDevice::kBusChars] = {};
   for (hwloc_obj_t p = osdev->parent; p != nullptr; p = p->parent) {
@@ -278,9 +284,11 @@ void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
   // OS devices of one PCI device (card0, renderD128, cuda0, nvml0...) make one entry.
   for (int i = 0; i < rec->num_devices; ++i) {
     TopoDevice& d = rec->devices[i];
-    if (bus[0] != '\0' && d.kind == static_cast<int32_t>(kind) && std::strcmp(d.pci_bus, bus) == 0) {
+    if (bus[0] != '\0' && d.kind == static_cast<int32_t>(kind) &&
+        std::strcmp(d.pci_bus, bus) == 0) {
       const std::string joined = std::string(d.name) + "/" + name;
-      if (joined.size() < TopoDevice::kNameChars) copy_fixed(joined, d.name, TopoDevice::kNameChars);
+      if (joined.size() < TopoDevice::kNameChars)
+        copy_fixed(joined, d.name, TopoDevice::kNameChars);
       return;
     }
   }

@@ -28,23 +28,23 @@ enum class TopoDeviceKind : int32_t { kGpu = 1, kNic = 2 };
 struct TopoDevice {
   static constexpr size_t kNameChars = 24;  // NUL included
   static constexpr size_t kBusChars = 16;   // "dddd:bb:dd.f" + NUL
-  int32_t kind = 0;                      // TopoDeviceKind
-  int32_t package = kTopoUnknown;        // package its PCI bus hangs off
-  int32_t numa = kTopoUnknown;           // NUMA node local to it
-  char name[kNameChars] = {};            // OS device names, e.g. "eth0", "mlx5_0", "card0/cuda0"
-  char pci_bus[kBusChars] = {};          // PCI bus id; empty when not on PCI
+  int32_t kind = 0;                         // TopoDeviceKind
+  int32_t package = kTopoUnknown;           // package its PCI bus hangs off
+  int32_t numa = kTopoUnknown;              // NUMA node local to it
+  char name[kNameChars] = {};               // OS device names, e.g. "eth0", "mlx5_0", "card0/cuda0"
+  char pci_bus[kBusChars] = {};             // PCI bus id; empty when not on PCI
 };
 
 // What one rank knows about itself: a fixed-size POD, encoded to kRecordBytes bytes for the
 // MPI_Allgather. Strings are NUL-terminated and truncated to fit.
 struct RankRecord {
-  static constexpr size_t kHostChars = 64;   // first 63 characters of the hostname + NUL
+  static constexpr size_t kHostChars = 64;  // first 63 characters of the hostname + NUL
   static constexpr size_t kMaxDevices = 8;
   static constexpr size_t kCoreMaskWords = 4;  // cores 0..255 listed; more are only counted
   int32_t rank = 0;
-  uint64_t host_hash = 0;       // FNV-1a of the whole hostname (names longer than 63 chars)
+  uint64_t host_hash = 0;  // FNV-1a of the whole hostname (names longer than 63 chars)
   char host[kHostChars] = {};
-  uint64_t host_map_hash = 0;   // hash of SKIPRING_HOST_MAP: all ranks must use the same map
+  uint64_t host_map_hash = 0;      // hash of SKIPRING_HOST_MAP: all ranks must use the same map
   int32_t package = kTopoUnknown;  // package (socket) holding the bound cpuset (os index)
   int32_t numa = kTopoUnknown;     // NUMA node holding the bound cpuset (os index)
   int32_t num_cores = -1;          // cores the rank is bound to (any of their PUs); -1 unknown
@@ -52,8 +52,8 @@ struct RankRecord {
   int32_t num_pus = -1;            // hardware threads in the binding
   int32_t machine_cores = -1;      // cores on the host
   uint64_t core_mask[kCoreMaskWords] = {};  // bit c: bound to core c (logical index < 256)
-  int32_t num_devices = 0;         // entries used in devices[]
-  int32_t devices_dropped = 0;     // GPUs/NICs beyond kMaxDevices, not listed
+  int32_t num_devices = 0;                  // entries used in devices[]
+  int32_t devices_dropped = 0;              // GPUs/NICs beyond kMaxDevices, not listed
   TopoDevice devices[kMaxDevices];
 
   std::string host_name() const;  // host[] as a string
@@ -61,10 +61,10 @@ struct RankRecord {
 };
 
 // Encoded size of a RankRecord (native byte order: all ranks of one job share it).
-constexpr size_t kRecordBytes = 4 /*magic*/ + 4 /*rank*/ + 8 + RankRecord::kHostChars + 8 +
-                                4 * 6 + 8 * RankRecord::kCoreMaskWords + 4 * 2 +
-                                RankRecord::kMaxDevices *
-                                    (4 * 3 + TopoDevice::kNameChars + TopoDevice::kBusChars);
+constexpr size_t kRecordBytes =
+    4 /*magic*/ + 4 /*rank*/ + 8 + RankRecord::kHostChars + 8 + 4 * 6 +
+    8 * RankRecord::kCoreMaskWords + 4 * 2 +
+    RankRecord::kMaxDevices * (4 * 3 + TopoDevice::kNameChars + TopoDevice::kBusChars);
 
 // Writes kRecordBytes bytes; returns the number written.
 size_t encode_record(const RankRecord& rec, uint8_t* out);
@@ -96,8 +96,8 @@ struct Topology {
 // `host_map` (SKIPRING_HOST_MAP syntax) when it is not empty, and computes the ring. Fails with
 // kErrConfig and a message naming SKIPRING_HOST_MAP on a bad map (wrong length, syntax, ranks
 // that disagree on it), kErrInternal on inconsistent records.
-Status build_topology(std::vector<RankRecord> records, const std::string& host_map,
-                      Topology* out, std::string* error);
+Status build_topology(std::vector<RankRecord> records, const std::string& host_map, Topology* out,
+                      std::string* error);
 
 // This process's record (rank 0, no map hash): hwloc discovery, run once per process and
 // cached (SimGrid build: the host name only, every call).

@@ -97,8 +97,9 @@ bool parse_host_map(const std::string& map, int nranks, std::vector<int>* host_o
     start = comma + 1;
   }
   if (static_cast<int>(labels.size()) != nranks) {
-    *error = prefix + "lists " + std::to_string(labels.size()) + " host labels for a communicator of " +
-             std::to_string(nranks) + " ranks (one label per rank, or block:K)";
+    *error = prefix + "lists " + std::to_string(labels.size()) +
+             " host labels for a communicator of " + std::to_string(nranks) +
+             " ranks (one label per rank, or block:K)";
     return false;
   }
   *host_of_rank = dense_ids(labels, host_names);
@@ -109,7 +110,8 @@ std::vector<std::vector<int>> ranks_per_host(const std::vector<int>& host_of_ran
   int hosts = 0;
   for (int h : host_of_rank) hosts = std::max(hosts, h + 1);
   std::vector<std::vector<int>> out(hosts);
-  for (size_t r = 0; r < host_of_rank.size(); ++r) out[host_of_rank[r]].push_back(static_cast<int>(r));
+  for (size_t r = 0; r < host_of_rank.size(); ++r)
+    out[host_of_rank[r]].push_back(static_cast<int>(r));
   return out;
 }
 

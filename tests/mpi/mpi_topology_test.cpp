@@ -72,10 +72,10 @@ void check_allreduces(skipring::Communicator* comm) {
         comm->allreduce(in.data(), out.data(), count, skipring::DType::kInt64, skipring::ROp::kSum);
     check(skipring::ok(st), "Communicator::allreduce count " + std::to_string(count) + ": " +
                                 skipring::status_string(st));
-    check(out == ref, "Communicator::allreduce count " + std::to_string(count) +
-                          " equals PMPI_Allreduce");
-    const int rc = skipring_allreduce(in.data(), capi.data(), static_cast<int>(count),
-                                      MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    check(out == ref,
+          "Communicator::allreduce count " + std::to_string(count) + " equals PMPI_Allreduce");
+    const int rc = skipring_allreduce(in.data(), capi.data(), static_cast<int>(count), MPI_INT64_T,
+                                      MPI_SUM, MPI_COMM_WORLD);
     check(rc == MPI_SUCCESS && capi == ref,
           "skipring_allreduce count " + std::to_string(count) + " equals PMPI_Allreduce");
     std::vector<double> fin(count), fref(count), fout(count);

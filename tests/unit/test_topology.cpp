@@ -139,7 +139,8 @@ TEST(TopologyRing, RandomHostAssignmentsGiveMinimalRings) {
     EXPECT_EQ(inter_host_hops(ring, hosts), H > 1 ? H : 0) << "trial " << trial;
     // Hosts are visited in order of their lowest rank, ranks of a host ascending.
     std::vector<int> expected;
-    for (const auto& rs : ranks_per_host(hosts)) expected.insert(expected.end(), rs.begin(), rs.end());
+    for (const auto& rs : ranks_per_host(hosts))
+      expected.insert(expected.end(), rs.begin(), rs.end());
     EXPECT_EQ(ring, expected) << "trial " << trial;
     EXPECT_EQ(ring[0], 0);
     if (H == 1) {
