@@ -1,5 +1,7 @@
 // skipring_info: prints the version, every SKIPRING_* parameter with its current value, and
 // the build's optional features. Exits non-zero (naming the variable) on a bad value.
+// --topology: the topology gathered at communicator setup instead (per rank host, package,
+// NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops).
 #include <mpi.h>
 #include <skipring/skipring.h>
 
@@ -7,13 +9,70 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
 
 #include "runtime/config.h"
+#include "topology/discovery.h"
+
+namespace {
+
+std::string join(const std::vector<int>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + std::to_string(v[i]);
+  return out;
+}
+
+// Collective over MPI_COMM_WORLD (the same gather a communicator does at setup); prints on
+// rank 0. Returns false, with the reason on rank 0's stderr, when it fails.
+bool print_topology(const skipring::Config& cfg, int rank) {
+  skipring::Topology topo;
+  std::string error;
+  const skipring::Status st =
+      skipring::gather_topology(MPI_COMM_WORLD, cfg.host_map, &topo, &error);
+  if (!skipring::ok(st)) {
+    if (rank == 0) std::fprintf(stderr, "skipring_info: %s\n", error.c_str());
+    return false;
+  }
+  if (rank != 0) return true;
+  fmt::print("topology: {} ranks on {} hosts (hosts from {})\n", topo.size(), topo.num_hosts(),
+             topo.from_host_map ? "SKIPRING_HOST_MAP=" + cfg.host_map : std::string("hostnames"));
+  fmt::print("{:<5} {:<16} {:<16} {:<4} {:<4} {:<18} {}\n", "rank", "host", "hostname", "pkg",
+             "numa", "cores", "gpus / nics");
+  for (int r = 0; r < topo.size(); ++r) {
+    const skipring::RankRecord& rec = topo.records[r];
+    std::string cores = skipring::core_list(rec);
+    if (rec.num_cores >= 0) {
+      cores += fmt::format(" ({}c/{}t of {})", rec.num_cores, rec.num_pus, rec.machine_cores);
+    }
+    std::string devices;
+    for (int i = 0; i < rec.num_devices; ++i) {
+      devices += (i ? "; " : "") + skipring::device_string(rec.devices[i]);
+    }
+    if (rec.devices_dropped > 0) devices += fmt::format("; +{} more", rec.devices_dropped);
+    if (devices.empty()) devices = "-";
+    fmt::print("{:<5} {:<16} {:<16} {:<4} {:<4} {:<18} {}\n", r,
+               fmt::format("{}:{}", topo.host_of(r), topo.host_names[topo.host_of(r)]),
+               rec.host_name(), skipring::place_string(rec.package),
+               skipring::place_string(rec.numa), cores, devices);
+  }
+  fmt::print("hosts:\n");
+  for (int h = 0; h < topo.num_hosts(); ++h) {
+    fmt::print("  host {} {}: ranks {}\n", h, topo.host_names[h], join(topo.host_ranks[h], ","));
+  }
+  fmt::print("ring: {}\n", join(topo.ring, " "));
+  fmt::print("inter-host hops: {} (hosts: {})\n", topo.inter_host_hops, topo.num_hosts());
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"skipring_info: configuration and build information"};
   bool names_only = false;
+  bool topology = false;
   app.add_flag("--names", names_only, "print only the parameter names");
+  app.add_flag("--topology", topology,
+               "print the topology (hosts, packages, NUMA, cores, GPUs/NICs) and the ring order");
   CLI11_PARSE(app, argc, argv);
 
   MPI_Init(&argc, &argv);
@@ -22,6 +81,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int rc = skipring_init();  // prints the offending variable on error
   skipring::Config cfg = skipring::global_config();
+  if (topology) {
+    // A bad SKIPRING_* value was reported by skipring_init: nothing to gather with.
+    const bool printed = rc == MPI_SUCCESS && print_topology(cfg, rank);
+    MPI_Finalize();
+    return printed ? 0 : 1;
+  }
   if (rank == 0) {
     if (names_only) {
       for (const auto& p : skipring::describe_params(cfg, skipring::process_env())) {

@@ -53,8 +53,14 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     }
   }
 #endif
-  c->ring_ = identity_ring(c->size_);
+  // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
+  // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
   std::string why;
+  if (Status st = gather_topology(c->internal_, cfg.host_map, &c->topology_, &why); !ok(st)) {
+    SKIPRING_LOG_ERROR("communicator setup: {}", why);
+    return st;
+  }
+  c->ring_ = c->topology_.ring;
   if (!ring_is_valid(c->ring_, c->size_, &why)) {
     SKIPRING_LOG_ERROR("ring order: {}", why);
     return Status::kErrInternal;
@@ -64,6 +70,10 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
   c->clock_ = make_clock(cfg.clock);
   c->topo_summary_.n = c->size_;
+  c->topo_summary_.hosts = c->topology_.num_hosts();
+  for (const auto& h : c->topology_.host_ranks) {
+    c->topo_summary_.max_local = std::max<int>(c->topo_summary_.max_local, static_cast<int>(h.size()));
+  }
 
   c->engine_ = std::make_unique<ProgressEngine>(
       c->transport_.get(), c->clock_.get(), EngineOptions{cfg.poll_spins, cfg.idle_sleep_us});
@@ -100,7 +110,7 @@ Algo Communicator::choose_algo(size_t bytes) {
   if (cfg_.algo != Algo::kAuto) return cfg_.algo;
   if (!cost_measured_) {
     // The cost model's parameters, identical on every rank (one all-reduce inside).
-    if (ok(measure_cost_params(internal_, ring_, host_of_rank_, cfg_, *clock_, &cost_))) {
+    if (ok(measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_))) {
       if (rank_ == 0) SKIPRING_LOG_INFO("cost model: {}", cost_.to_string());
     } else {
       SKIPRING_LOG_WARN("cost model: measurement failed, using defaults {}", cost_.to_string());

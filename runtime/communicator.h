@@ -19,6 +19,7 @@
 #include "straggler/injection.h"
 #include "straggler/step_stats.h"
 #include "straggler/step_timer.h"
+#include "topology/discovery.h"
 
 namespace skipring {
 
@@ -35,6 +36,8 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm internal() const { return internal_; }
   const std::vector<int>& ring() const { return ring_; }
+  // Hosts, per-rank records and the ring order gathered at creation (topology/discovery.h).
+  const Topology& topology() const { return topology_; }
   int pos_in_ring() const { return pos_; }
 
   // sendbuf == recvbuf means in place. Arguments are already validated.
@@ -70,10 +73,10 @@ class Communicator {
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
+  Topology topology_;
   CostParams cost_;               // measured on the first auto all-reduce
   bool cost_measured_ = false;
   TopologySummary topo_summary_;  // what the cost model knows of the topology
-  std::vector<int> host_of_rank_;  // dense host id per rank (empty: one host)
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;
