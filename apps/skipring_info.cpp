@@ -12,6 +12,7 @@
 #include <string>
 
 #include "runtime/config.h"
+#include "runtime/api_internal.h"
 #include "topology/discovery.h"
 
 namespace {
@@ -70,7 +71,10 @@ int main(int argc, char** argv) {
   CLI::App app{"skipring_info: configuration and build information"};
   bool names_only = false;
   bool topology = false;
+  bool algo = false;
   app.add_flag("--names", names_only, "print only the parameter names");
+  app.add_flag("--algo", algo,
+               "measure the cost model's parameters and print auto's algorithm per size");
   app.add_flag("--topology", topology,
                "print the topology (hosts, packages, NUMA, cores, GPUs/NICs) and the ring order");
   CLI11_PARSE(app, argc, argv);
@@ -81,6 +85,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const int rc = skipring_init();  // prints the offending variable on error
   skipring::Config cfg = skipring::global_config();
+  if (algo) {
+    std::string table;
+    const int arc = rc == MPI_SUCCESS
+                        ? skipring::describe_selection(MPI_COMM_WORLD, size_t{256} << 20, &table)
+                        : rc;
+    if (rank == 0 && arc == MPI_SUCCESS) fmt::print("{}", table);
+    MPI_Finalize();
+    return arc == MPI_SUCCESS ? 0 : 1;
+  }
   if (topology) {
     // A bad SKIPRING_* value was reported by skipring_init: nothing to gather with.
     const bool printed = rc == MPI_SUCCESS && print_topology(cfg, rank);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "runtime/api_internal.h"
 #include "runtime/communicator.h"
 #include "runtime/config.h"
 #include "runtime/include/skipring/skipring.h"
@@ -213,6 +214,19 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 }
 
 }  // namespace
+
+int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
+  try {
+    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    Communicator* c = nullptr;
+    if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+    *out = c->describe_selection(max_bytes);
+    return MPI_SUCCESS;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
 }  // namespace skipring
 
 using namespace skipring;

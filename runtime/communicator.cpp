@@ -106,8 +106,7 @@ double Communicator::skip_threshold(size_t segment_bytes) const {
   return std::max(skip_floor_s_, cfg_.alpha * T + trans);
 }
 
-Algo Communicator::choose_algo(size_t bytes) {
-  if (cfg_.algo != Algo::kAuto) return cfg_.algo;
+void Communicator::ensure_cost_params() {
   if (!cost_measured_) {
     // The cost model's parameters, identical on every rank (one all-reduce inside).
     if (ok(measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_))) {
@@ -117,6 +116,22 @@ Algo Communicator::choose_algo(size_t bytes) {
     }
     cost_measured_ = true;
   }
+}
+
+std::string Communicator::describe_selection(size_t max_bytes) {
+  ensure_cost_params();
+  const TopologySummary& t = topo_summary_;
+  std::string out = fmt::format("cost model ({} ranks, {} hosts, at most {} per host): {}\n", t.n,
+                                t.hosts, t.max_local, cost_.to_string());
+  out += fmt::format("SKIPRING_ALGO={}{}\n", algo_name(cfg_.algo),
+                     cfg_.algo == Algo::kAuto ? "" : " (forced: the table shows what auto would do)");
+  out += decision_table(t, cost_, cfg_.segment_bytes, cfg_.skip, max_bytes);
+  return out;
+}
+
+Algo Communicator::choose_algo(size_t bytes) {
+  if (cfg_.algo != Algo::kAuto) return cfg_.algo;
+  ensure_cost_params();
   return select_algo(bytes, topo_summary_, cost_, cfg_.segment_bytes, cfg_.skip);
 }
 

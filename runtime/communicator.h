@@ -58,12 +58,16 @@ class Communicator {
   // reaches it in the same all-reduce).
   Algo choose_algo(size_t bytes);
   const CostParams& cost_params() const { return cost_; }
+  // The cost model's parameters and auto's choice per size up to max_bytes (skipring_info
+  // --algo). Collective on first use (measures the parameters).
+  std::string describe_selection(size_t max_bytes);
   const TopologySummary& topology_summary() const { return topo_summary_; }
   // The skip threshold the next ring collective will use (seconds).
   double skip_threshold(size_t segment_bytes) const;
 
  private:
   Communicator() = default;
+  void ensure_cost_params();
 
   MPI_Comm internal_ = MPI_COMM_NULL;
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
