@@ -291,7 +291,7 @@ TEST(HierRandom, ManySchedules) {
     }
   }
   std::mt19937_64 rng(5151);
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 200; ++i) {
     harness::Options o;
     o.n = 1 + static_cast<int>(rng() % 16);
     const int hosts = 1 + static_cast<int>(rng() % o.n);
@@ -300,7 +300,7 @@ TEST(HierRandom, ManySchedules) {
     const auto& pr = pairs[rng() % pairs.size()];
     o.dtype = pr.first;
     o.op = pr.second;
-    o.segment_bytes = std::max<size_t>(8 << (rng() % 8), dtype_size(o.dtype));
+    o.segment_bytes = std::max<size_t>(16 << (rng() % 7), dtype_size(o.dtype));
     o.depth = 1 + static_cast<int>(rng() % 4);
     o.latency_max = 1e-6 * (1 + rng() % 50);
     o.eager_probability = (rng() % 3) / 2.0;
