@@ -365,6 +365,40 @@ TEST(HierRandom, SmallTagSpaceGrowsSegments) {
   run_and_check(o, {0, 0, 0, 1, 1, 1});
 }
 
+TEST(HierExactness, NanPayloadsFollowTheCanonicalOperandOrder) {
+  // NaN + NaN keeps one operand's payload, so the bits show which operand was a and which b:
+  // every rank must end with exactly the reference's bits, element by element. (Where the
+  // kernel's NaN addition is commutative in bits, as on some x86 builds, this checks less.)
+  for (const std::vector<int>& host_of :
+       {std::vector<int>{0, 0, 0, 1, 1, 1}, std::vector<int>{0, 1, 0, 1, 2, 2, 2},
+        std::vector<int>{0, 0, 0, 0, 0}, std::vector<int>{0, 1, 2, 3}}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      harness::Options o;
+      o.n = static_cast<int>(host_of.size());
+      o.count = 64;
+      o.dtype = DType::kFloat;
+      o.segment_bytes = 32;
+      o.seed = seed;
+      o.in_place = seed % 2;
+      Buffers in(1, std::vector<std::vector<uint8_t>>(o.n, std::vector<uint8_t>(o.count * 4)));
+      std::mt19937_64 rng(seed);
+      for (int r = 0; r < o.n; ++r) {
+        for (size_t i = 0; i < o.count; ++i) {
+          const uint32_t bits = 0x7fc00000u | static_cast<uint32_t>(rng() % 0x3fffff);
+          std::memcpy(in[0][r].data() + 4 * i, &bits, 4);
+        }
+      }
+      use_hier(&o, host_of);
+      const harness::Result res = harness::run(o, in);
+      ASSERT_EQ(res.status, Status::kOk) << res.error;
+      const std::vector<uint8_t> ref = hier_reference(o, host_of, in[0]);
+      for (int r = 0; r < o.n; ++r) {
+        EXPECT_TRUE(res.outputs[0][r] == ref) << "hosts " << map_name(host_of) << " rank " << r;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 TEST(HierStraggler, SlowRingStepWithSkipAheadStaysExact) {
   // One rank is very slow in the inter-host ring (its first reduce-scatter step, numbered 1
