@@ -56,7 +56,8 @@ Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host
     hosts = std::max(hosts, h + 1);
   }
   for (int h = 0; h < hosts; ++h) {
-    if (size[h] == 0) return *why = fmt::format("host ids not dense: host {} empty", h), Status::kErrArg;
+    if (size[h] == 0)
+      return *why = fmt::format("host ids not dense: host {} empty", h), Status::kErrArg;
   }
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
   if (p.tag_span < 2048) return *why = "tag space too small", Status::kErrArg;
@@ -183,7 +184,8 @@ Status HierAllreduce::start(double now, ActionList* out) {
     rs_record_of_local_.assign(m_, -1);
     if (my_segs > 0) {
       for (int i = 0; i < m_; ++i) {
-        if (i != local_) rs_record_of_local_[i] = add_record(true, local_rank(host_, i), -1, local_);
+        if (i != local_)
+          rs_record_of_local_[i] = add_record(true, local_rank(host_, i), -1, local_);
       }
     }
     for (int g = 0; g < my_segs; ++g) {
@@ -201,7 +203,8 @@ Status HierAllreduce::start(double now, ActionList* out) {
         r.block = local_;
         r.seg = g;
         r.hdr = next_hdr();
-        r.payload = piece + (layout_.segment_offset(local_, g) - layout_.chunk_offset(local_)) * elem_;
+        r.payload =
+            piece + (layout_.segment_offset(local_, g) - layout_.chunk_offset(local_)) * elem_;
         r.bytes = layout_.segment_count(local_, g) * elem_;
         r.record = rs_record_of_local_[i];
         r.set = ContributionSet(n_);
@@ -266,9 +269,10 @@ Status HierAllreduce::start(double now, ActionList* out) {
     const int rec = add_record(true, -1, owner, k);
     for (int g = 0; g < layout_.segments(k); ++g) {
       uint8_t* h = next_hdr();
-      encode_wire_header(h, WireExpect{p_.seq, kHierPhaseLocalRs, static_cast<uint32_t>(k),
-                                       static_cast<uint32_t>(g)},
-                         mine);
+      encode_wire_header(
+          h,
+          WireExpect{p_.seq, kHierPhaseLocalRs, static_cast<uint32_t>(k), static_cast<uint32_t>(g)},
+          mine);
       p1_sends_left_[layout_.first_segment(k) + g] = 1;
       post_send(owner, tag_rs_ + g, h, input_ptr(k, g), layout_.segment_count(k, g) * elem_, rec,
                 true, k, g, now, out);
@@ -358,17 +362,18 @@ Status HierAllreduce::advance_fold(int g, double now, ActionList* out) {
   for (int i = (s == 1 ? 0 : s); i <= s; ++i) {
     const ContributionSet set = set_of(i);
     if (set.overlaps(f.acc)) {
-      return fail(fmt::format("local reduce-scatter block {} segment {}: piece of local rank {} "
-                              "has contribution set {} overlapping accumulated set {}",
-                              local_, g, local_rank(host_, i), set.to_string(),
-                              f.acc.to_string()));
+      return fail(
+          fmt::format("local reduce-scatter block {} segment {}: piece of local rank {} "
+                      "has contribution set {} overlapping accumulated set {}",
+                      local_, g, local_rank(host_, i), set.to_string(), f.acc.to_string()));
     }
     f.acc.merge(set);
   }
   if (s == m_ - 1 && f.acc != host_set_) {
-    return fail(fmt::format("local reduce-scatter block {} segment {} would complete with set {}, "
-                            "expected {}",
-                            local_, g, f.acc.to_string(), host_set_.to_string()));
+    return fail(
+        fmt::format("local reduce-scatter block {} segment {} would complete with set {}, "
+                    "expected {}",
+                    local_, g, f.acc.to_string(), host_set_.to_string()));
   }
   f.reducing = true;
   f.t_reduce = now;
@@ -405,14 +410,14 @@ void HierAllreduce::send_block_segment(int g, double now, ActionList* out) {
     }
   }
   uint8_t* h = ag_hdr_base_ + static_cast<size_t>(g) * hdr_area_;
-  encode_wire_header(h, WireExpect{p_.seq, kHierPhaseLocalAg, static_cast<uint32_t>(local_),
-                                   static_cast<uint32_t>(g)},
+  encode_wire_header(h,
+                     WireExpect{p_.seq, kHierPhaseLocalAg, static_cast<uint32_t>(local_),
+                                static_cast<uint32_t>(g)},
                      full_set_);
   for (int d = 1; d < m_; ++d) {
     const int i = (local_ + d) % m_;
     post_send(local_rank(host_, i), tag_ag_ + g, h, recv_ptr(local_, g),
-              layout_.segment_count(local_, g) * elem_, ag_records_[i], false, local_, g, now,
-              out);
+              layout_.segment_count(local_, g) * elem_, ag_records_[i], false, local_, g, now, out);
   }
 }
 
@@ -496,8 +501,7 @@ Status HierAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   r.arrived = true;
   --pending_;
   ++stats_.messages_received;
-  StepRecord& rec =
-      (r.phase == kHierPhaseLocalRs ? local_rs_steps_ : local_ag_steps_)[r.record];
+  StepRecord& rec = (r.phase == kHierPhaseLocalRs ? local_rs_steps_ : local_ag_steps_)[r.record];
   if (rec.segments++ == 0) rec.first_arrival = now;
   rec.last_arrival = now;
   rec.t_end = std::max(rec.t_end, now);
@@ -570,7 +574,8 @@ Status HierAllreduce::on_reduce(Token t, double now, ActionList* out) {
   const int s = f.next++;
   // Accounted to the local peer whose piece was folded (ours: the previous one's).
   const int src = s != local_ ? s : s - 1;
-  if (rs_record_of_local_[src] >= 0) local_rs_steps_[rs_record_of_local_[src]].reduce_s += now - f.t_reduce;
+  if (rs_record_of_local_[src] >= 0)
+    local_rs_steps_[rs_record_of_local_[src]].reduce_s += now - f.t_reduce;
   if (f.next == m_) {
     SKIPRING_CHECK(segment_reduced(static_cast<int>(g), now, out));
   } else {
@@ -633,7 +638,9 @@ std::string HierAllreduce::describe() const {
       "reduced {}/{}, ring {}",
       p_.rank, host_, local_, m_, blocks_, pending_, waiting, segs_reduced_,
       owner_ ? layout_.segments(local_) : 0,
-      ring_done_ ? "done" : ring_started_ ? "running" : "not started");
+      ring_done_      ? "done"
+      : ring_started_ ? "running"
+                      : "not started");
   if (ring_ && !ring_done_) s += "\n    ring: " + ring_->describe();
   return s;
 }

@@ -64,11 +64,11 @@ constexpr uint8_t kHierPhaseLocalAg = 14;  // a final block segment from its loc
 
 // alpha-beta(-gamma) parameters of the hierarchical cost model (docs/hierarchical.md).
 struct HierCostParams {
-  double alpha_intra = 1e-6;   // s per message between ranks of one host
-  double beta_intra = 1e-10;   // s per byte sent (or received) by one rank within a host
-  double alpha_inter = 5e-6;   // s per message between hosts
-  double beta_inter = 1e-10;   // s per byte through one host's network link (shared by its ranks)
-  double gamma = 0;            // s per byte reduced by one rank
+  double alpha_intra = 1e-6;  // s per message between ranks of one host
+  double beta_intra = 1e-10;  // s per byte sent (or received) by one rank within a host
+  double alpha_inter = 5e-6;  // s per message between hosts
+  double beta_inter = 1e-10;  // s per byte through one host's network link (shared by its ranks)
+  double gamma = 0;           // s per byte reduced by one rank
 };
 
 // Modelled time of the hierarchical all-reduce of `bytes` bytes on hosts of the given sizes
@@ -127,7 +127,7 @@ class HierAllreduce final : public CollectiveCore {
   };
   // Owner's fold of one segment of its block: step s reduces piece s into recvbuf.
   struct Fold {
-    int next = 1;           // next local index to fold (1..m)
+    int next = 1;  // next local index to fold (1..m)
     bool reducing = false;
     double t_reduce = 0;
     ContributionSet acc;
@@ -159,7 +159,7 @@ class HierAllreduce final : public CollectiveCore {
   std::vector<int> host_order_;           // inter-host ring order (host ids)
   int host_ = 0, local_ = 0, m_ = 1;      // our host, local index, host size
   int blocks_ = 1;
-  bool owner_ = false;                    // local_ < blocks_
+  bool owner_ = false;  // local_ < blocks_
   size_t elem_;
   bool in_place_;
   RingLayout layout_;  // blocks (as chunks) and their segments
@@ -172,7 +172,7 @@ class HierAllreduce final : public CollectiveCore {
 
   std::vector<RecvOp> recvs_;
   std::vector<SendOp> sends_;
-  std::vector<Fold> folds_;  // per segment of our block
+  std::vector<Fold> folds_;         // per segment of our block
   std::vector<size_t> ag_recv_of_;  // per layout segment id: phase-3 receive index (in place)
   std::vector<int> p1_sends_left_;  // per layout segment id: phase-1 sends still reading it
   int segs_reduced_ = 0;
@@ -184,9 +184,9 @@ class HierAllreduce final : public CollectiveCore {
   ContributionSet full_set_;  // every rank
 
   std::vector<StepRecord> local_rs_steps_, local_ag_steps_;  // stats_.steps is built at the end
-  std::vector<int> rs_record_of_local_;  // owner: record of each local source
-  std::vector<int> ag_records_;          // owner: record of each local destination
-  uint8_t* ag_hdr_base_ = nullptr;       // headers of our block's allgather segments
+  std::vector<int> rs_record_of_local_;                      // owner: record of each local source
+  std::vector<int> ag_records_;     // owner: record of each local destination
+  uint8_t* ag_hdr_base_ = nullptr;  // headers of our block's allgather segments
 
   int pending_ = 0;  // our own receives + sends + reductions not finished
   bool done_ = false;

@@ -362,6 +362,16 @@ TEST(HierRandom, SmallTagSpaceGrowsSegments) {
   HierAllreduce h(p, {0, 0, 0, 1, 1, 1}, &scratch);
   // 10000 elements per block in at most 512 segments per local phase.
   EXPECT_GE(h.segment_bytes(), 4 * ((10001 + 511) / 512));
+  ActionList acts;
+  ASSERT_EQ(h.start(0.0, &acts), Status::kOk);
+  int messages = 0;
+  for (const Action& a : acts) {
+    if (a.kind != Action::Kind::kSend && a.kind != Action::Kind::kRecv) continue;
+    ++messages;
+    EXPECT_GE(a.tag, 1024) << "local phases stay above the ring's half";
+    EXPECT_LT(a.tag, 2048);
+  }
+  EXPECT_GT(messages, 0);
   run_and_check(o, {0, 0, 0, 1, 1, 1});
 }
 
@@ -485,8 +495,7 @@ TEST(HierStats, StepRecordsAndMessageCounts) {
 
 // ---------------------------------------------------------------------------------------
 // Driving one core by hand.
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1,
-                          int tag = -1) {
+const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1, int tag = -1) {
   for (const Action& a : acts) {
     if (a.kind == kind && (peer < 0 || a.peer == peer) && (tag < 0 || a.tag == tag)) return &a;
   }
@@ -660,8 +669,8 @@ TEST(HierCost, FormulaAndDegenerateCases) {
   EXPECT_EQ(hier_cost(1e6, {1}, c), 0);
   const double s = 1e6;
   // 2 hosts of 4: local 2 * (3 alpha + 3/4 S beta_intra), ring 2 alpha + S beta_inter.
-  const double want = 2 * (3 * c.alpha_intra + 0.75 * s * c.beta_intra) + 2 * c.alpha_inter +
-                      s * c.beta_inter;
+  const double want =
+      2 * (3 * c.alpha_intra + 0.75 * s * c.beta_intra) + 2 * c.alpha_inter + s * c.beta_inter;
   EXPECT_NEAR(hier_cost(s, {4, 4}, c), want, 1e-12);
   // One host: local phases only. One rank per host: the ring's 2(H-1)(alpha + S/H beta).
   EXPECT_NEAR(hier_cost(s, {8}, c), 2 * (7 * c.alpha_intra + 7.0 / 8 * s * c.beta_intra), 1e-12);
