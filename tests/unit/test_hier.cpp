@@ -409,6 +409,59 @@ TEST(HierExactness, NanPayloadsFollowTheCanonicalOperandOrder) {
   }
 }
 
+TEST(HierInterleaved, AlternatesWithTheFlatRing) {
+  // Even collectives hierarchical, odd ones the flat ring on the whole communicator: no message
+  // of one collective may be matched by a receive of the other. Integer ops: exact values.
+  std::mt19937_64 rng(99);
+  uint32_t hier_skips = 0;
+  for (int i = 0; i < 80; ++i) {
+    harness::Options o;
+    o.n = 2 + static_cast<int>(rng() % 11);
+    const int hosts = 1 + static_cast<int>(rng() % o.n);
+    const std::vector<int> host_of = host_map(o.n, hosts, static_cast<Shape>(rng() % 3), rng);
+    o.count = rng() % 600;
+    o.dtype = rng() % 2 ? DType::kInt32 : DType::kInt64;
+    const ROp ops[] = {ROp::kSum, ROp::kMin, ROp::kMax};
+    o.op = ops[rng() % 3];
+    o.segment_bytes = 16 << (rng() % 5);
+    o.eager_probability = (rng() % 3) / 2.0;
+    o.in_place = rng() & 1;
+    o.collectives = 6;
+    o.gap_max = 0;
+    o.seed = rng();
+    if (i % 2) {
+      // Skip-ahead on, with one rank late into some collectives.
+      o.skip = true;
+      o.skip_threshold_s = 5e-6;
+      const int slow = static_cast<int>(rng() % o.n);
+      o.step_delay = [slow](int rank, int coll, Phase, int step) {
+        return rank == slow && coll % 3 == 1 && step <= 1 ? 1e-4 : 0;
+      };
+    }
+    o.make_core = [host_of](const RingParams& p, std::vector<uint8_t>* scratch) {
+      if (p.seq % 2 == 1) return std::unique_ptr<CollectiveCore>(new RingAllreduce(p, scratch));
+      return std::unique_ptr<CollectiveCore>(new HierAllreduce(p, host_of, scratch));
+    };
+    const Buffers in = testdata::make_inputs(o, o.seed, false);
+    const harness::Result res = harness::run(o, in);
+    SCOPED_TRACE("case " + std::to_string(i) + " hosts " + map_name(host_of));
+    ASSERT_EQ(res.status, Status::kOk) << res.error;
+    EXPECT_FALSE(res.leftover_messages);
+    for (int c = 0; c < o.collectives; ++c) {
+      std::vector<uint8_t> want = in[c][0];
+      for (int r = 1; r < o.n; ++r) {
+        ASSERT_EQ(reduce(o.op, o.dtype, want.data(), want.data(), in[c][r].data(), o.count),
+                  Status::kOk);
+      }
+      for (int r = 0; r < o.n; ++r) {
+        ASSERT_TRUE(res.outputs[c][r] == want) << "collective " << c << " rank " << r;
+        if (c % 2 == 0) hier_skips += res.stats[c][r].skips;
+      }
+    }
+  }
+  EXPECT_GT(hier_skips, 0u) << "no hierarchical collective ever skipped";
+}
+
 // ---------------------------------------------------------------------------------------
 TEST(HierStraggler, SlowRingStepWithSkipAheadStaysExact) {
   // One rank is very slow in the inter-host ring (its first reduce-scatter step, numbered 1
