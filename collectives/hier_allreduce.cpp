@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace skipring {
 namespace {
@@ -181,6 +182,8 @@ Status HierAllreduce::start(double now, ActionList* out) {
 
   if (owner_) {
     folds_.resize(my_segs);
+    final_bytes_.assign(my_segs, 0);
+    ag_seg_sent_.assign(my_segs, 0);
     rs_record_of_local_.assign(m_, -1);
     if (my_segs > 0) {
       for (int i = 0; i < m_; ++i) {
@@ -401,8 +404,30 @@ Status HierAllreduce::segment_reduced(int g, double now, ActionList* out) {
   return Status::kOk;
 }
 
-void HierAllreduce::send_block_segment(int g, double now, ActionList* out) {
+bool HierAllreduce::in_block(const void* p, size_t bytes) const {
+  if (!owner_) return false;
+  const uint8_t* base = recv_ptr(local_, 0);
+  const uint8_t* q = static_cast<const uint8_t*>(p);
+  return q >= base && q + bytes <= base + layout_.chunk_count(local_) * elem_ && bytes > 0;
+}
+
+void HierAllreduce::mark_final(const void* p, size_t bytes, double now, ActionList* out) {
   if (m_ == 1) return;
+  const size_t lo = static_cast<const uint8_t*>(p) - recv_ptr(local_, 0), hi = lo + bytes;
+  if (!final_regions_.insert(lo).second) return;  // forwarded after it was received
+  const size_t base = layout_.chunk_offset(local_);
+  for (int g = 0; g < layout_.segments(local_); ++g) {
+    const size_t s0 = (layout_.segment_offset(local_, g) - base) * elem_;
+    const size_t s1 = s0 + layout_.segment_count(local_, g) * elem_;
+    if (s1 <= lo || s0 >= hi) continue;
+    final_bytes_[g] += std::min(s1, hi) - std::max(s0, lo);
+    if (final_bytes_[g] == s1 - s0) send_block_segment(g, now, out);
+  }
+}
+
+void HierAllreduce::send_block_segment(int g, double now, ActionList* out) {
+  if (m_ == 1 || ag_seg_sent_[g]) return;
+  ag_seg_sent_[g] = 1;
   if (ag_records_.empty()) {
     ag_records_.assign(m_, -1);
     for (int i = 0; i < m_; ++i) {
@@ -469,6 +494,15 @@ Status HierAllreduce::forward_ring(Status st, const ActionList& ring_out, double
       if (a.phase == static_cast<int8_t>(Phase::kReduceScatter) && a.step >= 0) ++a.step;
     }
     out->push_back(a);
+    // Final data of the block, which phase 3 may send on at once: what the ring receives into
+    // the block (only its allgather does; its reduce-scatter pieces land in scratch) once it
+    // has arrived, and what it sends from the block in its allgather (its own chunk, final).
+    if (a.kind == Action::Kind::kRecv && in_block(a.payload, a.payload_bytes)) {
+      ring_ag_recvs_.emplace(a.token, std::make_pair(a.payload, a.payload_bytes));
+    } else if (a.kind == Action::Kind::kSend && a.phase == static_cast<int8_t>(Phase::kAllgather) &&
+               in_block(a.payload, a.payload_bytes)) {
+      mark_final(a.payload, a.payload_bytes, now, out);
+    }
   }
   if (ring_->done() && !ring_done_) {
     ring_done_ = true;
@@ -484,6 +518,11 @@ Status HierAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     if (!ring_ || ring_done_) return fail("completion for an unknown ring receive");
     ActionList ring_out;
     const Status st = ring_->on_recv(t, payload_bytes, now, &ring_out);
+    const auto ag = ring_ag_recvs_.find(t);
+    if (ok(st) && ag != ring_ag_recvs_.end()) {
+      mark_final(ag->second.first, ag->second.second, now, out);
+      ring_ag_recvs_.erase(ag);
+    }
     return forward_ring(st, ring_out, now, out);
   }
   const size_t idx = token_index(t);

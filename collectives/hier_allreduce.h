@@ -23,9 +23,11 @@
 //     actions are forwarded with peers mapped to communicator ranks; its tags keep the lower
 //     half of tag_span, its tokens keep kinds 0..4 of the top three bits (ours are 5..7).
 //     Skipped when H == 1.
-//  3. Local allgather (WireHeader phase 14): the owner sends every segment of the final block
-//     j to every other rank of its host (with H == 1 as soon as the segment is reduced); the
-//     header carries the full contribution set (all n ranks), checked on receipt.
+//  3. Local allgather (WireHeader phase 14): the owner sends every segment of block j to every
+//     other rank of its host as soon as it is final: with H == 1 when it is folded, else when
+//     the ring has made all its bytes final (a ring receive into the block completed, or a
+//     ring allgather send from the block was posted), at the latest when the ring is done.
+//     The header carries the full contribution set (all n ranks), checked on receipt.
 //
 // Every rank ends with the same bits: each block is reduced in a fixed order (local fold, then
 // the ring, whose owner reduces and whose allgather copies) and copied everywhere else.
@@ -47,7 +49,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "collectives/collective_core.h"
@@ -149,6 +154,10 @@ class HierAllreduce final : public CollectiveCore {
   Status forward_ring(Status st, const ActionList& ring_out, double now, ActionList* out);
   Status ring_finished(double now, ActionList* out);
   void send_block_segment(int g, double now, ActionList* out);
+  // [p, p + bytes) lies in our block of recvbuf.
+  bool in_block(const void* p, size_t bytes) const;
+  // The ring made [p, p + bytes) of our block final: send on the segments now complete.
+  void mark_final(const void* p, size_t bytes, double now, ActionList* out);
   void maybe_done(double now, ActionList* out);
 
   RingParams p_;
@@ -180,6 +189,12 @@ class HierAllreduce final : public CollectiveCore {
   bool ring_started_ = false;
   bool ring_done_ = false;
   std::unique_ptr<RingAllreduce> ring_;
+  // Phase 3 during the ring's allgather: its receives into our block (token -> region), the
+  // block regions known final (by offset), final bytes and sent flag per segment of our block.
+  std::unordered_map<Token, std::pair<void*, size_t>> ring_ag_recvs_;
+  std::set<size_t> final_regions_;
+  std::vector<size_t> final_bytes_;
+  std::vector<uint8_t> ag_seg_sent_;
   ContributionSet host_set_;  // our host's ranks
   ContributionSet full_set_;  // every rank
 

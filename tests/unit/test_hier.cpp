@@ -710,6 +710,56 @@ TEST(HierProtocol, RingTokensAndTagsKeptApart) {
   EXPECT_FALSE(d.core->done());
 }
 
+TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
+  // Hosts {0, 1} and {2, 3}; rank 0 owns block 0 (4 elements) and runs the ring with rank 2
+  // (ring position 0 owns ring chunk 0). Once the ring's allgather has delivered chunk 1 and
+  // sent chunk 0, block 0 is final: phase 3 sends it to rank 1 although the ring's send is
+  // still in flight.
+  Driven d(0, {0, 0, 1, 1}, 8);
+  const int ag_tag = (1 << 28) / 2 + (1 << 28) / 4;
+  const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1, (1 << 28) / 2);
+  ASSERT_NE(from1, nullptr);
+  write_hdr(from1->header, 4, kHierPhaseLocalRs, 0, 0, {1});
+  ActionList a1;
+  ASSERT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &a1), Status::kOk);
+  const Action* fold = find_action(a1, Action::Kind::kReduce);
+  ASSERT_NE(fold, nullptr);
+  ActionList ring;
+  ASSERT_EQ(d.core->on_reduce(fold->token, 2.0, &ring), Status::kOk);
+  // Ring tags are 4 * segment id + kind (0 reduce-scatter, 1 allgather); segment id = chunk.
+  const Action* rs_send = find_action(ring, Action::Kind::kSend, 2, 4);
+  const Action* rs_recv = find_action(ring, Action::Kind::kRecv, 2, 0);
+  ASSERT_NE(rs_send, nullptr) << "the ring started once block 0 was folded";
+  ASSERT_NE(rs_recv, nullptr);
+  ActionList after_send;
+  ASSERT_EQ(d.core->on_send(rs_send->token, 3.0, &after_send), Status::kOk);
+  const Action* ag_recv = find_action(after_send, Action::Kind::kRecv, 2, 5);
+  if (ag_recv == nullptr) ag_recv = find_action(ring, Action::Kind::kRecv, 2, 5);
+  ASSERT_NE(ag_recv, nullptr);
+  write_hdr(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
+  ActionList a2;
+  ASSERT_EQ(d.core->on_recv(rs_recv->token, rs_recv->payload_bytes, 4.0, &a2), Status::kOk)
+      << d.core->error();
+  const Action* merge = find_action(a2, Action::Kind::kReduce);
+  ASSERT_NE(merge, nullptr);
+  ActionList a3;
+  ASSERT_EQ(d.core->on_reduce(merge->token, 5.0, &a3), Status::kOk);
+  const Action* ring_ag_send = find_action(a3, Action::Kind::kSend, 2, 1);
+  ASSERT_NE(ring_ag_send, nullptr);
+  EXPECT_EQ(find_action(a3, Action::Kind::kSend, 1), nullptr) << "half of block 0 is final";
+  write_hdr(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
+  ActionList a4;
+  ASSERT_EQ(d.core->on_recv(ag_recv->token, ag_recv->payload_bytes, 6.0, &a4), Status::kOk);
+  const Action* local_ag = find_action(a4, Action::Kind::kSend, 1, ag_tag);
+  ASSERT_NE(local_ag, nullptr) << "phase 3 did not start during the ring's allgather";
+  EXPECT_EQ(local_ag->payload, d.p.recvbuf);
+  EXPECT_EQ(local_ag->payload_bytes, 4 * sizeof(int32_t));
+  EXPECT_FALSE(d.core->done());
+  ActionList a5;
+  ASSERT_EQ(d.core->on_send(ring_ag_send->token, 7.0, &a5), Status::kOk);
+  EXPECT_EQ(find_action(a5, Action::Kind::kSend, 1), nullptr) << "block 0 sent once";
+}
+
 // ---------------------------------------------------------------------------------------
 TEST(HierCost, FormulaAndDegenerateCases) {
   HierCostParams c;
