@@ -1,6 +1,8 @@
 // Algorithm selection from an alpha-beta-gamma cost model (see select.h).
 #include "collectives/select.h"
 
+#include "collectives/hier_allreduce.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -111,12 +113,15 @@ double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParam
                        segment_bytes);
     case Algo::kHier: {
       if (t.hosts < 2 || t.max_local < 2 || t.hosts == n) return kInf;
-      const int m = t.max_local, H = t.hosts;
-      const double local = ring_cost(S, m, p.alpha_s, p.sigma_s, p.beta_s, p.gamma_s,
-                                     segment_bytes);  // local reduce-scatter + allgather
-      const double inter = ring_cost(S / m, H, p.inter_alpha_s, p.sigma_s, p.inter_beta_s,
-                                     p.gamma_s, segment_bytes);
-      return local + inter;
+      HierCostParams h;
+      h.alpha_intra = p.alpha_s + p.sigma_s;
+      h.beta_intra = p.beta_s;
+      h.alpha_inter = p.inter_alpha_s + p.sigma_s;
+      h.beta_inter = p.inter_beta_s;
+      h.gamma = p.gamma_s;
+      std::vector<int> sizes = t.ranks_per_host;
+      if (sizes.empty()) sizes.assign(t.hosts, t.max_local);
+      return hier_cost(S, sizes, h);
     }
     case Algo::kAuto:
       break;

@@ -36,6 +36,7 @@ struct TopologySummary {
   int n = 1;          // ranks
   int hosts = 1;      // distinct hosts
   int max_local = 1;  // most ranks on one host
+  std::vector<int> ranks_per_host;  // per host its number of ranks (empty: {n})
   // Multi-tree plan (tree/multitree): number of trees, the tallest tree's height and the
   // aggregate rate in bytes/s of the plan (0: no plan, algorithm not applicable).
   int trees = 0;

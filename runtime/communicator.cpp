@@ -11,6 +11,7 @@
 #include "collectives/rd_direct.h"
 #include "collectives/select.h"
 #include "runtime/cost_probe.h"
+#include "collectives/hier_allreduce.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -72,7 +73,9 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->topo_summary_.n = c->size_;
   c->topo_summary_.hosts = c->topology_.num_hosts();
   for (const auto& h : c->topology_.host_ranks) {
-    c->topo_summary_.max_local = std::max<int>(c->topo_summary_.max_local, static_cast<int>(h.size()));
+    c->topo_summary_.ranks_per_host.push_back(static_cast<int>(h.size()));
+    c->topo_summary_.max_local =
+        std::max<int>(c->topo_summary_.max_local, static_cast<int>(h.size()));
   }
 
   c->engine_ = std::make_unique<ProgressEngine>(
@@ -178,7 +181,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     return st;
   }
   // Skip-ahead runs in the ring only; "ring" is the ring with skipping off.
-  p.skip = cfg_.skip && algo == Algo::kSkipRing;
+  p.skip = cfg_.skip && (algo == Algo::kSkipRing || algo == Algo::kHier);
   if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);
@@ -201,6 +204,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   switch (algo) {
     case Algo::kRd:
       core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
+      break;
+    case Algo::kHier:
+      core = std::make_unique<HierAllreduce>(p, topology_.host_of_rank, &scratch_);
       break;
     default:
       core = std::make_unique<RingAllreduce>(p, &scratch_);
