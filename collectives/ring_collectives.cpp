@@ -454,9 +454,10 @@ RingReduceScatter::RingReduceScatter(const RingParams& p, const CollParams& c,
 }
 
 size_t RingReduceScatter::scratch_bytes() const {
-  // One slot per received piece: every block but the rank's own.
-  const int own = p_.rank;
-  return (p_.count - (off_[own + 1] - off_[own])) * elem_;
+  // One slot per received piece: every block but the one this rank starts (its predecessor's,
+  // sent straight from the input at step 0).
+  const int first = p_.ring[(pos_ - 1 + n_) % n_];
+  return (p_.count - (off_[first + 1] - off_[first])) * elem_;
 }
 
 Status RingReduceScatter::build(uint8_t* scratch) {

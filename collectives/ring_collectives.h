@@ -21,8 +21,8 @@
 //    results do not depend on timing: bitwise identical on every rank, run after run.
 //
 // Costs (alpha-beta, seed 001; S bytes, n ranks, K segments): reduce-scatter and allgather
-// (n - 1)(a + S/n b); broadcast and reduce along a chain of n ranks with K segments
-// (n - 2 + K)(a + S/K b), i.e. T = t + (n - 1) t / K for t = a + S b (seed 003).
+// (n - 1)(a + S/n b); broadcast and reduce along a chain of n ranks (A = n - 1 receivers) with
+// K segments (A - 1 + K)(a + S/K b), i.e. T = t + (A - 1) t / K for t = a + S b (seed 003).
 #pragma once
 
 #include <cstddef>
@@ -165,7 +165,7 @@ class ScheduleCore : public CollectiveCore {
 // input. Block ring[c]'s chain runs c + 1, c + 2, ..., c, so its result is
 // ((x[c+1] op x[c+2]) op ...) op x[c], in ring positions. The result is the rank's own block,
 // in CollParams::result or recvbuf + its offset. In place (sendbuf == recvbuf, no result):
-// only the own block of recvbuf is overwritten. Scratch: (n - 1) / n of the buffer.
+// only the own block of recvbuf is overwritten. Scratch: about (n - 1) / n of the buffer.
 class RingReduceScatter final : public ScheduleCore {
  public:
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
@@ -196,7 +196,8 @@ class RingAllgather final : public ScheduleCore {
 };
 
 // Pipelined chain broadcast from the root along the ring (root, root + 1, ..., root - 1 in ring
-// positions), the buffer cut in K segments of segment_bytes: T = t + (n - 1) t / K (seed 003).
+// positions), the buffer cut in K segments of segment_bytes: T = t + (n - 2) t / K (seed 003,
+// A = n - 1 receivers).
 // The root sends from sendbuf (and copies it to recvbuf when they differ); the others receive
 // into recvbuf and forward from it. No scratch.
 class ChainBroadcast final : public ScheduleCore {
