@@ -320,6 +320,51 @@ TEST(CollectivePipelining, ChainBroadcastTimeMatchesTPlusAMinusOneTOverK) {
   }
 }
 
+TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
+  // Adding two NaNs returns one operand's payload: the results show the operand order bit for
+  // bit (a = the upstream partial, b = the rank's own input).
+  for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
+    for (int n : {2, 3, 5, 8}) {
+      harness::Options o;
+      o.n = n;
+      o.count = 4 * n + 3;
+      o.dtype = DType::kFloat;
+      o.op = ROp::kSum;
+      o.seed = 600 + n;
+      o.segment_bytes = 8;
+      CollParams cp;
+      cp.root = n / 2;
+      o.make_core = [coll, cp](const RingParams& p, std::vector<uint8_t>* s)
+          -> std::unique_ptr<CollectiveCore> {
+        if (coll == Coll::kReduce) return std::make_unique<ChainReduce>(p, cp, s);
+        return std::make_unique<RingReduceScatter>(p, cp, s);
+      };
+      Buffers in(1, std::vector<std::vector<uint8_t>>(n, std::vector<uint8_t>(o.count * 4)));
+      std::mt19937_64 rng(n);
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < o.count; ++i) {
+          const uint32_t bits = 0x7fc00000u | static_cast<uint32_t>(rng() & 0x3fff) |
+                                (static_cast<uint32_t>(r) << 16);
+          std::memcpy(in[0][r].data() + i * 4, &bits, 4);
+        }
+      }
+      const harness::Result res = harness::run(o, in);
+      ASSERT_EQ(res.status, Status::kOk) << res.error;
+      const std::vector<size_t> off = block_offsets({}, o.count, n);
+      for (int r = 0; r < n; ++r) {
+        const uint8_t* got = res.outputs[0][r].data();
+        if (coll == Coll::kReduceScatter) {
+          const auto want = chain(o.op, o.dtype, ring_of(o), r, in[0], off[r], off[r + 1]);
+          EXPECT_EQ(std::memcmp(got + off[r] * 4, want.data(), want.size()), 0) << "rank " << r;
+        } else if (r == cp.root) {
+          const auto want = chain(o.op, o.dtype, ring_of(o), r, in[0], 0, o.count);
+          EXPECT_EQ(std::memcmp(got, want.data(), want.size()), 0) << "root " << r;
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
