@@ -321,8 +321,9 @@ TEST(CollectivePipelining, ChainBroadcastTimeMatchesTPlusAMinusOneTOverK) {
 }
 
 TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
-  // Adding two NaNs returns one operand's payload: the results show the operand order bit for
-  // bit (a = the upstream partial, b = the rank's own input).
+  // Adding two NaNs returns one operand's payload on many machines: the results then show the
+  // operand order bit for bit (a = the upstream partial, b = the rank's own input). Where NaN
+  // addition is commutative in bits the test is weaker; ReduceOperandOrder checks the order.
   for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
     for (int n : {2, 3, 5, 8}) {
       harness::Options o;
@@ -435,6 +436,38 @@ TEST(CollectiveProtocol, ReduceScatterWrongChunkIsAnError) {
   write_hdr(recv->header, kRsPhase, 2, 0, {0});
   ActionList more;
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
+}
+
+TEST(CollectiveProtocol, ReduceOperandOrder) {
+  // a = the partial from upstream (received), b = the rank's own input.
+  {
+    Driven d(Coll::kReduceScatter, 1, 4, 8);
+    const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
+    ASSERT_NE(recv, nullptr);
+    write_hdr(recv->header, kRsPhase, 3, 0, {0});
+    ActionList more;
+    ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
+    const Action* red = find_action(more, Action::Kind::kReduce);
+    ASSERT_NE(red, nullptr);
+    EXPECT_EQ(red->a, recv->payload);
+    EXPECT_EQ(red->b, d.in.data() + 6) << "own input of block 3";
+  }
+  {
+    Driven d(Coll::kReduce, 0, 3, 4, /*root=*/0);
+    const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
+    ASSERT_NE(recv, nullptr);
+    write_hdr(recv->header, kReducePhase, 0, 0, {1, 2});
+    ActionList more;
+    ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
+    const Action* red = find_action(more, Action::Kind::kReduce);
+    ASSERT_NE(red, nullptr);
+    EXPECT_EQ(red->a, recv->payload);
+    EXPECT_EQ(red->b, d.in.data());
+    EXPECT_EQ(red->dst, d.outbuf.data());
+    ActionList after;
+    ASSERT_EQ(d.core->on_reduce(red->token, 2.0, &after), Status::kOk);
+    EXPECT_TRUE(d.core->done());
+  }
 }
 
 TEST(CollectiveProtocol, ReduceIncompleteAtTheRootIsAnError) {
