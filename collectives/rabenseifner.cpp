@@ -6,6 +6,8 @@
 namespace skipring {
 
 Status RabenseifnerAllreduce::validate(const RingParams& p, std::string* why) {
+  // Tags are phase << 6 | round with round <= log2(n).
+  if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   return validate_common(p, why);
 }
 

@@ -17,8 +17,15 @@ size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 int tag_for(uint8_t phase, int round) { return (static_cast<int>(phase) << 6) | (round & 63); }
 
+// Tags are phase << 6 | round, below 11 << 6.
+Status validate_tags(const RingParams& p, std::string* why) {
+  if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
+  return Status::kOk;
+}
+
 // Ring and buffers, without the op (allgather and broadcast do not reduce).
 Status validate_layout(const RingParams& p, bool needs_op, std::string* why) {
+  SKIPRING_CHECK(validate_tags(p, why));
   if (needs_op) return validate_common(p, why);
   RingParams q = p;
   q.op = ROp::kMax;

@@ -438,6 +438,40 @@ TEST(CollectiveProtocol, ReduceScatterWrongChunkIsAnError) {
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
 }
 
+TEST(CollectiveValidate, BadParametersRejected) {
+  RingParams p;
+  p.ring = {0, 1, 2};
+  p.count = 6;
+  p.dtype = DType::kFloat;
+  p.op = ROp::kBxor;
+  int a[6], b[6];
+  p.sendbuf = a;
+  p.recvbuf = b;
+  std::string why;
+  CollParams c;
+  EXPECT_EQ(RingReduceScatter::validate(p, c, &why), Status::kErrOp);
+  EXPECT_EQ(ChainReduce::validate(p, c, &why), Status::kErrOp);
+  EXPECT_EQ(RingAllgather::validate(p, c, &why), Status::kOk) << "no op in allgather";
+  EXPECT_EQ(ChainBroadcast::validate(p, c, &why), Status::kOk) << "no op in broadcast";
+  p.op = ROp::kSum;
+  c.block_counts = {1, 2, 2};
+  EXPECT_EQ(RingReduceScatter::validate(p, c, &why), Status::kErrCount);
+  c.block_counts = {1, 5};
+  EXPECT_EQ(RingAllgather::validate(p, c, &why), Status::kErrArg);
+  c.block_counts = {1, 5, 0};
+  EXPECT_EQ(RingAllgather::validate(p, c, &why), Status::kOk);
+  c.root = 3;
+  EXPECT_EQ(ChainBroadcast::validate(p, c, &why), Status::kErrArg);
+  EXPECT_EQ(ChainReduce::validate(p, c, &why), Status::kErrArg);
+  c.root = 2;
+  EXPECT_EQ(ChainReduce::validate(p, c, &why), Status::kOk);
+  p.tag_span = 512;
+  EXPECT_EQ(ChainReduce::validate(p, c, &why), Status::kErrArg);
+  p.tag_span = 1 << 20;
+  p.recvbuf = nullptr;
+  EXPECT_EQ(ChainBroadcast::validate(p, c, &why), Status::kErrBuffer);
+}
+
 TEST(CollectiveProtocol, ReduceOperandOrder) {
   // a = the partial from upstream (received), b = the rank's own input.
   {

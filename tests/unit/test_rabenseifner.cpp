@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
 
 #include "collectives/rabenseifner.h"
+#include "collectives/recursive_doubling.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/wire_header.h"
 #include "tests/unit/harness.h"
@@ -288,6 +290,38 @@ TEST(RabenseifnerExactness, NanPayloadsFollowTheCanonicalOrder) {
         EXPECT_TRUE(res.outputs[0][r] == want) << "n=" << n << " rank " << r;
       }
     }
+  }
+}
+
+TEST(RabenseifnerCost, MovesLessDataThanRecursiveDoubling) {
+  // Full-duplex links, 1 GB/s, S = 1 MiB: recursive doubling sends the whole buffer in each of
+  // log2 p rounds; Rabenseifner 2 (p - 1) / p of it in all (plus the fold-in and the result for
+  // n != p, once each).
+  for (int n : {8, 6}) {
+    harness::Options o;
+    o.n = n;
+    o.count = 1 << 18;
+    o.dtype = DType::kFloat;
+    o.links = true;
+    o.latency_min = o.latency_max = 1e-6;
+    o.eager_probability = 0;
+    const Buffers in = testdata::make_inputs(o, 3);
+    o.make_core = make_rab;
+    const harness::Result rab = harness::run(o, in);
+    o.make_core = [](const RingParams& p, std::vector<uint8_t>* s) {
+      return std::unique_ptr<CollectiveCore>(new RecursiveDoublingAllreduce(p, s));
+    };
+    const harness::Result rd = harness::run(o, in);
+    ASSERT_EQ(rab.status, Status::kOk) << rab.error;
+    ASSERT_EQ(rd.status, Status::kOk) << rd.error;
+    const double S = o.count * 4 / 1e9;
+    const double model = (n == 8 ? 0.0 : 2 * S) + 2 * S * 3 / 4;  // p = 4 for n = 6
+    const double model8 = 2 * S * 7 / 8;
+    const double want = n == 8 ? model8 : model;
+    EXPECT_LT(rab.end_time, 1.15 * want + 50e-6) << "n=" << n;
+    EXPECT_LT(rab.end_time, 0.8 * rd.end_time) << "n=" << n;
+    std::printf("n=%d rabenseifner %.3f ms (model %.3f), recursive doubling %.3f ms\n", n,
+                rab.end_time * 1e3, want * 1e3, rd.end_time * 1e3);
   }
 }
 
