@@ -58,8 +58,8 @@ Status RabenseifnerAllreduce::build(uint8_t* scratch) {
     const int s1 = add_step(Phase::kAllgather, 0, 0, fold_peer_, -1);
     const int s = add_send(fold_peer_, kRabPhaseRs, L, L, 0, in, count, 0, {}, s0);
     // In place, recvbuf is what is being sent: receive into it once the send is done.
-    add_recv(fold_peer_, kRabPhaseAg, L, L, 0, out, count, new_var(), &full,
-             {in_place_ ? s : -1}, s1);
+    add_recv(fold_peer_, kRabPhaseAg, L, L, 0, out, count, new_var(), &full, {in_place_ ? s : -1},
+             s1);
     return Status::kOk;
   }
   uint8_t* fold = has_extra_ ? scratch : nullptr;
@@ -92,8 +92,8 @@ Status RabenseifnerAllreduce::build(uint8_t* scratch) {
     const size_t keep_off = off(klo), keep_n = off(khi) - off(klo);
     const size_t give_off = off(glo), give_n = off(ghi) - off(glo);
     const int st = add_step(Phase::kReduceScatter, step_no++, -1, ppos, ppos);
-    rs_send[k] = add_send(ppos, kRabPhaseRs, k, k, 0, cur + give_off * elem_, give_n, cur_var,
-                          {last}, st);
+    rs_send[k] =
+        add_send(ppos, kRabPhaseRs, k, k, 0, cur + give_off * elem_, give_n, cur_var, {last}, st);
     uint8_t* slot = tmp + tmp_off * elem_;
     tmp_off += keep_n;
     const int rv = new_var();
@@ -103,8 +103,8 @@ Status RabenseifnerAllreduce::build(uint8_t* scratch) {
     // Canonical order: a = the lower virtual rank's partial. The kept half goes straight to
     // recvbuf; in place it overwrites only the half this round does not send.
     last = add_reduce(out + keep_off * elem_, lower ? mine : slot, lower ? slot : mine, keep_n,
-                      lower ? cur_var : rv, lower ? rv : cur_var, ov,
-                      k == L - 1 ? &full : nullptr, {r, last}, st);
+                      lower ? cur_var : rv, lower ? rv : cur_var, ov, k == L - 1 ? &full : nullptr,
+                      {r, last}, st);
     cur = out;
     cur_var = ov;
     lo = klo;
@@ -122,8 +122,8 @@ Status RabenseifnerAllreduce::build(uint8_t* scratch) {
     add_send(ppos, kRabPhaseAg, k, k, 0, out + off(lo) * elem_, off(hi) - off(lo), cur_var, have,
              st);
     const size_t g_off = off(give_lo[k]), g_n = off(give_hi[k]) - g_off;
-    have.push_back(add_recv(ppos, kRabPhaseAg, k, k, 0, out + g_off * elem_, g_n, new_var(),
-                            &full, {rs_send[k]}, st));
+    have.push_back(add_recv(ppos, kRabPhaseAg, k, k, 0, out + g_off * elem_, g_n, new_var(), &full,
+                            {rs_send[k]}, st));
     lo = std::min(lo, give_lo[k]);
     hi = std::max(hi, give_hi[k]);
   }

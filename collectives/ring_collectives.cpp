@@ -146,9 +146,9 @@ int ScheduleCore::add_op(Op op, const Deps& deps) {
   return id;
 }
 
-int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chunk,
-                           uint32_t segment, const void* payload, size_t elems, int set_var,
-                           const Deps& deps, int step) {
+int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chunk, uint32_t segment,
+                           const void* payload, size_t elems, int set_var, const Deps& deps,
+                           int step) {
   Op op;
   op.kind = Kind::kSend;
   op.peer = p_.ring[peer_pos];
@@ -163,9 +163,9 @@ int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chun
   return add_op(std::move(op), deps);
 }
 
-int ScheduleCore::add_recv(int peer_pos, uint8_t phase, int round, uint32_t chunk,
-                           uint32_t segment, void* payload, size_t elems, int out_var,
-                           const ContributionSet* expect, const Deps& deps, int step) {
+int ScheduleCore::add_recv(int peer_pos, uint8_t phase, int round, uint32_t chunk, uint32_t segment,
+                           void* payload, size_t elems, int out_var, const ContributionSet* expect,
+                           const Deps& deps, int step) {
   Op op;
   op.kind = Kind::kRecv;
   op.peer = p_.ring[peer_pos];
@@ -235,9 +235,7 @@ Status ScheduleCore::start(double now, ActionList* out) {
     base = scratch_->data();
     base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   }
-  building_ = true;
   SKIPRING_CHECK(build(base));
-  building_ = false;
   channels_.clear();
   hdr_bytes_ = round_up(hdr_bytes_, 8);
   hdrs_.assign(ops_.size() * hdr_bytes_, 0);
@@ -353,8 +351,7 @@ Status ScheduleCore::finish(int id, double now, ActionList* out) {
 Status ScheduleCore::on_recv(Token t, size_t payload_bytes, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   const size_t id = t;
-  if (id >= ops_.size() || ops_[id].kind != Kind::kRecv || !ops_[id].issued ||
-      ops_[id].finished) {
+  if (id >= ops_.size() || ops_[id].kind != Kind::kRecv || !ops_[id].issued || ops_[id].finished) {
     return fail("completion for an unknown receive");
   }
   Op& op = ops_[id];
@@ -371,8 +368,9 @@ Status ScheduleCore::on_recv(Token t, size_t payload_bytes, double now, ActionLi
     r.wait_s += std::max(0.0, now - op.t_issue);
   }
   ContributionSet set(n_);
-  const std::string why = decode_wire_header(
-      header_of(static_cast<int>(id)), n_, WireExpect{p_.seq, op.phase, op.chunk, op.segment}, &set);
+  const std::string why =
+      decode_wire_header(header_of(static_cast<int>(id)), n_,
+                         WireExpect{p_.seq, op.phase, op.chunk, op.segment}, &set);
   if (!why.empty()) return fail(fmt::format("{}: {}", what(op), why));
   if (set.empty()) return fail(fmt::format("{}: empty contribution set", what(op)));
   if (op.has_expect && set != op.expect) {
@@ -389,8 +387,7 @@ Status ScheduleCore::on_recv(Token t, size_t payload_bytes, double now, ActionLi
 Status ScheduleCore::on_send(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   const size_t id = t;
-  if (id >= ops_.size() || ops_[id].kind != Kind::kSend || !ops_[id].issued ||
-      ops_[id].finished) {
+  if (id >= ops_.size() || ops_[id].kind != Kind::kSend || !ops_[id].issued || ops_[id].finished) {
     return fail("completion for an unknown send");
   }
   SKIPRING_CHECK(finish(static_cast<int>(id), now, out));
@@ -435,8 +432,10 @@ std::string ScheduleCore::describe() const {
   for (const Op& op : ops_) {
     if (op.finished) continue;
     if (++shown > 4) break;
-    const char* k = op.kind == Kind::kSend ? "send" : op.kind == Kind::kRecv ? "recv"
-                    : op.kind == Kind::kReduce ? "reduce" : "copy";
+    const char* k = op.kind == Kind::kSend     ? "send"
+                    : op.kind == Kind::kRecv   ? "recv"
+                    : op.kind == Kind::kReduce ? "reduce"
+                                               : "copy";
     s += fmt::format("; {} {} peer {} phase {} chunk {} seg {}", op.issued ? "posted" : "waiting",
                      k, op.peer, op.phase, op.chunk, op.segment);
   }
@@ -516,8 +515,8 @@ Status RingReduceScatter::build(uint8_t* scratch) {
       uint8_t* buf = scratch + slot * elem_;
       slot += e;
       const int rv = new_var();
-      const int r = add_recv(pred, kRsPhase, 0, static_cast<uint32_t>(rb),
-                             static_cast<uint32_t>(g), buf, e, rv, nullptr, {}, step);
+      const int r = add_recv(pred, kRsPhase, 0, static_cast<uint32_t>(rb), static_cast<uint32_t>(g),
+                             buf, e, rv, nullptr, {}, step);
       const uint8_t* mine = in + (off_[rb] + g * seg_elems_) * elem_;
       uint8_t* dst = last ? out + g * seg_elems_ * elem_ : buf;
       const int ov = new_var();
@@ -626,8 +625,8 @@ Status ChainBroadcast::build(uint8_t* scratch) {
                    &want, {}, step);
     }
     if (j < n_ - 1) {
-      add_send(succ, kBcastPhase, 0, 0, static_cast<uint32_t>(g), (j == 0 ? in : buf) + off, e,
-               var, {r}, step);
+      add_send(succ, kBcastPhase, 0, 0, static_cast<uint32_t>(g), (j == 0 ? in : buf) + off, e, var,
+               {r}, step);
     }
   }
   return Status::kOk;
@@ -679,8 +678,8 @@ Status ChainReduce::build(uint8_t* scratch) {
       continue;
     }
     const int rv = new_var();
-    const int r = add_recv(pred, kReducePhase, 0, 0, static_cast<uint32_t>(g), scratch + off, e,
-                           rv, nullptr, {}, step);
+    const int r = add_recv(pred, kReducePhase, 0, 0, static_cast<uint32_t>(g), scratch + off, e, rv,
+                           nullptr, {}, step);
     const int ov = new_var();
     const bool root = j == 0;
     const int red = add_reduce(root ? out + off : scratch + off, scratch + off, in + off, e, rv, 0,

@@ -40,10 +40,10 @@
 namespace skipring {
 
 // WireHeader.phase values (ring 0-1, recursive doubling 2-4, Rabenseifner 5-6).
-constexpr uint8_t kRsPhase = 7;      // ring reduce-scatter; chunk = block (rank), segment
-constexpr uint8_t kAgPhase = 8;      // ring allgather; chunk = block (rank), segment
-constexpr uint8_t kBcastPhase = 9;   // chain broadcast; chunk = 0, segment
-constexpr uint8_t kReducePhase = 10; // chain reduce; chunk = 0, segment
+constexpr uint8_t kRsPhase = 7;       // ring reduce-scatter; chunk = block (rank), segment
+constexpr uint8_t kAgPhase = 8;       // ring allgather; chunk = block (rank), segment
+constexpr uint8_t kBcastPhase = 9;    // chain broadcast; chunk = 0, segment
+constexpr uint8_t kReducePhase = 10;  // chain reduce; chunk = 0, segment
 
 // What the non-all-reduce collectives need beyond RingParams.
 struct CollParams {
@@ -119,7 +119,7 @@ class ScheduleCore : public CollectiveCore {
     int tag = 0;
     uint8_t phase = 0;
     uint32_t chunk = 0, segment = 0;
-    void* dst = nullptr;  // recv payload, reduce / copy destination
+    void* dst = nullptr;      // recv payload, reduce / copy destination
     const void* a = nullptr;  // send payload, reduce a, copy source
     const void* b = nullptr;
     size_t elems = 0;
@@ -127,8 +127,8 @@ class ScheduleCore : public CollectiveCore {
     bool has_expect = false;
     ContributionSet expect;
     int step = -1;
-    int unmet = 0;              // deps not finished + channel predecessor not posted
-    int channel_next = -1;      // next op on the same (kind, peer, tag) channel
+    int unmet = 0;          // deps not finished + channel predecessor not posted
+    int channel_next = -1;  // next op on the same (kind, peer, tag) channel
     std::vector<int> dependents;
     bool issued = false, finished = false;
     double t_issue = 0;
@@ -150,8 +150,7 @@ class ScheduleCore : public CollectiveCore {
   std::vector<ContributionSet> vars_;
   std::vector<int> ready_;
   std::vector<std::pair<uint64_t, int>> channels_;
-  bool building_ = false;
-  int pending_ = 0;   // ops not finished
+  int pending_ = 0;  // ops not finished
   bool started_ = false;
   bool done_ = false;
   bool failed_ = false;

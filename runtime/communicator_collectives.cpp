@@ -19,8 +19,7 @@ Status Communicator::run_collective(CollectiveCore* core, const char* name) {
   ++seq_;
   if (!ok(st)) {
     broken_ = true;
-    SKIPRING_LOG_ERROR("{} seq {} failed: {} {}", name, seq_ - 1, status_string(st),
-                       core->error());
+    SKIPRING_LOG_ERROR("{} seq {} failed: {} {}", name, seq_ - 1, status_string(st), core->error());
     return st;
   }
   last_stats_ = core->stats();
@@ -107,8 +106,8 @@ Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
   return run_collective(&core, "bcast");
 }
 
-Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                            ROp op, int root) {
+Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
+                            int root) {
   if (broken_) return Status::kErrInternal;
   if (!op_valid(op, dtype)) return Status::kErrOp;
   // recvbuf is only written at the root; elsewhere it may be null.

@@ -157,16 +157,20 @@ void test_bad_arguments() {
   // Every rank passes the same bad argument, as MPI requires for collective errors.
   int x[8] = {0};
   std::vector<int> big(8 * static_cast<size_t>(g_size));
-  check(skipring_reduce_scatter_block(x, x, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) ==
-            MPI_ERR_COUNT, "reduce_scatter_block count -1");
+  check(skipring_reduce_scatter_block(x, x, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_COUNT,
+        "reduce_scatter_block count -1");
   check(skipring_reduce_scatter_block(nullptr, x, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD) ==
-            MPI_ERR_BUFFER, "reduce_scatter_block NULL sendbuf");
+            MPI_ERR_BUFFER,
+        "reduce_scatter_block NULL sendbuf");
   check(skipring_reduce_scatter_block(big.data(), x, 2, MPI_DOUBLE, MPI_BXOR, MPI_COMM_WORLD) ==
-            MPI_ERR_OP, "reduce_scatter_block BXOR on double");
+            MPI_ERR_OP,
+        "reduce_scatter_block BXOR on double");
   check(skipring_reduce_scatter_block(big.data(), x, 2, MPI_INT, MPI_SUM, MPI_COMM_NULL) ==
-            MPI_ERR_COMM, "reduce_scatter_block MPI_COMM_NULL");
-  check(skipring_allgather(x, -1, MPI_INT, big.data(), -1, MPI_INT, MPI_COMM_WORLD) ==
-            MPI_ERR_COUNT, "allgather count -1");
+            MPI_ERR_COMM,
+        "reduce_scatter_block MPI_COMM_NULL");
+  check(
+      skipring_allgather(x, -1, MPI_INT, big.data(), -1, MPI_INT, MPI_COMM_WORLD) == MPI_ERR_COUNT,
+      "allgather count -1");
   check(skipring_allgather(x, 2, MPI_INT, nullptr, 2, MPI_INT, MPI_COMM_WORLD) == MPI_ERR_BUFFER,
         "allgather NULL recvbuf");
   check(skipring_allgather(x, 2, MPI_INT, big.data(), 2, MPI_INT, MPI_COMM_NULL) == MPI_ERR_COMM,
@@ -203,7 +207,8 @@ void test_fallbacks() {
   long long want_one = 0;
   std::memcpy(&want_one, mine, sizeof want_one);
   check(skipring_allgather(mine, 2, MPI_INT, got.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD) ==
-            MPI_SUCCESS, "allgather with different types: rc");
+            MPI_SUCCESS,
+        "allgather with different types: rc");
   check(std::memcmp(&got[g_rank], &want_one, sizeof want_one) == 0,
         "allgather with different types: result");
 }
@@ -238,9 +243,9 @@ int main(int argc, char** argv) {
   }
   skipring_totals_t before{};
   skipring_get_totals(&before);
-  check(before.calls > 100 && before.fallbacks == 0, "skipring ran the collectives itself: " +
-        std::to_string(before.calls) + " calls, " + std::to_string(before.fallbacks) +
-        " fallbacks");
+  check(before.calls > 100 && before.fallbacks == 0,
+        "skipring ran the collectives itself: " + std::to_string(before.calls) + " calls, " +
+            std::to_string(before.fallbacks) + " fallbacks");
   test_bad_arguments();
   test_fallbacks();
   skipring_totals_t after{};

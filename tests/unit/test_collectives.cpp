@@ -26,10 +26,14 @@ using testdata::Buffers;
 enum class Coll { kReduceScatter, kAllgather, kBcast, kReduce };
 const char* coll_name(Coll c) {
   switch (c) {
-    case Coll::kReduceScatter: return "reduce_scatter";
-    case Coll::kAllgather: return "allgather";
-    case Coll::kBcast: return "bcast";
-    case Coll::kReduce: return "reduce";
+    case Coll::kReduceScatter:
+      return "reduce_scatter";
+    case Coll::kAllgather:
+      return "allgather";
+    case Coll::kBcast:
+      return "bcast";
+    case Coll::kReduce:
+      return "reduce";
   }
   return "?";
 }
@@ -67,13 +71,17 @@ void run_case(Case cs) {
   harness::Options& o = cs.o;
   const CollParams cp = cs.cp;
   const Coll coll = cs.coll;
-  o.make_core = [cp, coll](const RingParams& p, std::vector<uint8_t>* s)
-      -> std::unique_ptr<CollectiveCore> {
+  o.make_core = [cp, coll](const RingParams& p,
+                           std::vector<uint8_t>* s) -> std::unique_ptr<CollectiveCore> {
     switch (coll) {
-      case Coll::kReduceScatter: return std::make_unique<RingReduceScatter>(p, cp, s);
-      case Coll::kAllgather: return std::make_unique<RingAllgather>(p, cp, s);
-      case Coll::kBcast: return std::make_unique<ChainBroadcast>(p, cp, s);
-      case Coll::kReduce: return std::make_unique<ChainReduce>(p, cp, s);
+      case Coll::kReduceScatter:
+        return std::make_unique<RingReduceScatter>(p, cp, s);
+      case Coll::kAllgather:
+        return std::make_unique<RingAllgather>(p, cp, s);
+      case Coll::kBcast:
+        return std::make_unique<ChainBroadcast>(p, cp, s);
+      case Coll::kReduce:
+        return std::make_unique<ChainReduce>(p, cp, s);
     }
     return nullptr;
   };
@@ -254,16 +262,15 @@ TEST(CollectiveRandom, ManySchedules) {
     o.start_time.resize(o.n);
     for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
     cs.cp.root = static_cast<int>(rng() % o.n);
-    if (rng() % 3 == 0 &&
-        (cs.coll == Coll::kReduceScatter || cs.coll == Coll::kAllgather)) {
+    if (rng() % 3 == 0 && (cs.coll == Coll::kReduceScatter || cs.coll == Coll::kAllgather)) {
       // Uneven blocks, some empty.
       cs.cp.block_counts.assign(o.n, 0);
       size_t sum = 0;
       for (auto& b : cs.cp.block_counts) sum += (b = rng() % 3 == 0 ? 0 : rng() % 200);
       o.count = sum;
     }
-    SCOPED_TRACE("schedule " + std::to_string(i) + " " + coll_name(cs.coll) + " n=" +
-                 std::to_string(o.n) + " count=" + std::to_string(o.count) + " " +
+    SCOPED_TRACE("schedule " + std::to_string(i) + " " + coll_name(cs.coll) +
+                 " n=" + std::to_string(o.n) + " count=" + std::to_string(o.count) + " " +
                  dtype_name(o.dtype) + " " + rop_name(o.op));
     run_case(cs);
     if (::testing::Test::HasFailure()) break;
@@ -335,8 +342,8 @@ TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
       o.segment_bytes = 8;
       CollParams cp;
       cp.root = n / 2;
-      o.make_core = [coll, cp](const RingParams& p, std::vector<uint8_t>* s)
-          -> std::unique_ptr<CollectiveCore> {
+      o.make_core = [coll, cp](const RingParams& p,
+                               std::vector<uint8_t>* s) -> std::unique_ptr<CollectiveCore> {
         if (coll == Coll::kReduce) return std::make_unique<ChainReduce>(p, cp, s);
         return std::make_unique<RingReduceScatter>(p, cp, s);
       };
@@ -409,10 +416,18 @@ struct Driven {
     CollParams c;
     c.root = root;
     switch (coll) {
-      case Coll::kReduceScatter: core.reset(new RingReduceScatter(p, c, &scratch)); break;
-      case Coll::kAllgather: core.reset(new RingAllgather(p, c, &scratch)); break;
-      case Coll::kBcast: core.reset(new ChainBroadcast(p, c, &scratch)); break;
-      case Coll::kReduce: core.reset(new ChainReduce(p, c, &scratch)); break;
+      case Coll::kReduceScatter:
+        core.reset(new RingReduceScatter(p, c, &scratch));
+        break;
+      case Coll::kAllgather:
+        core.reset(new RingAllgather(p, c, &scratch));
+        break;
+      case Coll::kBcast:
+        core.reset(new ChainBroadcast(p, c, &scratch));
+        break;
+      case Coll::kReduce:
+        core.reset(new ChainReduce(p, c, &scratch));
+        break;
     }
     EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
   }

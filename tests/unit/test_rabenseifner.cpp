@@ -164,8 +164,8 @@ TEST_P(RabenseifnerSizes, ExactRandomOrders) {
 std::vector<SizeCase> size_cases() {
   std::vector<SizeCase> v;
   for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 2 * size_t(n) + 3,
-                                  1009};
+    std::vector<size_t> counts = {
+        0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 2 * size_t(n) + 3, 1009};
     std::sort(counts.begin(), counts.end());
     counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
     for (size_t c : counts) v.push_back({n, c});
