@@ -213,6 +213,137 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   return MPI_SUCCESS;
 }
 
+// --- reduce-scatter (block), allgather, broadcast, reduce -------------------------------
+// Same pattern as allreduce: MPI's argument errors first, then PMPI for what skipring does
+// not run natively, then the communicator's collective.
+
+bool handles_type(MPI_Datatype datatype, MPI_Comm comm, DType* dt) {
+  if (!global_config().enable) return false;
+  if (!dtype_from_mpi(datatype, dt)) return false;
+  int inter = 0;
+  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
+  return true;
+}
+
+// A predefined op on a predefined type MPI does not define it for: a user error.
+bool op_error(MPI_Datatype datatype, MPI_Op op) {
+  DType dt;
+  ROp rop;
+  return global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
+         !op_valid(rop, dt);
+}
+
+void account(Communicator* c) {
+  const CollectiveStats& s = c->last_stats();
+  std::lock_guard<std::mutex> lock(state().mutex);
+  if (state().trace) state().trace->add(s);
+  skipring_totals_t& t = state().totals;
+  t.calls += 1;
+  t.bytes += s.bytes;
+  t.time_s += s.time_s();
+}
+
+int root_error(int root, MPI_Comm comm) {
+  int size = 0;
+  if (MPI_Comm_size(comm, &size) != MPI_SUCCESS) return MPI_ERR_COMM;
+  return root < 0 || root >= size ? MPI_ERR_ROOT : MPI_SUCCESS;
+}
+
+int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (recvcount < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  ROp rop;
+  if (!handles(datatype, op, comm, &dt, &rop)) {
+    if (op_error(datatype, op)) return MPI_ERR_OP;
+    skipring_count_fallback();
+    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  }
+  if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
+  const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop);
+  if (!ok(st)) return to_mpi_error(st);
+  account(c);
+  return MPI_SUCCESS;
+}
+
+int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+              int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (recvcount < 0 || (sendbuf != MPI_IN_PLACE && sendcount < 0)) return MPI_ERR_COUNT;
+  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  const bool same = sendbuf == MPI_IN_PLACE || (sendtype == recvtype && sendcount == recvcount);
+  if (!same || !handles_type(recvtype, comm, &dt)) {
+    skipring_count_fallback();
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  }
+  if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
+  const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt);
+  if (!ok(st)) return to_mpi_error(st);
+  account(c);
+  return MPI_SUCCESS;
+}
+
+int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = root_error(root, comm); rc != MPI_SUCCESS) return rc;
+  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  if (!handles_type(datatype, comm, &dt)) {
+    skipring_count_fallback();
+    return PMPI_Bcast(buffer, count, datatype, root, comm);
+  }
+  if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = c->bcast(buffer, static_cast<size_t>(count), dt, root);
+  if (!ok(st)) return to_mpi_error(st);
+  account(c);
+  return MPI_SUCCESS;
+}
+
+int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+           int root, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = root_error(root, comm); rc != MPI_SUCCESS) return rc;
+  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  ROp rop;
+  if (!handles(datatype, op, comm, &dt, &rop)) {
+    if (op_error(datatype, op)) return MPI_ERR_OP;
+    skipring_count_fallback();
+    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // MPI_IN_PLACE only at the root; recvbuf only significant at the root.
+  if (sendbuf == MPI_IN_PLACE && rank != root) return MPI_ERR_BUFFER;
+  if (count > 0 && (sendbuf == nullptr || (rank == root && recvbuf == nullptr))) {
+    return MPI_ERR_BUFFER;
+  }
+  const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root);
+  if (!ok(st)) return to_mpi_error(st);
+  account(c);
+  return MPI_SUCCESS;
+}
+
 }  // namespace
 
 int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
@@ -245,6 +376,49 @@ int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
                        MPI_Op op, MPI_Comm comm) {
   try {
     return allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  try {
+    return reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                       int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  try {
+    return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  try {
+    return bcast(buffer, count, datatype, root, comm);
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                    MPI_Op op, int root, MPI_Comm comm) {
+  try {
+    return reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   } catch (const std::bad_alloc&) {
     return MPI_ERR_NO_MEM;
   } catch (...) {

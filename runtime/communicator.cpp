@@ -12,6 +12,7 @@
 #include "collectives/select.h"
 #include "runtime/cost_probe.h"
 #include "collectives/hier_allreduce.h"
+#include "collectives/rabenseifner.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -207,6 +208,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
       break;
     case Algo::kHier:
       core = std::make_unique<HierAllreduce>(p, topology_.host_of_rank, &scratch_);
+      break;
+    case Algo::kRabenseifner:
+      core = std::make_unique<RabenseifnerAllreduce>(p, &scratch_);
       break;
     default:
       core = std::make_unique<RingAllreduce>(p, &scratch_);

@@ -43,6 +43,20 @@ class Communicator {
   // sendbuf == recvbuf means in place. Arguments are already validated.
   Status allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
 
+  // Other collectives (communicator_collectives.cpp), MPI semantics, arguments already
+  // validated; sendbuf == recvbuf means MPI_IN_PLACE. They run on the same progress engine and
+  // sequence numbers as allreduce, without skip-ahead or straggler injection.
+  // recvbuf gets this rank's block of recvcount elements; sendbuf holds n blocks (in place:
+  // recvbuf holds them, and the result goes to its first block).
+  Status reduce_scatter_block(const void* sendbuf, void* recvbuf, size_t recvcount, DType dtype,
+                              ROp op);
+  // recvbuf gets n blocks of count elements; sendbuf is this rank's block (in place: already at
+  // its place in recvbuf).
+  Status allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype);
+  Status bcast(void* buf, size_t count, DType dtype, int root);
+  // recvbuf is written (and needed) at the root only.
+  Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
+
   const CollectiveStats& last_stats() const { return last_stats_; }
   uint64_t collectives() const { return seq_; }
   // After a protocol or transport error the state is unusable.
@@ -68,6 +82,8 @@ class Communicator {
  private:
   Communicator() = default;
   void ensure_cost_params();
+  // Runs one non-allreduce collective core to completion (communicator_collectives.cpp).
+  Status run_collective(CollectiveCore* core, const char* name);
 
   MPI_Comm internal_ = MPI_COMM_NULL;
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to

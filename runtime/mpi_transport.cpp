@@ -26,7 +26,11 @@ MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
-  if (flag && tag_ub != nullptr) tag_span_ = std::min(tag_span_, (*tag_ub + 1) / 2);
+  // (tag_ub + 1) / 2 in 64 bits: ob1's MPI_TAG_UB is INT_MAX, and INT_MAX + 1 overflows.
+  if (flag && tag_ub != nullptr) {
+    tag_span_ = static_cast<int>(
+        std::min<long long>(tag_span_, (static_cast<long long>(*tag_ub) + 1) / 2));
+  }
 }
 
 MpiTransport::~MpiTransport() {

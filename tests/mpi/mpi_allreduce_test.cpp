@@ -99,6 +99,9 @@ bool identical_everywhere(const std::vector<uint8_t>& out) {
   return all != 0;
 }
 
+// --expect-algo: the algorithm every all-reduce must report (SKIPRING_ALGO forces it).
+std::string g_expect_algo;
+
 void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint64_t seed) {
   std::mt19937_64 rng(seed * 1000003 + g_rank);
   const size_t bytes = count * t.size;
@@ -114,6 +117,12 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
     rc = skipring_allreduce(in.data(), mine.data(), count, t.type, o.op, MPI_COMM_WORLD);
   }
   check(rc == MPI_SUCCESS, what + ": rc=" + std::to_string(rc));
+  if (!g_expect_algo.empty() && count > 0) {
+    skipring_stats_t st;
+    check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS &&
+              std::string(st.algo) == g_expect_algo,
+          what + ": ran " + st.algo + ", expected " + g_expect_algo);
+  }
   PMPI_Allreduce(in.data(), ref.data(), count, t.type, o.op, MPI_COMM_WORLD);
   mine.resize(bytes);
   ref.resize(bytes);
@@ -212,6 +221,7 @@ int main(int argc, char** argv) {
     large = large || std::string(argv[i]) == "--large";
     quick = quick || std::string(argv[i]) == "--quick";
     expect_config_error = expect_config_error || std::string(argv[i]) == "--expect-config-error";
+    if (std::string(argv[i]) == "--expect-algo" && i + 1 < argc) g_expect_algo = argv[++i];
   }
   if (expect_config_error) {
     // The message naming the variable goes to stderr; ctest checks the code here.

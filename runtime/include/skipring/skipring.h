@@ -31,6 +31,24 @@ int skipring_init(void);
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                        MPI_Op op, MPI_Comm comm);
 
+/* The other collectives, with the same semantics and argument conventions as their MPI
+ * namesakes (MPI_IN_PLACE where MPI allows it), run on skipring's engine without skip-ahead:
+ * reduce-scatter and allgather as rings, broadcast and reduce as pipelined chains along the
+ * ring (SKIPRING_SEGMENT_BYTES segments). Results are identical on every rank and from run to
+ * run. Like skipring_allreduce they call the PMPI_ function for what they do not handle
+ * natively (user ops, derived types, inter-communicators; allgather with different send and
+ * receive types or counts) and return MPI error codes: MPI_ERR_COMM, MPI_ERR_COUNT (negative
+ * count), MPI_ERR_BUFFER (NULL buffer with count > 0; MPI_IN_PLACE at a non-root of reduce),
+ * MPI_ERR_ROOT (root outside the communicator), MPI_ERR_OP, MPI_ERR_OTHER. Argument errors
+ * must be the same on every rank (as in MPI), or the others wait in the collective. */
+int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                       int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                    MPI_Op op, int root, MPI_Comm comm);
+
 /* 1 in *handled when skipring runs (datatype, op, comm) itself, 0 when it would fall back. */
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled);
 
