@@ -160,6 +160,10 @@ bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* ro
   if (!global_config().enable) return false;
   if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return false;
   if (!op_valid(*rop, *dt)) return false;
+  // A communicator with skipring state was checked when the state was created.
+  void* attr = nullptr;
+  int found = 0;
+  if (MPI_Comm_get_attr(comm, state().keyval, &attr, &found) == MPI_SUCCESS && found) return true;
   int inter = 0;
   if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
   return true;

@@ -96,6 +96,9 @@ class Communicator {
   Topology topology_;
   CostParams cost_;               // measured on the first auto all-reduce
   bool cost_measured_ = false;
+  size_t last_choice_bytes_ = SIZE_MAX;  // choose_algo's last auto decision
+  bool last_choice_skip_ = false;
+  Algo last_choice_ = Algo::kRing;
   TopologySummary topo_summary_;  // what the cost model knows of the topology
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
