@@ -106,7 +106,8 @@ class TreeRunner {
       return 1;
     }
     if (g.nodes() != n) {
-      if (rank == 0) fmt::print(stderr, "skipring_sim: graph has {} nodes, {} ranks\n", g.nodes(), n);
+      if (rank == 0)
+        fmt::print(stderr, "skipring_sim: graph has {} nodes, {} ranks\n", g.nodes(), n);
       return 1;
     }
     skipring::PlannerParams pp;
@@ -290,9 +291,8 @@ class Driver {
     *skips_out = gsums[0];
     if (measured && rank_ == 0) {
       const double first_in = -gmx[0], last_in = gmx[1], last_out = gmx[2];
-      const std::string rs = gmx[3] <= first_in
-                                 ? std::string()
-                                 : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
+      const std::string rs =
+          gmx[3] <= first_in ? std::string() : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
       fmt::print("{},{},{},{},{},{},{:.3f},{},{:.3f},{},{},{},{},{:.3f}\n", n_, o_.bytes,
                  mode_name(mode), alpha_text(), delta_text(),
                  fmt::format("{:g}", late ? o_.late_us : 0.0), (last_out - first_in) * 1e6, rs,
@@ -417,8 +417,7 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--mode", modes,
-                 "comma list of skip, ring, mpi, tree (interleaved per iteration)")
+  app.add_option("--mode", modes, "comma list of skip, ring, mpi, tree (interleaved per iteration)")
       ->capture_default_str();
   app.add_option("--graph", o->graph, "mode tree: link-graph file (docs/multitree.md)");
   app.add_option("--trees", o->trees, "mode tree: at most this many spanning trees")
@@ -483,7 +482,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
     else if (m == "tree")
       o->modes.push_back(Mode::kTree);
     else {
-      if (rank == 0) fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree)\n", m);
+      if (rank == 0)
+        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree)\n", m);
       return 1;
     }
   }

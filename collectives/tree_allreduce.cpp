@@ -35,8 +35,8 @@ std::vector<size_t> TreeAllreduce::split_counts(const MultiTreePlan& plan, size_
   size_t prev = 0;
   for (size_t t = 0; t < k; ++t) {
     cum += plan.fractions[t];
-    size_t end = t + 1 == k ? count
-                            : static_cast<size_t>(std::llround(cum * static_cast<double>(count)));
+    size_t end =
+        t + 1 == k ? count : static_cast<size_t>(std::llround(cum * static_cast<double>(count)));
     end = std::min(count, std::max(prev, end));
     counts[t] = end - prev;
     prev = end;
@@ -66,7 +66,6 @@ TreeAllreduce::TreeAllreduce(const RingParams& p, const MultiTreePlan& plan,
   for (int r = 0; r < n_; ++r) full_set_.add(r);
   const std::vector<size_t> counts = split_counts(plan, p_.count);
   seg_elems_ = segment_elems(p_, counts);
-  fractions_ = plan.fractions;
   size_t offset = 0;
   int gseg = 0;
   trees_.resize(plan.trees.size());
@@ -127,8 +126,8 @@ Token TreeAllreduce::new_op(OpKind kind, int tree, int seg, int child, double no
   return tok;
 }
 
-void TreeAllreduce::push(Action::Kind kind, Token tok, int peer, int tag, void* hdr,
-                         void* payload, size_t bytes, ActionList* out) {
+void TreeAllreduce::push(Action::Kind kind, Token tok, int peer, int tag, void* hdr, void* payload,
+                         size_t bytes, ActionList* out) {
   Action a;
   a.kind = kind;
   a.token = tok;
@@ -225,10 +224,10 @@ void TreeAllreduce::post_up_send(int ti, int g, double now, ActionList* out) {
   Tree& t = trees_[ti];
   Seg& s = t.segs[g];
   uint8_t* hdr = t.up_hdrs + static_cast<size_t>(g % t.window) * hdr_area_;
-  encode_wire_header(hdr,
-                     WireExpect{p_.seq, kTreePhaseReduce, static_cast<uint32_t>(ti),
-                                static_cast<uint32_t>(g)},
-                     t.acc[g % t.window]);
+  encode_wire_header(
+      hdr,
+      WireExpect{p_.seq, kTreePhaseReduce, static_cast<uint32_t>(ti), static_cast<uint32_t>(g)},
+      t.acc[g % t.window]);
   const void* payload = t.children.empty() ? static_cast<const void*>(send_at(t, g))
                                            : static_cast<const void*>(recv_at(t, g));
   s.up_posted = true;
@@ -247,10 +246,10 @@ void TreeAllreduce::admit_bcast(int ti, double now, ActionList* out) {
     uint8_t* hdr = t.down_hdrs + static_cast<size_t>(g % t.window) * hdr_area_;
     if (root) {
       if (!s.partial_ready) continue;
-      encode_wire_header(hdr,
-                         WireExpect{p_.seq, kTreePhaseBcast, static_cast<uint32_t>(ti),
-                                    static_cast<uint32_t>(g)},
-                         full_set_);
+      encode_wire_header(
+          hdr,
+          WireExpect{p_.seq, kTreePhaseBcast, static_cast<uint32_t>(ti), static_cast<uint32_t>(g)},
+          full_set_);
       s.down_posted = true;
       post_down_sends(ti, g, now, out);
     } else {
@@ -318,15 +317,12 @@ void TreeAllreduce::retire(int ti, double now, ActionList* out) {
     moved = true;
   }
   if (moved) admit_reduce(ti, now, out);
-  moved = false;
   while (t.blow < t.nseg) {
     const Seg& s = t.segs[t.blow];
     const bool have = root ? s.down_posted : s.down_arrived;
     if (!have || s.down_sends_done < nc) break;
     ++t.blow;
-    moved = true;
   }
-  (void)moved;
   admit_bcast(ti, now, out);
 }
 
@@ -372,8 +368,8 @@ Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, Actio
     const std::string why = decode_wire_header(hdr, n_, id, &set);
     if (!why.empty()) return fail(fmt::format("tree {} segment {} broadcast: {}", op.tree, g, why));
     if (!set.full()) {
-      return fail(fmt::format("tree {} segment {}: broadcast carries incomplete set {}", op.tree,
-                              g, set.to_string()));
+      return fail(fmt::format("tree {} segment {}: broadcast carries incomplete set {}", op.tree, g,
+                              set.to_string()));
     }
     t.segs[g].down_arrived = true;
     post_down_sends(op.tree, g, now, out);
@@ -453,13 +449,14 @@ void TreeAllreduce::maybe_done(double now, ActionList* out) {
 }
 
 std::string TreeAllreduce::describe() const {
-  std::string s = fmt::format("tree all-reduce rank {} seq {} pending {}:", p_.rank, p_.seq,
-                              pending_);
+  std::string s =
+      fmt::format("tree all-reduce rank {} seq {} pending {}:", p_.rank, p_.seq, pending_);
   for (size_t ti = 0; ti < trees_.size(); ++ti) {
     const Tree& t = trees_[ti];
-    s += fmt::format(" [tree {} parent {} children {} segs {} reduce-retired {} admitted {} "
-                     "bcast-retired {}]",
-                     ti, t.parent, t.children.size(), t.nseg, t.rlow, t.radmit, t.blow);
+    s += fmt::format(
+        " [tree {} parent {} children {} segs {} reduce-retired {} admitted {} "
+        "bcast-retired {}]",
+        ti, t.parent, t.children.size(), t.nseg, t.rlow, t.radmit, t.blow);
   }
   return s;
 }

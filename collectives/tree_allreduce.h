@@ -61,8 +61,9 @@ class TreeAllreduce final : public CollectiveCore {
   // collective fits tag_span.
   static size_t segment_elems(const RingParams& p, const std::vector<size_t>& tree_counts);
 
-  // The plan is copied. `scratch` is reused across collectives; resized as needed, must outlive
-  // this object. Ranks are communicator ranks (the plan's node ids); p.ring only gives n.
+  // The plan is read here, not kept. `scratch` is reused across collectives; resized as needed,
+  // must outlive this object. Ranks are communicator ranks (the plan's node ids); p.ring only gives
+  // n.
   TreeAllreduce(const RingParams& p, const MultiTreePlan& plan, std::vector<uint8_t>* scratch);
 
   Status start(double now, ActionList* out) override;
@@ -88,8 +89,8 @@ class TreeAllreduce final : public CollectiveCore {
     bool live;
   };
   struct Seg {
-    int next_child = 0;        // next child partial to reduce
-    bool reducing = false;     // a reduction is in flight
+    int next_child = 0;     // next child partial to reduce
+    bool reducing = false;  // a reduction is in flight
     bool partial_ready = false;
     bool up_posted = false;
     bool up_done = false;
@@ -104,10 +105,10 @@ class TreeAllreduce final : public CollectiveCore {
     size_t count = 0;
     int nseg = 0;
     int first_gseg = 0;
-    int window = 0;     // segments per phase window (<= depth, <= nseg)
-    int rlow = 0;       // lowest segment not reduce-retired
-    int radmit = 0;     // segments admitted to the reduce phase
-    int blow = 0;       // lowest segment not broadcast-retired
+    int window = 0;  // segments per phase window (<= depth, <= nseg)
+    int rlow = 0;    // lowest segment not reduce-retired
+    int radmit = 0;  // segments admitted to the reduce phase
+    int blow = 0;    // lowest segment not broadcast-retired
     std::vector<Seg> segs;
     // Per window slot w: child receive slots (window * children), up-send header, broadcast
     // header, accumulated set and the children's received sets.
@@ -131,8 +132,8 @@ class TreeAllreduce final : public CollectiveCore {
   uint8_t* slot_payload(uint8_t* s) const { return s + hdr_area_; }
   int tag_of(const Tree& t, int g, bool bcast) const { return 2 * (t.first_gseg + g) + bcast; }
   Token new_op(OpKind kind, int tree, int seg, int child, double now);
-  void push(Action::Kind kind, Token tok, int peer, int tag, void* hdr, void* payload,
-            size_t bytes, ActionList* out);
+  void push(Action::Kind kind, Token tok, int peer, int tag, void* hdr, void* payload, size_t bytes,
+            ActionList* out);
   void admit_reduce(int ti, double now, ActionList* out);
   void post_up_send(int ti, int g, double now, ActionList* out);
   void admit_bcast(int ti, double now, ActionList* out);
@@ -151,7 +152,6 @@ class TreeAllreduce final : public CollectiveCore {
   size_t slot_bytes_ = 0;
   std::vector<uint8_t>* scratch_;
   std::vector<Tree> trees_;
-  std::vector<double> fractions_;
   std::vector<OpRef> ops_;
   std::vector<Token> free_ops_;
   ContributionSet full_set_;

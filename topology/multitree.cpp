@@ -134,8 +134,7 @@ MultiTreePlan keep_best(std::vector<SpanningTree> trees, int k, double h) {
 
 }  // namespace
 
-Status LinkGraph::add_link(int u, int v, double latency_s, double bandwidth_Bps,
-                           std::string* why) {
+Status LinkGraph::add_link(int u, int v, double latency_s, double bandwidth_Bps, std::string* why) {
   if (u < 0 || v < 0 || u >= n_ || v >= n_) {
     return *why = fmt::format("link {}-{}: node outside 0..{}", u, v, n_ - 1), Status::kErrArg;
   }
@@ -196,8 +195,7 @@ Status LinkGraph::parse(const std::string& text, LinkGraph* out, std::string* wh
     double lat_us = 0, gbps = 0;
     std::istringstream ls2(line);
     if (!(ls2 >> u >> v >> lat_us >> gbps) || (ls2 >> rest)) {
-      return *why = fmt::format("line {}: expected 'u v latency_us gbps'", lineno),
-             Status::kErrArg;
+      return *why = fmt::format("line {}: expected 'u v latency_us gbps'", lineno), Status::kErrArg;
     }
     std::string w;
     if (!ok(g.add_link(u, v, lat_us * 1e-6, gbps * 1e9 / 8, &w))) {
@@ -255,7 +253,8 @@ Status validate_plan(const MultiTreePlan& plan, int n, std::string* why) {
   for (size_t i = 0; i < plan.trees.size(); ++i) {
     const SpanningTree& t = plan.trees[i];
     const double f = plan.fractions[i];
-    if (!(f >= 0) || !std::isfinite(f)) return *why = fmt::format("tree {}: bad fraction", i), Status::kErrArg;
+    if (!(f >= 0) || !std::isfinite(f))
+      return *why = fmt::format("tree {}: bad fraction", i), Status::kErrArg;
     sum += f;
     if (static_cast<int>(t.parent.size()) != n || t.root < 0 || t.root >= n ||
         t.parent[t.root] != -1) {
@@ -365,15 +364,16 @@ Status plan_multitree(const LinkGraph& g, const PlannerParams& p, MultiTreePlan*
 }
 
 std::string plan_to_string(const MultiTreePlan& plan) {
-  std::string s = fmt::format("H {:.3f} us, throughput {:.3f} GB/s, {} trees\n",
-                              plan.height_bound_s * 1e6, plan.throughput_Bps / 1e9,
-                              plan.trees.size());
+  std::string s =
+      fmt::format("H {:.3f} us, throughput {:.3f} GB/s, {} trees\n", plan.height_bound_s * 1e6,
+                  plan.throughput_Bps / 1e9, plan.trees.size());
   for (size_t i = 0; i < plan.trees.size(); ++i) {
     const SpanningTree& t = plan.trees[i];
-    s += fmt::format("tree {}: root {} rate {:.3f} GB/s fraction {:.4f} height {:.3f} us "
-                     "depth {} parents [{}]\n",
-                     i, t.root, t.rate_Bps / 1e9, plan.fractions[i], t.height_s * 1e6,
-                     tree_depth(t), fmt::join(t.parent, " "));
+    s += fmt::format(
+        "tree {}: root {} rate {:.3f} GB/s fraction {:.4f} height {:.3f} us "
+        "depth {} parents [{}]\n",
+        i, t.root, t.rate_Bps / 1e9, plan.fractions[i], t.height_s * 1e6, tree_depth(t),
+        fmt::join(t.parent, " "));
   }
   return s;
 }

@@ -67,13 +67,13 @@ struct MultiTreePlan {
 };
 
 struct PlannerParams {
-  int max_trees = 4;          // K: trees kept (>= 1)
-  double min_rate_Bps = 0;    // r: links below this residual are unusable; 0: 1% of the widest
-  double reserve_Bps = 0;     // b: most a tree reserves per link; 0: its bottleneck residual
-  double max_height_s = 0;    // upper bound on H; 0: none
-  double loss = 0.05;         // step 2: accepted throughput loss for a lower H, in [0, 1)
-  int search_steps = 24;      // step 2: bisection steps
-  int max_candidates = 256;   // step 1: most trees packed before step 3
+  int max_trees = 4;         // K: trees kept (>= 1)
+  double min_rate_Bps = 0;   // r: links below this residual are unusable; 0: 1% of the widest
+  double reserve_Bps = 0;    // b: most a tree reserves per link; 0: its bottleneck residual
+  double max_height_s = 0;   // upper bound on H; 0: none
+  double loss = 0.05;        // step 2: accepted throughput loss for a lower H, in [0, 1)
+  int search_steps = 24;     // step 2: bisection steps
+  int max_candidates = 256;  // step 1: most trees packed before step 3
 };
 
 // Children of `node` in `t`, ascending.

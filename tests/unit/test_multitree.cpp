@@ -94,7 +94,8 @@ void check_plan(const LinkGraph& g, const PlannerParams& pp, const MultiTreePlan
   }
   EXPECT_NEAR(sum, 1.0, 1e-12);
   for (size_t e = 0; e < used.size(); ++e) {
-    EXPECT_LE(used[e], g.links()[e].bandwidth_Bps * (1 + 1e-9)) << "link " << e << " over-allocated";
+    EXPECT_LE(used[e], g.links()[e].bandwidth_Bps * (1 + 1e-9))
+        << "link " << e << " over-allocated";
   }
 }
 
@@ -115,10 +116,10 @@ TEST(MultiTreePlanner, ParseAndWriteGraphFile) {
   LinkGraph back;
   ASSERT_EQ(LinkGraph::parse(g.to_text(), &back, &why), Status::kOk) << why;
   EXPECT_EQ(back.to_text(), g.to_text());
-  for (const char* bad : {"0 1 5 100\n", "nodes 2\n0 1 5\n", "nodes 2\n0 2 1 1\n",
-                          "nodes 2\n0 0 1 1\n", "nodes 2\n0 1 1 1\n1 0 1 1\n",
-                          "nodes 2\n0 1 1 0\n", "nodes 2\n0 1 -1 1\n", "nodes 0\n", "",
-                          "nodes 2\nnodes 2\n", "nodes 2\n0 1 1 1 7\n"}) {
+  for (const char* bad :
+       {"0 1 5 100\n", "nodes 2\n0 1 5\n", "nodes 2\n0 2 1 1\n", "nodes 2\n0 0 1 1\n",
+        "nodes 2\n0 1 1 1\n1 0 1 1\n", "nodes 2\n0 1 1 0\n", "nodes 2\n0 1 -1 1\n", "nodes 0\n", "",
+        "nodes 2\nnodes 2\n", "nodes 2\n0 1 1 1 7\n"}) {
     EXPECT_EQ(LinkGraph::parse(bad, &g, &why), Status::kErrArg) << bad;
     EXPECT_FALSE(why.empty());
   }
@@ -211,7 +212,8 @@ TEST(MultiTreePlanner, HeightBoundAndBinarySearch) {
   // A fat path 0-1-2-3-4-5 (50 GB/s, 10 us per hop) and a thin star from 0 (5 GB/s, 1 us).
   LinkGraph g(6);
   std::string why;
-  for (int i = 0; i + 1 < 6; ++i) ASSERT_EQ(g.add_link(i, i + 1, 10e-6, 50 * kGBps, &why), Status::kOk);
+  for (int i = 0; i + 1 < 6; ++i)
+    ASSERT_EQ(g.add_link(i, i + 1, 10e-6, 50 * kGBps, &why), Status::kOk);
   for (int i = 2; i < 6; ++i) ASSERT_EQ(g.add_link(0, i, 1e-6, 5 * kGBps, &why), Status::kOk);
   PlannerParams pp;
   pp.max_trees = 1;
@@ -408,9 +410,8 @@ TEST(MultiTreeAllreduce, EveryOpAndType) {
       o.collectives = 2;
       o.seed = rng();
       const MultiTreePlan plan = random_plan(o.n, 1 + static_cast<int>(rng() % 3), rng);
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(op) + " n=" +
-                   std::to_string(o.n) + (in_place ? " in place" : "") + "\n" +
-                   plan_to_string(plan));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(op) + " n=" + std::to_string(o.n) +
+                   (in_place ? " in place" : "") + "\n" + plan_to_string(plan));
       run_tree(o, plan);
       if (::testing::Test::HasFatalFailure()) return;
     }
@@ -449,9 +450,9 @@ TEST(MultiTreeAllreduce, RandomSchedules) {
       std::string why;
       ASSERT_EQ(plan_multitree(g, pp, &plan, &why), Status::kOk) << why;
     }
-    SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " count=" +
-                 std::to_string(o.count) + " " + dtype_name(o.dtype) + " " + rop_name(o.op) +
-                 "\n" + plan_to_string(plan));
+    SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) +
+                 " count=" + std::to_string(o.count) + " " + dtype_name(o.dtype) + " " +
+                 rop_name(o.op) + "\n" + plan_to_string(plan));
     run_tree(o, plan);
     if (::testing::Test::HasFailure()) break;
   }
