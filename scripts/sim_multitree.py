@@ -15,6 +15,8 @@ double reference). Reductions are charged as simulated compute at SKIPRING_SIM_R
     python3 scripts/sim_multitree.py            # full sweep -> docs/data/sim_multitree.csv
     python3 scripts/sim_multitree.py --quick    # two sizes, K = 4 only
     python3 scripts/sim_multitree.py --build    # (re)build build-sim/ first (scripts/sim_build.sh)
+    python3 scripts/sim_multitree.py --platform slowlink-8 --out docs/data/sim_multitree_slowlink8.csv
+        # any sim/platforms/NAME.graph: the platform is made by sim/graph_to_platform.py
 Env: SIM_BUILD_DIR (default build-sim).
 """
 import argparse
@@ -68,6 +70,9 @@ def main(argv):
     if a.platform == "hetero-8":
         subprocess.run([sys.executable, os.path.join(REPO, "sim", "make_hetero_platform.py")],
                        check=True, stdout=subprocess.DEVNULL)
+    else:  # any other graph: the platform is made from it
+        subprocess.run([sys.executable, os.path.join(REPO, "sim", "graph_to_platform.py"),
+                        platform + ".graph"], check=True, stdout=subprocess.DEVNULL)
     with open(platform + ".graph", encoding="ascii") as f:
         n = int(re.search(r"^nodes (\d+)", f.read(), re.M).group(1))
 
