@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <limits>
 #include <queue>
@@ -64,9 +65,10 @@ struct Grown {
 };
 
 // Step 1 for one root: Prim-like growth by the widest residual link that keeps height <= h.
-// Ties: the smaller resulting height, then the lower link index.
-Grown grow(const LinkGraph& g, const std::vector<double>& residual, double min_rate, double h,
-           int root) {
+// Ties: the far end nearer the root (so also the smaller resulting height), then the lower
+// link index. Lazy Prim: a max-heap of candidate links, O(E log E).
+Grown grow(const LinkGraph& g, const std::vector<std::vector<int>>& adj,
+           const std::vector<double>& residual, double min_rate, double h, int root) {
   const int n = g.nodes();
   const std::vector<Link>& links = g.links();
   Grown out;
@@ -74,37 +76,44 @@ Grown grow(const LinkGraph& g, const std::vector<double>& residual, double min_r
   out.tree.parent.assign(n, -1);
   std::vector<char> in(n, 0);
   std::vector<double> dist(n, 0);
-  in[root] = 1;
-  double height = 0;
-  for (int added = 1; added < n; ++added) {
-    int best = -1;
-    double best_bw = 0, best_h = 0, best_d = 0;
-    int best_from = -1, best_to = -1;
-    for (int e = 0; e < static_cast<int>(links.size()); ++e) {
-      const Link& l = links[e];
-      if (in[l.u] == in[l.v]) continue;
-      if (residual[e] < min_rate) continue;
-      const int from = in[l.u] ? l.u : l.v;
-      const int to = in[l.u] ? l.v : l.u;
-      const double d = dist[from] + l.latency_s;
-      if (!height_fits(d, h)) continue;
-      const double nh = std::max(height, d);
-      if (best < 0 || residual[e] > best_bw || (residual[e] == best_bw && nh < best_h)) {
-        best = e;
-        best_bw = residual[e];
-        best_h = nh;
-        best_d = d;
-        best_from = from;
-        best_to = to;
-      }
+  struct Cand {
+    double bw;
+    double d;
+    int link;
+    int to;
+    // Heap order: the top is the widest, then the nearest, then the lowest link index.
+    bool operator<(const Cand& o) const {
+      if (bw != o.bw) return bw < o.bw;
+      if (d != o.d) return d > o.d;
+      return link > o.link;
     }
-    if (best < 0) return out;
-    in[best_to] = 1;
-    dist[best_to] = best_d;
-    height = best_h;
-    out.tree.parent[best_to] = best_from;
-    out.links.push_back(best);
-    out.bottleneck = std::min(out.bottleneck, residual[best]);
+  };
+  std::priority_queue<Cand> heap;
+  auto join = [&](int u) {
+    in[u] = 1;
+    for (int e : adj[u]) {
+      const Link& l = links[e];
+      const int v = l.u == u ? l.v : l.u;
+      if (in[v] || residual[e] < min_rate) continue;
+      const double d = dist[u] + l.latency_s;
+      if (height_fits(d, h)) heap.push(Cand{residual[e], d, e, v});
+    }
+  };
+  join(root);
+  double height = 0;
+  for (int added = 1; added < n;) {
+    if (heap.empty()) return out;
+    const Cand c = heap.top();
+    heap.pop();
+    if (in[c.to]) continue;
+    const Link& l = links[c.link];
+    out.tree.parent[c.to] = l.u == c.to ? l.v : l.u;
+    dist[c.to] = c.d;
+    height = std::max(height, c.d);
+    out.links.push_back(c.link);
+    out.bottleneck = std::min(out.bottleneck, residual[c.link]);
+    join(c.to);
+    ++added;
   }
   out.tree.height_s = height;
   out.ok = true;
@@ -282,15 +291,28 @@ Status validate_plan(const MultiTreePlan& plan, int n, std::string* why) {
 
 std::vector<SpanningTree> pack_trees(const LinkGraph& g, const PlannerParams& p, double height_s) {
   const double min_rate = resolve_min_rate(g, p);
+  const int n = g.nodes();
   std::vector<double> residual;
-  for (const Link& l : g.links()) residual.push_back(l.bandwidth_Bps);
+  std::vector<std::vector<int>> adj(n);
+  for (size_t e = 0; e < g.links().size(); ++e) {
+    const Link& l = g.links()[e];
+    residual.push_back(l.bandwidth_Bps);
+    adj[l.u].push_back(static_cast<int>(e));
+    adj[l.v].push_back(static_cast<int>(e));
+  }
+  // Roots tried: all, or max_roots spread evenly over 0..n-1.
+  std::vector<int> roots;
+  const int nroots = p.max_roots > 0 ? std::min(n, p.max_roots) : n;
+  for (int i = 0; i < nroots; ++i) {
+    roots.push_back(static_cast<int>(static_cast<int64_t>(i) * n / nroots));
+  }
   std::vector<SpanningTree> trees;
   for (int k = 0; k < p.max_candidates; ++k) {
-    // Every root is tried; the widest bottleneck wins, then the lower height, then the lower
-    // root (the patent picks a random root; this keeps plans deterministic).
+    // The widest bottleneck wins, then the lower height, then the lower root (the patent
+    // picks a random root; this keeps plans deterministic).
     Grown best;
-    for (int root = 0; root < g.nodes(); ++root) {
-      Grown t = grow(g, residual, min_rate, height_s, root);
+    for (int root : roots) {
+      Grown t = grow(g, adj, residual, min_rate, height_s, root);
       if (!t.ok) continue;
       if (!best.ok || t.bottleneck > best.bottleneck ||
           (t.bottleneck == best.bottleneck && t.tree.height_s < best.tree.height_s)) {
@@ -322,7 +344,7 @@ Status plan_multitree(const LinkGraph& g, const PlannerParams& p, MultiTreePlan*
   if (p.max_trees < 1) return *why = "at most K trees: K must be >= 1", Status::kErrArg;
   if (!(p.loss >= 0 && p.loss < 1)) return *why = "loss must be in [0, 1)", Status::kErrArg;
   if (p.min_rate_Bps < 0 || p.reserve_Bps < 0 || p.max_height_s < 0 || p.search_steps < 0 ||
-      p.max_candidates < 1) {
+      p.max_candidates < 1 || p.max_roots < 0) {
     return *why = "negative planner parameter", Status::kErrArg;
   }
   if (!g.connected()) return *why = "link graph is not connected", Status::kErrArg;

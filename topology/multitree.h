@@ -4,9 +4,11 @@
 // bandwidth. The planner packs spanning trees into the graph greedily (step 1): each tree
 // grows from a root by the link of widest residual bandwidth among those that join a new node,
 // have residual >= min_rate and keep the tree's height (latency-weighted distance from the
-// root) <= H; the tree reserves `reserve` (at most its bottleneck residual) on every link it
-// uses, so no link is ever over-allocated, and trees are packed until none fits. Step 2
-// binary-searches the lowest H whose throughput (the summed rates of the kept trees) stays
+// root) <= H (ties: nearer the root, then the lower link index; every root, or max_roots of
+// them, is tried and the widest bottleneck wins); the tree reserves `reserve` (at most its
+// bottleneck residual) on every link it uses, so no link is ever over-allocated, and trees are
+// packed until none fits. Step 2 binary-searches the lowest H whose throughput (the summed rates of
+// the kept trees) stays
 // >= (1 - loss) x the throughput without a height bound. Step 3 keeps at most K trees (the
 // fastest) and gives each the fraction of the data proportional to its rate, so all trees
 // finish together. See docs/multitree.md.
@@ -67,13 +69,14 @@ struct MultiTreePlan {
 };
 
 struct PlannerParams {
-  int max_trees = 4;         // K: trees kept (>= 1)
-  double min_rate_Bps = 0;   // r: links below this residual are unusable; 0: 1% of the widest
-  double reserve_Bps = 0;    // b: most a tree reserves per link; 0: its bottleneck residual
-  double max_height_s = 0;   // upper bound on H; 0: none
-  double loss = 0.05;        // step 2: accepted throughput loss for a lower H, in [0, 1)
-  int search_steps = 24;     // step 2: bisection steps
-  int max_candidates = 256;  // step 1: most trees packed before step 3
+  int max_trees = 4;        // K: trees kept (>= 1)
+  double min_rate_Bps = 0;  // r: links below this residual are unusable; 0: 1% of the widest
+  double reserve_Bps = 0;   // b: most a tree reserves per link; 0: its bottleneck residual
+  double max_height_s = 0;  // upper bound on H; 0: none
+  double loss = 0.05;       // step 2: accepted throughput loss for a lower H, in [0, 1)
+  int search_steps = 16;    // step 2: bisection steps
+  int max_candidates = 64;  // step 1: most trees packed before step 3
+  int max_roots = 16;       // step 1: roots tried per tree, spread over 0..n-1; 0: all
 };
 
 // Children of `node` in `t`, ascending.

@@ -265,6 +265,25 @@ TEST(MultiTreePlanner, RandomGraphsInvariantsAndDeterminism) {
   }
 }
 
+TEST(MultiTreePlanner, LargerGraphsAllRootsOrASubset) {
+  std::mt19937_64 rng(48);
+  const LinkGraph g = random_graph(48, rng, 0.15);
+  for (int roots : {0, 4}) {
+    PlannerParams pp;
+    pp.max_trees = 6;
+    pp.max_roots = roots;
+    MultiTreePlan plan;
+    std::string why;
+    ASSERT_EQ(plan_multitree(g, pp, &plan, &why), Status::kOk) << why;
+    check_plan(g, pp, plan);
+  }
+  PlannerParams bad;
+  bad.max_roots = -1;
+  MultiTreePlan plan;
+  std::string why;
+  EXPECT_EQ(plan_multitree(g, bad, &plan, &why), Status::kErrArg);
+}
+
 // ---------------------------------------------------------------------------------------
 // Core under the harness
 
