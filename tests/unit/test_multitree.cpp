@@ -677,6 +677,62 @@ TEST(MultiTreeProtocol, CanonicalChildOrderAndValidation) {
   EXPECT_EQ(TreeAllreduce::validate(p, star_plan(), &why), Status::kErrArg);
 }
 
+TEST(MultiTreeProtocol, BroadcastReceiveWaitsForThePartialsSend) {
+  // recvbuf's segment is being sent (the partial): the broadcast may not be received into it
+  // before that send completes. The harness cannot see this (the broadcast cannot arrive
+  // earlier), so it is checked by hand. Chain 2 -> 1 -> 0 (root 0).
+  MultiTreePlan chain = star_plan();
+  chain.trees[0].parent = {-1, 0, 1, 0};
+  {
+    // Rank 1, not in place: reduces child 2 into recvbuf, sends that up.
+    Driven d(1, chain);
+    const Action* r2 = find_action(d.acts, Action::Kind::kRecv, 2);
+    ASSERT_NE(r2, nullptr);
+    EXPECT_EQ(find_action(d.acts, Action::Kind::kRecv, 0), nullptr);
+    forge(r2->header, kTreePhaseReduce, 0, 0, {2}, 4);
+    ActionList a1, a2, a3;
+    ASSERT_EQ(d.core->on_recv(r2->token, 16, 1.0, &a1), Status::kOk);
+    const Action* red = find_action(a1, Action::Kind::kReduce);
+    ASSERT_NE(red, nullptr);
+    ASSERT_EQ(d.core->on_reduce(red->token, 2.0, &a2), Status::kOk);
+    const Action* up = find_action(a2, Action::Kind::kSend, 0);
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->payload, d.p.recvbuf);
+    EXPECT_EQ(find_action(a2, Action::Kind::kRecv, 0), nullptr) << "recvbuf is being sent";
+    ASSERT_EQ(d.core->on_send(up->token, 3.0, &a3), Status::kOk);
+    const Action* down = find_action(a3, Action::Kind::kRecv, 0);
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->payload, d.p.recvbuf);
+    forge(down->header, kTreePhaseBcast, 0, 0, {0, 1, 2, 3}, 4);
+    ActionList a4, a5;
+    ASSERT_EQ(d.core->on_recv(down->token, 16, 4.0, &a4), Status::kOk);
+    const Action* fwd = find_action(a4, Action::Kind::kSend, 2);
+    ASSERT_NE(fwd, nullptr) << "the broadcast is forwarded to the child";
+    EXPECT_EQ(fwd->header, down->header);
+    ASSERT_EQ(d.core->on_send(fwd->token, 5.0, &a5), Status::kOk);
+    EXPECT_TRUE(d.core->done());
+  }
+  {
+    // Rank 2, a leaf in place: sends its input from recvbuf, receives only afterwards.
+    RingParams p;
+    p.rank = 2;
+    p.ring = {0, 1, 2, 3};
+    p.count = 4;
+    p.dtype = DType::kInt32;
+    std::vector<int32_t> buf(4, 3);
+    p.sendbuf = p.recvbuf = buf.data();
+    std::vector<uint8_t> scratch;
+    TreeAllreduce core(p, chain, &scratch);
+    ActionList a0, a1;
+    ASSERT_EQ(core.start(0.0, &a0), Status::kOk);
+    const Action* up = find_action(a0, Action::Kind::kSend, 1);
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(find_action(a0, Action::Kind::kRecv), nullptr);
+    ASSERT_EQ(core.on_send(up->token, 1.0, &a1), Status::kOk);
+    EXPECT_NE(find_action(a1, Action::Kind::kRecv, 1), nullptr);
+  }
+}
+
 TEST(MultiTreeAllreduce, SplitCountsTileTheBuffer) {
   MultiTreePlan plan;
   plan.fractions = {0.5, 0.0, 0.25, 0.25};
