@@ -500,6 +500,29 @@ TEST(MultiTreeAllreduce, EagerOnlyRendezvousOnlyAndSmallTagSpace) {
   }
 }
 
+TEST(MultiTreeAllreduce, OneRankAndEmptyBuffers) {
+  MultiTreePlan one;
+  one.trees.push_back(SpanningTree{0, {-1}, 1, 0});
+  one.fractions = {1};
+  for (bool in_place : {false, true}) {
+    for (size_t count : {0, 5}) {
+      harness::Options o;
+      o.n = 1;
+      o.count = count;
+      o.in_place = in_place;
+      o.collectives = 2;
+      run_tree(o, one);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  std::mt19937_64 rng(3);
+  harness::Options o;
+  o.n = 5;
+  o.count = 0;
+  o.collectives = 3;
+  run_tree(o, random_plan(5, 3, rng));
+}
+
 TEST(MultiTreeAllreduce, InterleavedWithTheRing) {
   // Even collectives run the trees, odd ones the ring: same tags, no cross-matching.
   for (int n : {3, 8}) {
