@@ -15,6 +15,12 @@
 //                            bitwise identical on all ranks (and close to a double reference
 //                            at sampled elements)
 // Exit status: 0; 1 bad arguments or init error; 2 a result was wrong; 3 --expect-skips failed.
+//
+// Mode tree (issue 5, seed 002): the multi-spanning-tree all-reduce (collectives/
+// tree_allreduce.h) on trees planned from the link graph --graph (topology/multitree.h, at
+// most --trees trees), driven directly by a progress engine over its own duplicate of
+// MPI_COMM_WORLD (segment --tree-seg, pipeline depth --tree-depth). Rank 0 prints the plan to
+// stderr.
 #include <fmt/core.h>
 #include <mpi.h>
 #include <time.h>
@@ -30,12 +36,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/bench_util.h"
+#include "collectives/tree_allreduce.h"
+#include "runtime/clock.h"
+#include "runtime/mpi_transport.h"
+#include "runtime/progress_engine.h"
 #include "skipring/skipring.h"
+#include "topology/multitree.h"
 
 #ifndef SKIPRING_SIMGRID
 #error "skipring_sim is the SimGrid SMPI driver: build it with scripts/sim_build.sh"
@@ -43,7 +55,7 @@
 
 namespace {
 
-enum class Mode { kSkip, kRing, kMpi };
+enum class Mode { kSkip, kRing, kMpi, kTree };
 enum class ElemType { kInt64, kFloat, kDouble };
 
 const char* mode_name(Mode m) {
@@ -54,6 +66,8 @@ const char* mode_name(Mode m) {
       return "ring";
     case Mode::kMpi:
       return "mpi";
+    case Mode::kTree:
+      return "tree";
   }
   return "?";
 }
@@ -74,7 +88,95 @@ struct Options {
   std::string inject;  // raw spec
   bool header = true;
   bool expect_skips = false;
+  std::string graph;  // mode tree: link-graph file
+  int trees = 4;
+  double tree_loss = 0.05;
+  std::string tree_seg_text = "256K";
+  int tree_depth = 8;
 };
+
+// Mode tree: the plan, and a progress engine on a duplicate of MPI_COMM_WORLD.
+class TreeRunner {
+ public:
+  int init(const Options& o, int rank, int n) {
+    skipring::LinkGraph g;
+    std::string why;
+    if (!skipring::ok(skipring::LinkGraph::load(o.graph, &g, &why))) {
+      if (rank == 0) fmt::print(stderr, "skipring_sim: {}\n", why);
+      return 1;
+    }
+    if (g.nodes() != n) {
+      if (rank == 0)
+        fmt::print(stderr, "skipring_sim: graph has {} nodes, {} ranks\n", g.nodes(), n);
+      return 1;
+    }
+    skipring::PlannerParams pp;
+    pp.max_trees = o.trees;
+    pp.loss = o.tree_loss;
+    if (!skipring::ok(skipring::plan_multitree(g, pp, &plan_, &why))) {
+      if (rank == 0) fmt::print(stderr, "skipring_sim: planner: {}\n", why);
+      return 1;
+    }
+    if (rank == 0) fmt::print(stderr, "{}", skipring::plan_to_string(plan_));
+    const auto seg = skipring_bench::ParseBytes(o.tree_seg_text);
+    if (!seg || *seg == 0) {
+      if (rank == 0) fmt::print(stderr, "skipring_sim: bad --tree-seg\n");
+      return 1;
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    transport_ = std::make_unique<skipring::MpiTransport>(comm_);
+    clock_ = skipring::make_clock(skipring::ClockKind::kMpiWtime);
+    engine_ = std::make_unique<skipring::ProgressEngine>(transport_.get(), clock_.get(),
+                                                         skipring::EngineOptions{});
+    params_.rank = rank;
+    params_.ring.resize(n);
+    for (int i = 0; i < n; ++i) params_.ring[i] = i;
+    params_.segment_bytes = static_cast<size_t>(*seg);
+    params_.depth = o.tree_depth;
+    // MpiTransport computes (MPI_TAG_UB + 1) / 2, which overflows when MPI_TAG_UB is INT_MAX
+    // (SMPI): then fall back to 2^28 tags (MPI tags up to 2^29 + 1, far below INT_MAX).
+    const int span = transport_->tag_span();
+    params_.tag_span = span >= 1024 ? span : (1 << 28);
+    return 0;
+  }
+  int allreduce(const void* send, void* recv, size_t count, skipring::DType dt) {
+    params_.count = count;
+    params_.dtype = dt;
+    params_.op = skipring::ROp::kSum;
+    params_.sendbuf = send;
+    params_.recvbuf = recv;
+    params_.seq = seq_++;
+    std::string why;
+    if (!skipring::ok(skipring::TreeAllreduce::validate(params_, plan_, &why))) {
+      fmt::print(stderr, "skipring_sim: tree: {}\n", why);
+      return MPI_ERR_ARG;
+    }
+    skipring::TreeAllreduce core(params_, plan_, &scratch_);
+    const skipring::Status st = engine_->run(&core);
+    if (!skipring::ok(st)) {
+      fmt::print(stderr, "skipring_sim: tree all-reduce: {} {}\n", skipring::status_string(st),
+                 core.error());
+      return MPI_ERR_OTHER;
+    }
+    return MPI_SUCCESS;
+  }
+  void finalize() {
+    engine_.reset();
+    transport_.reset();
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+ private:
+  skipring::MultiTreePlan plan_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<skipring::MpiTransport> transport_;
+  std::unique_ptr<skipring::Clock> clock_;
+  std::unique_ptr<skipring::ProgressEngine> engine_;
+  skipring::RingParams params_;
+  std::vector<uint8_t> scratch_;
+  uint32_t seq_ = 0;
+};
+TreeRunner g_tree;
 
 // Sleeps `seconds` of simulated time (smpi_nanosleep: simulated, never the host's clock).
 void sim_sleep(double seconds) {
@@ -150,7 +252,7 @@ class Driver {
   // when the result is wrong.
   bool run_one(Mode mode, int it, bool measured, bool late, uint64_t* skips_out) {
     fill(it);
-    if (mode != Mode::kMpi) skipring_set_skip(mode == Mode::kSkip ? 1 : 0);
+    if (mode == Mode::kSkip || mode == Mode::kRing) skipring_set_skip(mode == Mode::kSkip ? 1 : 0);
     MPI_Barrier(MPI_COMM_WORLD);
     if (late && rank_ == o_.late_rank) sim_sleep(o_.late_us * 1e-6);
     const double t_in = MPI_Wtime();
@@ -160,21 +262,24 @@ class Driver {
     const int count = static_cast<int>(count_);
     if (mode == Mode::kMpi) {
       rc = MPI_Allreduce(send, recv, count, mpi_type(), MPI_SUM, MPI_COMM_WORLD);
+    } else if (mode == Mode::kTree) {
+      rc = g_tree.allreduce(send, recv, count_, dtype());
     } else {
       rc = skipring_allreduce(send, recv, count, mpi_type(), MPI_SUM, MPI_COMM_WORLD);
     }
     const double t_out = MPI_Wtime();
     if (rc != MPI_SUCCESS) {
       fmt::print(stderr, "skipring_sim: rank {}: {} all-reduce failed: {}\n", rank_,
-                 mode_name(mode), skipring_error_string(rc));
+                 mode_name(mode), mode == Mode::kTree ? "see above" : skipring_error_string(rc));
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
     skipring_stats_t st{};
-    if (mode != Mode::kMpi) skipring_last_stats(MPI_COMM_WORLD, &st);
+    if (mode == Mode::kSkip || mode == Mode::kRing) skipring_last_stats(MPI_COMM_WORLD, &st);
     const bool ok_here = verify(it);
 
     // One reduction for the maxima (t_in as -min), one for the sums.
-    double mx[4] = {-t_in, t_in, t_out, mode != Mode::kMpi ? t_in + st.rs_time_s : 0};
+    double mx[4] = {-t_in, t_in, t_out,
+                    mode == Mode::kSkip || mode == Mode::kRing ? t_in + st.rs_time_s : 0};
     double gmx[4];
     MPI_Allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     uint64_t sums[3] = {st.skips, st.late_pieces, ok_here ? 0u : 1u};
@@ -186,9 +291,8 @@ class Driver {
     *skips_out = gsums[0];
     if (measured && rank_ == 0) {
       const double first_in = -gmx[0], last_in = gmx[1], last_out = gmx[2];
-      const std::string rs = mode == Mode::kMpi || gmx[3] <= first_in
-                                 ? std::string()
-                                 : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
+      const std::string rs =
+          gmx[3] <= first_in ? std::string() : fmt::format("{:.3f}", (gmx[3] - first_in) * 1e6);
       fmt::print("{},{},{},{},{},{},{:.3f},{},{:.3f},{},{},{},{},{:.3f}\n", n_, o_.bytes,
                  mode_name(mode), alpha_text(), delta_text(),
                  fmt::format("{:g}", late ? o_.late_us : 0.0), (last_out - first_in) * 1e6, rs,
@@ -212,6 +316,11 @@ class Driver {
   }
 
  private:
+  skipring::DType dtype() const {
+    return o_.type == ElemType::kInt64   ? skipring::DType::kInt64
+           : o_.type == ElemType::kFloat ? skipring::DType::kFloat
+                                         : skipring::DType::kDouble;
+  }
   MPI_Datatype mpi_type() const {
     return o_.type == ElemType::kInt64   ? MPI_INT64_T
            : o_.type == ElemType::kFloat ? MPI_FLOAT
@@ -308,7 +417,18 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--mode", modes, "comma list of skip, ring, mpi (interleaved per iteration)")
+  app.add_option("--mode", modes, "comma list of skip, ring, mpi, tree (interleaved per iteration)")
+      ->capture_default_str();
+  app.add_option("--graph", o->graph, "mode tree: link-graph file (docs/multitree.md)");
+  app.add_option("--trees", o->trees, "mode tree: at most this many spanning trees")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--tree-loss", o->tree_loss, "mode tree: planner throughput loss bound")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--tree-seg", o->tree_seg_text, "mode tree: segment size")->capture_default_str();
+  app.add_option("--tree-depth", o->tree_depth, "mode tree: pipeline depth per tree and phase")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--late-rank", o->late_rank, "rank that enters each measured call late");
   app.add_option("--late-us", o->late_us, "how late, simulated microseconds")
@@ -359,8 +479,11 @@ int parse(int argc, char** argv, Options* o, int rank) {
       o->modes.push_back(Mode::kRing);
     else if (m == "mpi")
       o->modes.push_back(Mode::kMpi);
+    else if (m == "tree")
+      o->modes.push_back(Mode::kTree);
     else {
-      if (rank == 0) fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi)\n", m);
+      if (rank == 0)
+        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree)\n", m);
       return 1;
     }
   }
@@ -403,6 +526,13 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 1;
   }
+  const bool tree_mode = std::find(o.modes.begin(), o.modes.end(), Mode::kTree) != o.modes.end();
+  if (tree_mode && (o.graph.empty() || g_tree.init(o, rank, n) != 0)) {
+    if (rank == 0 && o.graph.empty()) fmt::print(stderr, "skipring_sim: mode tree needs --graph\n");
+    skipring_finalize();
+    MPI_Finalize();
+    return 1;
+  }
   if (rank == 0 && o.header) {
     fmt::print(
         "n,bytes,mode,alpha,delta_t_us,late_us,t_total_us,t_rs_us,"
@@ -430,6 +560,7 @@ int main(int argc, char** argv) {
   }
   // Before MPI_Finalize: SMPI runs MPI_COMM_SELF's attribute deleters (where skipring would
   // free its state) after it already counts MPI as finalized, and then fails their MPI calls.
+  g_tree.finalize();
   skipring_finalize();
   MPI_Finalize();
   if (!all_exact) return 2;
