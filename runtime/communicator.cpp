@@ -13,6 +13,7 @@
 #include "runtime/cost_probe.h"
 #include "collectives/hier_allreduce.h"
 #include "collectives/rabenseifner.h"
+#include "collectives/tree_allreduce.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -79,6 +80,18 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
         std::max<int>(c->topo_summary_.max_local, static_cast<int>(h.size()));
   }
 
+  if (!cfg.tree_graph.empty()) {
+    if (Status st = LinkGraph::load(cfg.tree_graph, &c->tree_graph_, &why); !ok(st)) {
+      SKIPRING_LOG_ERROR("SKIPRING_TREE_GRAPH={}: {}", cfg.tree_graph, why);
+      return Status::kErrConfig;
+    }
+    if (c->tree_graph_.nodes() != c->size_ || !c->tree_graph_.connected()) {
+      SKIPRING_LOG_ERROR("SKIPRING_TREE_GRAPH={}: {} nodes{} for a communicator of {} ranks",
+                         cfg.tree_graph, c->tree_graph_.nodes(),
+                         c->tree_graph_.connected() ? "" : " (not connected)", c->size_);
+      return Status::kErrConfig;
+    }
+  }
   c->engine_ = std::make_unique<ProgressEngine>(
       c->transport_.get(), c->clock_.get(), EngineOptions{cfg.poll_spins, cfg.idle_sleep_us});
   c->params_.rank = c->rank_;
@@ -119,7 +132,58 @@ void Communicator::ensure_cost_params() {
       SKIPRING_LOG_WARN("cost model: measurement failed, using defaults {}", cost_.to_string());
     }
     cost_measured_ = true;
+    // Trees enter auto's choice when there is something to plan on: a link graph, or links of
+    // two kinds (several hosts). On one host every link is alike and a tree moves twice the
+    // ring's bytes through its inner nodes.
+    if (tree_graph_.nodes() > 0 || topo_summary_.hosts > 1) {
+      const MultiTreePlan* one = nullptr;
+      const MultiTreePlan* many = nullptr;
+      if (ok(tree_plan(1, &one)) && ok(tree_plan(cfg_.multitree_k, &many))) {
+        topo_summary_.tree1_height = tree_depth(one->trees[0]);
+        topo_summary_.tree1_rate_Bps = one->throughput_Bps;
+        topo_summary_.trees = static_cast<int>(many->trees.size());
+        int h = 0;
+        for (const auto& t : many->trees) h = std::max(h, tree_depth(t));
+        topo_summary_.tree_height = h;
+        topo_summary_.tree_rate_Bps = many->throughput_Bps;
+      }
+    }
   }
+}
+
+Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
+  auto it = tree_plans_.find(k);
+  if (it == tree_plans_.end()) {
+    std::string why;
+    LinkGraph derived;
+    const LinkGraph* g = &tree_graph_;
+    if (tree_graph_.nodes() == 0) {
+      // Every pair of ranks linked: same host at the measured same-host latency and
+      // bandwidth, across hosts at the inter-host ones (the planner's model: independent links).
+      ensure_cost_params();
+      derived = LinkGraph(size_);
+      const auto& host = topology_.host_of_rank;
+      for (int u = 0; u < size_; ++u) {
+        for (int v = u + 1; v < size_; ++v) {
+          const bool same = host.empty() || host[u] == host[v];
+          SKIPRING_CHECK(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
+                                          1.0 / (same ? cost_.beta_s : cost_.inter_beta_s), &why));
+        }
+      }
+      g = &derived;
+    }
+    PlannerParams pp;
+    pp.max_trees = k;
+    MultiTreePlan plan;
+    if (Status st = plan_multitree(*g, pp, &plan, &why); !ok(st)) {
+      SKIPRING_LOG_ERROR("multi-tree plan (k = {}): {}", k, why);
+      return st;
+    }
+    if (rank_ == 0) SKIPRING_LOG_DEBUG("multi-tree plan (k = {}):\n{}", k, plan_to_string(plan));
+    it = tree_plans_.emplace(k, std::move(plan)).first;
+  }
+  *out = &it->second;
+  return Status::kOk;
 }
 
 std::string Communicator::describe_selection(size_t max_bytes) {
@@ -218,6 +282,18 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     case Algo::kRabenseifner:
       core = std::make_unique<RabenseifnerAllreduce>(p, &scratch_);
       break;
+    case Algo::kTree:
+    case Algo::kMultiTree: {
+      const MultiTreePlan* plan = nullptr;
+      st = tree_plan(algo == Algo::kTree ? 1 : cfg_.multitree_k, &plan);
+      if (!ok(st)) {
+        ++seq_;
+        broken_ = true;
+        return st;
+      }
+      core = std::make_unique<TreeAllreduce>(p, *plan, &scratch_);
+      break;
+    }
     default:
       core = std::make_unique<RingAllreduce>(p, &scratch_);
       break;

@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "runtime/config.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
+#include "topology/multitree.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
@@ -82,6 +84,9 @@ class Communicator {
  private:
   Communicator() = default;
   void ensure_cost_params();
+  // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
+  // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
+  Status tree_plan(int k, const MultiTreePlan** out);
   // Runs one non-allreduce collective core to completion (communicator_collectives.cpp).
   Status run_collective(CollectiveCore* core, const char* name);
 
@@ -96,6 +101,8 @@ class Communicator {
   Topology topology_;
   CostParams cost_;               // measured on the first auto all-reduce
   bool cost_measured_ = false;
+  LinkGraph tree_graph_;  // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
+  std::map<int, MultiTreePlan> tree_plans_;  // by k
   size_t last_choice_bytes_ = SIZE_MAX;  // choose_algo's last auto decision
   bool last_choice_skip_ = false;
   Algo last_choice_ = Algo::kRing;

@@ -1,6 +1,8 @@
 // The SKIPRING_* parameter registry: parsing, validation and description.
 #include "runtime/config.h"
 
+#include "topology/multitree.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -210,12 +212,16 @@ const ParamDesc kParams[] = {
        return true;
      },
      [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }},
-    {"SKIPRING_TREE_GRAPH", "path", "a link-graph file (docs/topology.md)",
+    {"SKIPRING_TREE_GRAPH", "path", "a readable link-graph file (docs/multitree.md)",
      "Link graph (latency, bandwidth per link) the multitree algorithm builds its trees on; "
      "empty: derived from the topology.",
      [](const std::string& t, Config* c) {
+       // Read and checked now (its node count against the communicator at setup).
+       LinkGraph g;
+       std::string why;
+       if (!t.empty() && !ok(LinkGraph::load(t, &g, &why))) return false;
        c->tree_graph = t;
-       return true;  // read and validated at communicator setup
+       return true;
      },
      [](const Config& c) { return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph; }},
     {"SKIPRING_MULTITREE_K", "int", "1..16",
