@@ -139,13 +139,19 @@ void Communicator::ensure_cost_params() {
       const MultiTreePlan* one = nullptr;
       const MultiTreePlan* many = nullptr;
       if (ok(tree_plan(1, &one)) && ok(tree_plan(cfg_.multitree_k, &many))) {
+        // A given graph is the network as the user describes it; a derived one only knows the
+        // measured per-rank and per-host bandwidths, which all trees share.
+        const bool derived = tree_graph_.nodes() == 0;
+        const double rank_Bps = derived ? 1.0 / cost_.beta_s : 0;
+        const double host_Bps = derived && topo_summary_.hosts > 1 ? 1.0 / cost_.inter_beta_s : 0;
+        const auto& host = topology_.host_of_rank;
         topo_summary_.tree1_height = tree_depth(one->trees[0]);
-        topo_summary_.tree1_rate_Bps = one->throughput_Bps;
+        topo_summary_.tree1_rate_Bps = effective_tree_rate(*one, host, rank_Bps, host_Bps);
         topo_summary_.trees = static_cast<int>(many->trees.size());
         int h = 0;
         for (const auto& t : many->trees) h = std::max(h, tree_depth(t));
         topo_summary_.tree_height = h;
-        topo_summary_.tree_rate_Bps = many->throughput_Bps;
+        topo_summary_.tree_rate_Bps = effective_tree_rate(*many, host, rank_Bps, host_Bps);
       }
     }
   }

@@ -400,4 +400,36 @@ std::string plan_to_string(const MultiTreePlan& plan) {
   return s;
 }
 
+double effective_tree_rate(const MultiTreePlan& plan, const std::vector<int>& host_of_rank,
+                           double rank_Bps, double host_Bps) {
+  if (plan.trees.empty()) return 0;
+  const int n = static_cast<int>(plan.trees[0].parent.size());
+  int hosts = 1;
+  for (int h : host_of_rank) hosts = std::max(hosts, h + 1);
+  // Per byte of data: bytes into / out of each rank and each host, per phase (reduce: children
+  // to parents; the broadcast mirrors it, so the same loads in the other direction).
+  std::vector<double> in(n, 0), out(n, 0), host_in(hosts, 0), host_out(hosts, 0);
+  for (size_t t = 0; t < plan.trees.size(); ++t) {
+    const double f = t < plan.fractions.size() ? plan.fractions[t] : 0;
+    const std::vector<int>& parent = plan.trees[t].parent;
+    for (int v = 0; v < n; ++v) {
+      const int u = parent[v];
+      if (u < 0) continue;
+      out[v] += f;
+      in[u] += f;
+      if (!host_of_rank.empty() && host_of_rank[u] != host_of_rank[v]) {
+        host_out[host_of_rank[v]] += f;
+        host_in[host_of_rank[u]] += f;
+      }
+    }
+  }
+  double rate = plan.throughput_Bps;
+  double node_load = 0, host_load = 0;
+  for (int v = 0; v < n; ++v) node_load = std::max({node_load, in[v], out[v]});
+  for (int h = 0; h < hosts; ++h) host_load = std::max({host_load, host_in[h], host_out[h]});
+  if (rank_Bps > 0 && node_load > 0) rate = std::min(rate, rank_Bps / node_load);
+  if (host_Bps > 0 && host_load > 0) rate = std::min(rate, host_Bps / host_load);
+  return rate;
+}
+
 }  // namespace skipring

@@ -97,6 +97,15 @@ std::vector<SpanningTree> pack_trees(const LinkGraph& g, const PlannerParams& p,
 Status plan_multitree(const LinkGraph& g, const PlannerParams& p, MultiTreePlan* out,
                       std::string* why);
 
+// The plan's throughput once every rank's own link and every host's link are counted as the
+// shared resources they are (the planner's graph treats links as independent, which a switched
+// network or shared memory is not): per byte of data, a rank receives from its children and
+// sends to its parent in each tree (weighted by the tree's fraction), and a host's link carries
+// the tree edges that cross it. rank_Bps: a rank's injection bandwidth; host_Bps: a host's
+// link (0: not limiting); host_of_rank may be empty (one host).
+double effective_tree_rate(const MultiTreePlan& plan, const std::vector<int>& host_of_rank,
+                           double rank_Bps, double host_Bps);
+
 // One line per tree: root, rate, height, parent array.
 std::string plan_to_string(const MultiTreePlan& plan);
 

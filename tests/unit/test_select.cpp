@@ -6,6 +6,7 @@
 
 #include "collectives/select.h"
 #include "runtime/config.h"
+#include "topology/multitree.h"
 
 namespace skipring {
 namespace {
@@ -138,6 +139,64 @@ TEST(SelectTable, OneRowPerSizeAndAChoiceEach) {
   EXPECT_EQ(rows, 1 + 9 + 1) << table;
   EXPECT_NE(table.find("rd\n"), std::string::npos) << table;
   EXPECT_NE(table.find("skipring\n"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace skipring
+
+namespace skipring {
+namespace {
+
+MultiTreePlan star_and_chain(int n) {
+  MultiTreePlan plan;
+  SpanningTree star;
+  star.root = 0;
+  star.parent.assign(n, 0);
+  star.parent[0] = -1;
+  star.rate_Bps = 10e9;
+  SpanningTree chain;
+  chain.root = 0;
+  chain.parent.resize(n);
+  for (int v = 0; v < n; ++v) chain.parent[v] = v - 1;
+  chain.rate_Bps = 10e9;
+  plan.trees = {star, chain};
+  plan.fractions = {0.5, 0.5};
+  plan.throughput_Bps = 20e9;
+  return plan;
+}
+
+TEST(SelectTrees, SharedLinksCapThePlannedRate) {
+  const int n = 5;
+  const MultiTreePlan plan = star_and_chain(n);
+  // Links not limiting: the planner's figure.
+  EXPECT_DOUBLE_EQ(effective_tree_rate(plan, {}, 0, 0), 20e9);
+  // The star's root takes n-1 children at half the data, plus one chain child: 2.5 bytes in
+  // per byte of data; with 5 GB/s per rank the plan runs at 2 GB/s.
+  EXPECT_NEAR(effective_tree_rate(plan, {}, 5e9, 0), 5e9 / (0.5 * (n - 1) + 0.5), 1);
+  // Hosts {0,1,2} and {3,4}: the star crosses twice, the chain once (2 -> 3), all into host 0's
+  // side: 1.5 bytes per byte of data through host 0's link.
+  EXPECT_NEAR(effective_tree_rate(plan, {0, 0, 0, 1, 1}, 0, 3e9), 3e9 / 1.5, 1);
+}
+
+TEST(SelectTrees, OneHostStarNeverBeatsTheRingForLargeMessages) {
+  // What Communicator feeds the model on one host: a star (height 1) whose root is limited to
+  // its own bandwidth shared by n-1 children.
+  CostParams p;
+  TopologySummary t;
+  t.n = 8;
+  MultiTreePlan plan;
+  SpanningTree star;
+  star.root = 0;
+  star.parent.assign(8, 0);
+  star.parent[0] = -1;
+  star.rate_Bps = 1.0 / p.beta_s;
+  plan.trees = {star};
+  plan.fractions = {1.0};
+  plan.throughput_Bps = star.rate_Bps;
+  t.tree1_height = 1;
+  t.tree1_rate_Bps = effective_tree_rate(plan, {}, 1.0 / p.beta_s, 0);
+  EXPECT_LT(algo_cost(Algo::kRing, size_t{64} << 20, t, p, 1 << 18),
+            algo_cost(Algo::kTree, size_t{64} << 20, t, p, 1 << 18));
 }
 
 }  // namespace
