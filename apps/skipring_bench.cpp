@@ -898,6 +898,7 @@ class Report {
     j["count"] = row.count;
     j["type"] = row.type;
     j["redop"] = row.op;
+    j["algo"] = row.AlgoLabel();
     j["nranks"] = nranks_;
     j["skipring_native"] = row.native ? Json(*row.native) : Json(nullptr);
     struct ModeColumns {
