@@ -28,7 +28,9 @@ struct GlobalState {
   int keyval = MPI_KEYVAL_INVALID;
   int self_keyval = MPI_KEYVAL_INVALID;
   std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
-  skipring_totals_t totals{};
+  // Process-wide totals: atomics, so the per-call path takes no lock.
+  std::atomic<uint64_t> calls{0}, fallbacks{0}, skips{0}, late{0}, bytes{0}, time_ns{0};
+  std::atomic<bool> tracing{false};  // trace != nullptr (read without the lock)
   InjectPlan inject;                         // SKIPRING_INJECT or skipring_set_inject()
   std::unique_ptr<TraceWriter> trace;        // SKIPRING_TRACE
 };
@@ -92,6 +94,7 @@ void close_trace() {
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     t = std::move(state().trace);
+    state().tracing.store(false, std::memory_order_release);
   }
   if (t) t->close();
 }
@@ -130,6 +133,7 @@ int init_locked() {
     g.init_error = MPI_ERR_ARG;
     return g.init_error;
   }
+  g.tracing.store(g.trace != nullptr, std::memory_order_release);
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_state, &g.keyval, nullptr);
   // Attributes on MPI_COMM_SELF are deleted first thing in MPI_Finalize: free everything then.
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &g.self_keyval, nullptr);
@@ -173,6 +177,21 @@ int comm_state(MPI_Comm comm, bool create, Communicator** out) {
   }
   *out = c.release();
   return MPI_SUCCESS;
+}
+
+// Adds a finished collective to the totals and the trace.
+void account(const CollectiveStats& s) {
+  GlobalState& g = state();
+  if (g.tracing.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (g.trace) g.trace->add(s);
+  }
+  g.calls.fetch_add(1, std::memory_order_relaxed);
+  if (s.skips) g.skips.fetch_add(s.skips, std::memory_order_relaxed);
+  if (s.late_pieces) g.late.fetch_add(s.late_pieces, std::memory_order_relaxed);
+  g.bytes.fetch_add(s.bytes, std::memory_order_relaxed);
+  const double t = s.time_s();
+  if (t > 0) g.time_ns.fetch_add(static_cast<uint64_t>(t * 1e9), std::memory_order_relaxed);
 }
 
 bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
@@ -224,15 +243,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (c->broken()) return MPI_ERR_OTHER;
   Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
   if (!ok(st)) return to_mpi_error(st);
-  const CollectiveStats& s = c->last_stats();
-  std::lock_guard<std::mutex> lock(state().mutex);
-  if (state().trace) state().trace->add(s);
-  skipring_totals_t& t = state().totals;
-  t.calls += 1;
-  t.skips += s.skips;
-  t.late += s.late_pieces;
-  t.bytes += s.bytes;
-  t.time_s += s.time_s();
+  account(c->last_stats());
   return MPI_SUCCESS;
 }
 
@@ -256,15 +267,7 @@ bool op_error(MPI_Datatype datatype, MPI_Op op) {
          !op_valid(rop, dt);
 }
 
-void account(Communicator* c) {
-  const CollectiveStats& s = c->last_stats();
-  std::lock_guard<std::mutex> lock(state().mutex);
-  if (state().trace) state().trace->add(s);
-  skipring_totals_t& t = state().totals;
-  t.calls += 1;
-  t.bytes += s.bytes;
-  t.time_s += s.time_s();
-}
+void account(Communicator* c) { account(c->last_stats()); }
 
 int root_error(int root, MPI_Comm comm) {
   int size = 0;
@@ -503,15 +506,17 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
 
 int skipring_get_totals(skipring_totals_t* totals) {
   if (totals == nullptr) return MPI_ERR_ARG;
-  std::lock_guard<std::mutex> lock(state().mutex);
-  *totals = state().totals;
+  const GlobalState& g = state();
+  totals->calls = g.calls.load(std::memory_order_relaxed);
+  totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
+  totals->skips = g.skips.load(std::memory_order_relaxed);
+  totals->late = g.late.load(std::memory_order_relaxed);
+  totals->bytes = g.bytes.load(std::memory_order_relaxed);
+  totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
   return MPI_SUCCESS;
 }
 
-void skipring_count_fallback(void) {
-  std::lock_guard<std::mutex> lock(state().mutex);
-  state().totals.fallbacks += 1;
-}
+void skipring_count_fallback(void) { state().fallbacks.fetch_add(1, std::memory_order_relaxed); }
 
 int skipring_pending_messages(MPI_Comm comm, int* pending) {
   try {

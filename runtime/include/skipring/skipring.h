@@ -56,7 +56,8 @@ int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handl
 typedef struct skipring_stats {
   uint64_t seq;             /* collective sequence number on this communicator */
   uint64_t bytes;           /* count * datatype size */
-  double time_s;            /* wall time of the call */
+  double time_s;            /* wall time of the call (0 for recursive doubling, which runs
+                               straight on MPI and does not time itself) */
   double wait_s;            /* total time waiting for a predecessor's data */
   double reduce_s;          /* total time in reduction kernels */
   double transfer_s;        /* total time from posting a send until it completed */
