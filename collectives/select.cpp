@@ -51,13 +51,23 @@ double rabenseifner_cost(double S, int n, double a, double b, double g) {
 // latency overlaps (up to the pipeline depth) but whose engine cost sigma does not. The
 // pipeline also overlaps the reduction of one segment with the transfer of the next, so only
 // the slower of the two streams counts, plus the last segment's reduction.
-double ring_cost(double S, int n, double alpha, double sigma, double b, double g, size_t seg) {
+// With more busy ranks than cores (overlap false) the transfer and the reduction share the
+// CPU and add up.
+double ring_cost(double S, int n, double alpha, double sigma, double b, double g, size_t seg,
+                 bool overlap) {
   if (n == 1) return 0;
   const double chunk = S / n;
   const double segs = std::max(1.0, std::ceil(chunk / std::max<size_t>(seg, 1)));
   const double steps = 2.0 * (n - 1);
-  return steps * (alpha + segs * sigma) + std::max(steps * chunk * b, (n - 1) * chunk * g) +
+  const double move = steps * chunk * b, add = (n - 1) * chunk * g;
+  return steps * (alpha + segs * sigma) + (overlap ? std::max(move, add) : move + add) +
          chunk / segs * g;
+}
+
+// Unsegmented algorithms (recursive doubling, Rabenseifner) move and reduce whole messages: once
+// the largest one leaves the cache, copies and reductions run at memory speed.
+double memory_factor(double largest_message, const CostParams& p) {
+  return largest_message > p.cache_bytes ? p.mem_slowdown : 1.0;
 }
 
 // Pipelined reduce-to-root then broadcast over `trees` trees of height h sharing the
@@ -78,9 +88,9 @@ double tree_cost(double S, int height, double rate, int trees, double a, double 
 std::string CostParams::to_string() const {
   return fmt::format(
       "alpha {:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s, inter-host alpha {:.2f} us, "
-      "beta {:.3f} GB/s, engine sigma {:.2f} us",
+      "beta {:.3f} GB/s, engine sigma {:.2f} us, cache {} KiB, out of cache x{:.2f}",
       alpha_s * 1e6, 1e-9 / beta_s, 1e-9 / gamma_s, inter_alpha_s * 1e6, 1e-9 / inter_beta_s,
-      sigma_s * 1e6);
+      sigma_s * 1e6, static_cast<size_t>(cache_bytes) / 1024, mem_slowdown);
 }
 
 const std::vector<Algo>& modelled_algos() {
@@ -96,14 +106,18 @@ double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParam
   if (n == 1) return 0;
   const double fa = flat_alpha(t, p), fb = flat_beta(t, p);
   switch (a) {
-    case Algo::kRd:
+    case Algo::kRd: {
       // The direct path: no engine, so no sigma.
-      return rd_cost(S, n, fa, fb, p.gamma_s);
-    case Algo::kRabenseifner:
-      return rabenseifner_cost(S, n, fa + p.sigma_s, fb, p.gamma_s);
+      const double m = memory_factor(S, p);
+      return rd_cost(S, n, fa, fb * m, p.gamma_s * m);
+    }
+    case Algo::kRabenseifner: {
+      const double m = memory_factor(S / 2, p);
+      return rabenseifner_cost(S, n, fa + p.sigma_s, fb * m, p.gamma_s * m);
+    }
     case Algo::kRing:
     case Algo::kSkipRing:
-      return ring_cost(S, n, fa, p.sigma_s, fb, p.gamma_s, segment_bytes);
+      return ring_cost(S, n, fa, p.sigma_s, fb, p.gamma_s, segment_bytes, t.overlap);
     case Algo::kTree:
       return tree_cost(S, t.tree1_height, t.tree1_rate_Bps, 1, fa + p.sigma_s, p.gamma_s,
                        segment_bytes);

@@ -5,7 +5,9 @@
 //   + bytes reduced on the critical path x gamma
 // with alpha the per-message latency, beta the time per byte of a point-to-point transfer,
 // gamma the time per byte of a reduction and sigma the per-message software cost of the
-// progress engine (0 for the direct recursive doubling, which has no engine). Between hosts
+// progress engine (0 for the direct recursive doubling, which has no engine). Two measured
+// corrections: the ring overlaps transfers with reductions only when each rank has a core, and
+// unsegmented algorithms pay memory speed once their messages leave the cache. Between hosts
 // (when the communicator spans several) alpha and beta are the inter-host ones. The cost
 // functions are pure, so the decision is the same on every rank as long as the parameters
 // are (Communicator measures them once and agrees on them with one all-reduce).
@@ -29,6 +31,10 @@ struct CostParams {
   double inter_alpha_s = 2e-6;  // between hosts (= the same-host values on one host)
   double inter_beta_s = 1.0 / 5e9;
   double sigma_s = 1e-6;        // per-message cost of the progress engine (cores, not rd)
+  // Unsegmented algorithms slow down by mem_slowdown once a message exceeds cache_bytes (a
+  // core's L2: the segmented ring and trees stay inside it).
+  double cache_bytes = 2.0 * 1024 * 1024;
+  double mem_slowdown = 1.0;
   std::string to_string() const;
 };
 
@@ -37,6 +43,9 @@ struct TopologySummary {
   int hosts = 1;      // distinct hosts
   int max_local = 1;  // most ranks on one host
   std::vector<int> ranks_per_host;  // per host its number of ranks (empty: {n})
+  // False when a host runs more busy ranks than it has cores: a rank's transfers and
+  // reductions then share a core instead of overlapping.
+  bool overlap = true;
   // Multi-tree plan (tree/multitree): number of trees, the tallest tree's height and the
   // aggregate rate in bytes/s of the plan (0: no plan, algorithm not applicable).
   int trees = 0;

@@ -37,7 +37,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->cfg_ = cfg;
   c->skip_floor_s_ = cfg.skip_min_wait_us * 1e-6;
 #ifndef SKIPRING_SIMGRID
-  if (std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
+  {
     MPI_Comm local = MPI_COMM_NULL;
     int local_size = 1;
     if (MPI_Comm_split_type(c->internal_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
@@ -46,7 +46,13 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
       MPI_Comm_free(&local);
     }
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores > 0 && local_size > cores) {
+    const bool oversubscribed = cores > 0 && local_size > cores;
+    // The cost model's overlap must be the same on every rank (it picks the algorithm): the
+    // communicator is oversubscribed when any of its hosts is.
+    int over = oversubscribed ? 1 : 0, any_over = over;
+    PMPI_Allreduce(&over, &any_over, 1, MPI_INT, MPI_MAX, c->internal_);
+    c->topo_summary_.overlap = any_over == 0;
+    if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
       c->skip_floor_s_ = std::max(c->skip_floor_s_, kOversubscribedFloorS);
       if (c->rank_ == 0) {
         SKIPRING_LOG_INFO("{} ranks on a host with {} cores: skip threshold floor {} ms "
@@ -195,8 +201,9 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
 std::string Communicator::describe_selection(size_t max_bytes) {
   ensure_cost_params();
   const TopologySummary& t = topo_summary_;
-  std::string out = fmt::format("cost model ({} ranks, {} hosts, at most {} per host): {}\n", t.n,
-                                t.hosts, t.max_local, cost_.to_string());
+  std::string out = fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}): {}\n",
+                                t.n, t.hosts, t.max_local,
+                                t.overlap ? "" : ", more ranks than cores", cost_.to_string());
   out += fmt::format("SKIPRING_ALGO={}{}\n", algo_name(cfg_.algo),
                      cfg_.algo == Algo::kAuto ? "" : " (forced: the table shows what auto would do)");
   out += decision_table(t, cost_, cfg_.segment_bytes, cfg_.skip, max_bytes);

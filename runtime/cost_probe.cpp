@@ -1,6 +1,8 @@
 // Cost-model parameter measurement (see cost_probe.h).
 #include "runtime/cost_probe.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -55,7 +57,8 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   auto host = [&](int r) { return host_of_rank.empty() ? 0 : host_of_rank[r]; };
   // [0] same-host alpha, [1] same-host seconds per byte, [2] inter alpha, [3] inter s/byte,
   // [4] reduction seconds per byte; 0 = not measured by this rank.
-  double mine[5] = {0, 0, 0, 0, 0};
+  // [5] cache bytes (min over ranks, negated for the MAX reduction), [6] out-of-cache slowdown.
+  double mine[7] = {0, 0, 0, 0, 0, 0, 0};
   std::vector<uint8_t> buf(kBandwidthBytes, 1);
   // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
   // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
@@ -86,8 +89,27 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     }
     mine[4] = median(t) / kBandwidthBytes;
   }
-  double all[5];
-  if (PMPI_Allreduce(mine, all, 5, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) {
+  {
+    // A core's L2 (the segmented ring stays inside it); the reduction's slowdown on arrays four
+    // times that size against the in-cache rate above.
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    const size_t cache = l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20;
+    const size_t count = 4 * cache / sizeof(float);
+    std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count, 0.0f);
+    std::vector<double> t;
+    for (int i = 0; i < 3; ++i) {
+      const double t0 = clock.now();
+      SKIPRING_CHECK(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      t.push_back(clock.now() - t0);
+    }
+    mine[5] = -static_cast<double>(cache);
+    mine[6] = mine[4] > 0 ? std::max(1.0, median(t) / (count * sizeof(float)) / mine[4]) : 1.0;
+  }
+  double all[7];
+  if (PMPI_Allreduce(mine, all, 7, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) {
     return Status::kErrTransport;
   }
   CostParams p;  // defaults where nothing was measured (n == 1)
@@ -96,6 +118,8 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   p.inter_alpha_s = all[2] > 0 ? all[2] : p.alpha_s;
   p.inter_beta_s = all[3] > 0 ? all[3] : p.beta_s;
   if (all[4] > 0) p.gamma_s = all[4];
+  if (all[5] < 0) p.cache_bytes = -all[5];
+  p.mem_slowdown = std::max(1.0, all[6]);
   if (cfg.model_lat_us > 0) p.alpha_s = p.inter_alpha_s = cfg.model_lat_us * 1e-6;
   if (cfg.model_gbps > 0) p.beta_s = p.inter_beta_s = 1.0 / (cfg.model_gbps * 1e9);
   if (cfg.model_reduce_gbps > 0) p.gamma_s = 1.0 / (cfg.model_reduce_gbps * 1e9);
