@@ -1,8 +1,10 @@
 // skipring_sim: the experiment driver for SimGrid SMPI (built only with SKIPRING_SIMGRID=ON,
 // run with scripts/sim_run.sh). Every time here is simulated time (MPI_Wtime under SMPI).
 //
-// Per measured iteration and mode (skip = skip-ahead, ring = plain ring, mpi = SimGrid's
-// MPI_Allreduce), on every rank: barrier; the late rank (--late-rank) sleeps --late-us of
+// Per measured iteration and mode (skip = flat skip-ahead ring, ring = flat plain ring, both
+// forced with skipring_set_algo("skipring"); hier = the hierarchical all-reduce, skip-ahead on
+// (set SKIPRING_HOST_MAP, e.g. block:M: every SimGrid host is a host of its own);
+// auto = skipring's own choice; mpi = SimGrid's MPI_Allreduce), on every rank: barrier; the late rank (--late-rank) sleeps --late-us of
 // simulated time; t_in = MPI_Wtime(); the all-reduce; t_out = MPI_Wtime(). Rank 0 prints one
 // CSV line:
 //   t_total_us               max t_out - min t_in
@@ -14,6 +16,8 @@
 //                            form on every element of every rank; float/double results are
 //                            bitwise identical on all ranks (and close to a double reference
 //                            at sampled elements)
+// Modes skip, ring, hier and auto also print "skipring_sim: mode M ran algo A" (stats) to
+// stderr per measured line (rank 0).
 // Exit status: 0; 1 bad arguments or init error; 2 a result was wrong; 3 --expect-skips failed.
 //
 // Mode tree (issue 5, seed 002): the multi-spanning-tree all-reduce (collectives/
@@ -55,7 +59,7 @@
 
 namespace {
 
-enum class Mode { kSkip, kRing, kMpi, kTree };
+enum class Mode { kSkip, kRing, kMpi, kTree, kHier, kAuto };
 enum class ElemType { kInt64, kFloat, kDouble };
 
 const char* mode_name(Mode m) {
@@ -68,6 +72,10 @@ const char* mode_name(Mode m) {
       return "mpi";
     case Mode::kTree:
       return "tree";
+    case Mode::kHier:
+      return "hier";
+    case Mode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -252,7 +260,13 @@ class Driver {
   // when the result is wrong.
   bool run_one(Mode mode, int it, bool measured, bool late, uint64_t* skips_out) {
     fill(it);
-    if (mode == Mode::kSkip || mode == Mode::kRing) skipring_set_skip(mode == Mode::kSkip ? 1 : 0);
+    // skip/ring: the flat ring whatever auto would pick; hier: the hierarchical all-reduce
+    // (skip-ahead on in its inter-host ring); auto: skipring's own choice (skip-ahead on).
+    const bool lib = mode != Mode::kMpi && mode != Mode::kTree;
+    if (lib) {
+      skipring_set_algo(mode == Mode::kHier ? "hier" : mode == Mode::kAuto ? "auto" : "skipring");
+      skipring_set_skip(mode == Mode::kRing ? 0 : 1);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     if (late && rank_ == o_.late_rank) sim_sleep(o_.late_us * 1e-6);
     const double t_in = MPI_Wtime();
@@ -274,12 +288,11 @@ class Driver {
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
     skipring_stats_t st{};
-    if (mode == Mode::kSkip || mode == Mode::kRing) skipring_last_stats(MPI_COMM_WORLD, &st);
+    if (lib) skipring_last_stats(MPI_COMM_WORLD, &st);
     const bool ok_here = verify(it);
 
     // One reduction for the maxima (t_in as -min), one for the sums.
-    double mx[4] = {-t_in, t_in, t_out,
-                    mode == Mode::kSkip || mode == Mode::kRing ? t_in + st.rs_time_s : 0};
+    double mx[4] = {-t_in, t_in, t_out, lib ? t_in + st.rs_time_s : 0};
     double gmx[4];
     MPI_Allreduce(mx, gmx, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     uint64_t sums[3] = {st.skips, st.late_pieces, ok_here ? 0u : 1u};
@@ -298,6 +311,8 @@ class Driver {
                  fmt::format("{:g}", late ? o_.late_us : 0.0), (last_out - first_in) * 1e6, rs,
                  (last_out - last_in) * 1e6, gsums[0], gsums[1], exact ? 1 : 0, it, gthr[0] * 1e6);
       std::fflush(stdout);
+      // The algorithm that ran (stats), on stderr: the CSV stays as it was.
+      if (lib) fmt::print(stderr, "skipring_sim: mode {} ran algo {}\n", mode_name(mode), st.algo);
     }
     return exact;
   }
@@ -417,7 +432,7 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--mode", modes, "comma list of skip, ring, mpi, tree (interleaved per iteration)")
+  app.add_option("--mode", modes, "comma list of skip, ring, mpi, tree, hier, auto (interleaved per iteration)")
       ->capture_default_str();
   app.add_option("--graph", o->graph, "mode tree: link-graph file (docs/multitree.md)");
   app.add_option("--trees", o->trees, "mode tree: at most this many spanning trees")
@@ -481,9 +496,13 @@ int parse(int argc, char** argv, Options* o, int rank) {
       o->modes.push_back(Mode::kMpi);
     else if (m == "tree")
       o->modes.push_back(Mode::kTree);
+    else if (m == "hier")
+      o->modes.push_back(Mode::kHier);
+    else if (m == "auto")
+      o->modes.push_back(Mode::kAuto);
     else {
       if (rank == 0)
-        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree)\n", m);
+        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree, hier, auto)\n", m);
       return 1;
     }
   }
