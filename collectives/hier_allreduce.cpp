@@ -703,8 +703,9 @@ double hier_cost(double bytes, const std::vector<int>& ranks_per_host, const Hie
     const double owner_bytes = (big - 1) * block;
     const double bytes_local = std::max(owner_bytes, big > b ? bytes : (b - 1) * block);
     const double msgs = std::max(big - 1, big > b ? b : b - 1);
-    t += 2 * (msgs * c.alpha_intra + bytes_local * c.beta_intra);
-    t += owner_bytes * c.gamma;  // the owner's fold
+    // The owner folds each segment while the next arrives: the fold overlaps phase 1.
+    t += 2 * msgs * c.alpha_intra + bytes_local * c.beta_intra +
+         std::max(bytes_local * c.beta_intra, owner_bytes * c.gamma);
   }
   if (hosts > 1) {
     // b concurrent rings of `hosts` ranks on a block each; a host's link carries all b of them.

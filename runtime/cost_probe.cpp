@@ -118,6 +118,12 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   p.inter_alpha_s = all[2] > 0 ? all[2] : p.alpha_s;
   p.inter_beta_s = all[3] > 0 ? all[3] : p.beta_s;
   if (all[4] > 0) p.gamma_s = all[4];
+#ifdef SKIPRING_SIMGRID
+  // Under SMPI the kernel takes no simulated time; the engine charges reductions at
+  // SKIPRING_SIM_REDUCE_GBPS, which is then the rate to model.
+  p.gamma_s = 1.0 / (cfg.sim_reduce_gbps * 1e9);
+  p.mem_slowdown = 1.0;
+#endif
   if (all[5] < 0) p.cache_bytes = -all[5];
   p.mem_slowdown = std::max(1.0, all[6]);
   if (cfg.model_lat_us > 0) p.alpha_s = p.inter_alpha_s = cfg.model_lat_us * 1e-6;
