@@ -15,6 +15,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_collectives.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -22,6 +23,8 @@ namespace skipring {
 namespace {
 
 using testdata::Buffers;
+using testutil::ring_of;
+using testutil::SizeCase;
 
 enum class Coll { kReduceScatter, kAllgather, kBcast, kReduce };
 const char* coll_name(Coll c) {
@@ -43,15 +46,6 @@ struct Case {
   Coll coll = Coll::kReduceScatter;
   CollParams cp;  // root, block_counts
 };
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
-}
 
 // ((x[c+1] op x[c+2]) op ...) op x[c] over elements [b, e), in ring positions.
 std::vector<uint8_t> chain(ROp op, DType t, const std::vector<int>& ring, int c,
@@ -86,9 +80,8 @@ void run_case(Case cs) {
     return nullptr;
   };
   const Buffers in = testdata::make_inputs(o, o.seed * 17 + 3, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const std::vector<int> ring = ring_of(o);
   const size_t es = dtype_size(o.dtype);
   const std::vector<size_t> off = block_offsets(cp.block_counts, o.count, o.n);
@@ -134,11 +127,6 @@ void run_case(Case cs) {
 
 const Coll kAll[] = {Coll::kReduceScatter, Coll::kAllgather, Coll::kBcast, Coll::kReduce};
 
-struct SizeCase {
-  int n;
-  size_t count;
-};
-
 class CollectiveSizes : public ::testing::TestWithParam<SizeCase> {};
 
 TEST_P(CollectiveSizes, ExactRandomOrders) {
@@ -163,22 +151,8 @@ TEST_P(CollectiveSizes, ExactRandomOrders) {
   }
 }
 
-std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllRanks, CollectiveSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllRanks, CollectiveSizes, ::testing::ValuesIn(testutil::size_cases()),
+                         testutil::size_case_name);
 
 TEST(CollectiveOpsTypes, ReduceScatterAndReduceEveryValidPair) {
   int pairs = 0;
@@ -231,36 +205,18 @@ TEST(CollectiveOpsTypes, AllgatherAndBcastEveryType) {
 }
 
 TEST(CollectiveRandom, ManySchedules) {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(99);
   for (int i = 0; i < 200; ++i) {
     Case cs;
     cs.coll = kAll[rng() % 4];
     harness::Options& o = cs.o;
-    o.n = 1 + static_cast<int>(rng() % 16);
-    o.count = rng() % 4 == 0 ? rng() % 20 : rng() % 2000;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 3);
+    testutil::random_basics(&o, pairs, rng, 20, 2000, 3);
     o.segment_bytes = size_t{16} << (rng() % 6);
     o.seed = rng();
     o.links = rng() % 4 == 0;
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     cs.cp.root = static_cast<int>(rng() % o.n);
     if (rng() % 3 == 0 && (cs.coll == Coll::kReduceScatter || cs.coll == Coll::kAllgather)) {
       // Uneven blocks, some empty.

@@ -17,6 +17,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -24,20 +25,12 @@ namespace skipring {
 namespace {
 
 using testdata::Buffers;
+using testutil::ring_of;
 
 void use_hier(harness::Options* o, const std::vector<int>& host_of) {
   o->make_core = [host_of](const RingParams& p, std::vector<uint8_t>* scratch) {
     return std::unique_ptr<CollectiveCore>(new HierAllreduce(p, host_of, scratch));
   };
-}
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
 }
 
 // Host maps: contiguous (ranks split in H runs), round-robin, random (dense ids).
@@ -115,16 +108,10 @@ void run_and_check(harness::Options o, const std::vector<int>& host_of,
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
   harness::Result local;
   harness::Result& res = out ? *out : local;
-  res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   for (int c = 0; c < o.collectives; ++c) {
-    std::vector<uint8_t> seq = in[c][0];
-    for (int r = 1; r < o.n; ++r) {
-      EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in[c][r].data(), o.count),
-                Status::kOk);
-    }
+    const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
     const bool exact_any_order = !testdata::is_float(o.dtype) && o.op != ROp::kProd;
     const std::vector<uint8_t> ref =
         o.skip && exact_any_order ? seq : hier_reference(o, host_of, in[c]);
@@ -282,14 +269,7 @@ TEST(HierOpsTypes, EveryValidPair) {
 
 TEST(HierRandom, ManySchedules) {
   // Random n, host map, count, op x type, ring order, latencies, eager mix, start skew.
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(5151);
   for (int i = 0; i < 200; ++i) {
     harness::Options o;
@@ -297,22 +277,16 @@ TEST(HierRandom, ManySchedules) {
     const int hosts = 1 + static_cast<int>(rng() % o.n);
     const std::vector<int> host_of = host_map(o.n, hosts, static_cast<Shape>(rng() % 3), rng);
     o.count = rng() % 4 == 0 ? rng() % 5 : rng() % 1500;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
+    testutil::random_pair(&o, pairs, rng);
     o.segment_bytes = std::max<size_t>(16 << (rng() % 7), dtype_size(o.dtype));
     o.depth = 1 + static_cast<int>(rng() % 4);
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
+    testutil::random_delivery(&o, rng);
     o.links = rng() % 2;
     o.in_place = rng() & 1;
     o.collectives = 1 + static_cast<int>(rng() % 4);
     o.seed = rng();
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " hosts " +
                  map_name(host_of) + " count=" + std::to_string(o.count) + " " +
                  dtype_name(o.dtype) + " " + rop_name(o.op));

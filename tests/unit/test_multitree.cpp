@@ -17,6 +17,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/tree_allreduce.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 #include "topology/multitree.h"
@@ -367,9 +368,8 @@ void run_tree(harness::Options o, const MultiTreePlan& plan) {
     ASSERT_EQ(TreeAllreduce::validate(p, plan, &why), Status::kOk) << why;
   }
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   // Messages per rank: per tree and segment, one per child each way plus one each way to the
   // parent.
@@ -401,17 +401,7 @@ void run_tree(harness::Options o, const MultiTreePlan& plan) {
   }
 }
 
-std::vector<std::pair<DType, ROp>> valid_pairs() {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
-  return pairs;
-}
+using testutil::valid_pairs;
 
 TEST(MultiTreeAllreduce, EveryOpAndType) {
   std::mt19937_64 rng(11);
@@ -446,19 +436,15 @@ TEST(MultiTreeAllreduce, RandomSchedules) {
     harness::Options o;
     o.n = 2 + static_cast<int>(rng() % 15);
     o.count = rng() % 5 == 0 ? rng() % 6 : rng() % 700;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
+    testutil::random_pair(&o, pairs, rng);
     o.segment_bytes = dtype_size(o.dtype) * (1 + rng() % 64);
     o.depth = 1 + static_cast<int>(rng() % 4);
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
+    testutil::random_delivery(&o, rng);
     o.in_place = rng() & 1;
     o.collectives = 1 + static_cast<int>(rng() % 3);
     o.seed = rng();
     o.links = rng() % 4 == 0;
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_start_times(&o, rng);
     MultiTreePlan plan;
     if (rng() % 2) {
       plan = random_plan(o.n, 1 + static_cast<int>(rng() % 4), rng);

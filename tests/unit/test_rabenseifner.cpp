@@ -17,6 +17,7 @@
 #include "collectives/recursive_doubling.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -26,18 +27,11 @@ namespace {
 using testdata::Buffers;
 using testdata::is_float;
 using testdata::value_at;
+using testutil::ring_of;
+using testutil::SizeCase;
 
 std::unique_ptr<CollectiveCore> make_rab(const RingParams& p, std::vector<uint8_t>* scratch) {
   return std::make_unique<RabenseifnerAllreduce>(p, scratch);
-}
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
 }
 
 // The algorithm's reduction order, sequentially: fold-in (a = the extra), then per halving
@@ -102,9 +96,8 @@ uint32_t expected_messages(int n, size_t count, int pos) {
 void run_and_check(harness::Options o) {
   o.make_core = make_rab;
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   const std::vector<int> ring = ring_of(o);
   for (int c = 0; c < o.collectives; ++c) {
@@ -116,11 +109,7 @@ void run_and_check(harness::Options o) {
     }
     const bool order_sensitive = is_float(o.dtype) && (o.op == ROp::kSum || o.op == ROp::kProd);
     if (!order_sensitive && o.n > 0) {
-      std::vector<uint8_t> seq = in[c][0];
-      for (int r = 1; r < o.n; ++r) {
-        EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in[c][r].data(), o.count),
-                  Status::kOk);
-      }
+      const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
       EXPECT_TRUE(res.outputs[c][0] == seq) << "differs from the rank-order reduction";
     }
     uint64_t sent = 0, received = 0;
@@ -135,11 +124,6 @@ void run_and_check(harness::Options o) {
     EXPECT_EQ(sent, received);
   }
 }
-
-struct SizeCase {
-  int n;
-  size_t count;
-};
 
 class RabenseifnerSizes : public ::testing::TestWithParam<SizeCase> {};
 
@@ -161,23 +145,9 @@ TEST_P(RabenseifnerSizes, ExactRandomOrders) {
   }
 }
 
-std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {
-        0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 2 * size_t(n) + 3, 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllRanks, RabenseifnerSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllRanks, RabenseifnerSizes,
+                         ::testing::ValuesIn(testutil::size_cases(/*two_n_plus_3=*/true)),
+                         testutil::size_case_name);
 
 TEST(RabenseifnerOpsTypes, EveryValidPair) {
   int pairs = 0;
@@ -206,35 +176,16 @@ TEST(RabenseifnerOpsTypes, EveryValidPair) {
 }
 
 TEST(RabenseifnerRandom, ManySchedules) {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(777);
   for (int i = 0; i < 150; ++i) {
     harness::Options o;
-    o.n = 1 + static_cast<int>(rng() % 16);
-    o.count = rng() % 4 == 0 ? rng() % 20 : rng() % 3000;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 3);
+    testutil::random_basics(&o, pairs, rng, 20, 3000, 3);
     o.seed = rng();
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     o.links = rng() % 4 == 0;
-    SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " count=" +
-                 std::to_string(o.count) + " " + dtype_name(o.dtype) + " " + rop_name(o.op));
+    SCOPED_TRACE(testutil::schedule_trace(i, o));
     run_and_check(o);
     if (::testing::Test::HasFailure()) break;
   }

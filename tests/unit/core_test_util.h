@@ -1,0 +1,139 @@
+// Pieces shared by the harness tests of the collective cores (ring, recursive doubling,
+// Rabenseifner, tree, hierarchical, ring collectives): the size cases, the valid op x type
+// pairs, the ring order of a run, the rank-order reference, a checked harness run and the
+// random parts of a schedule. Each helper draws from the generator in the same order the
+// tests did inline, so the schedules are unchanged.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/dtype.h"
+#include "collectives/reduce_kernels.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/test_data.h"
+
+namespace skipring {
+namespace testutil {
+
+// ---- size cases: n = 1..16 with tiny and uneven counts ----------------------------------
+struct SizeCase {
+  int n;
+  size_t count;
+};
+
+// Per n: counts 0, 1, n-1, n, n+1 (and 2n+3 with two_n_plus_3), 1009, deduplicated.
+inline std::vector<SizeCase> size_cases(bool two_n_plus_3 = false) {
+  std::vector<SizeCase> v;
+  for (int n = 1; n <= 16; ++n) {
+    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 1009};
+    if (two_n_plus_3) counts.push_back(2 * size_t(n) + 3);
+    std::sort(counts.begin(), counts.end());
+    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+    for (size_t c : counts) v.push_back({n, c});
+  }
+  return v;
+}
+
+inline std::string size_case_name(const ::testing::TestParamInfo<SizeCase>& i) {
+  return "n" + std::to_string(i.param.n) + "_count" + std::to_string(i.param.count);
+}
+
+// Every (type, op) pair the kernels accept, types outer.
+inline std::vector<std::pair<DType, ROp>> valid_pairs() {
+  std::vector<std::pair<DType, ROp>> pairs;
+  for (int t = 0; t < kNumDTypes; ++t) {
+    for (int op = 0; op < kNumROps; ++op) {
+      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
+        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
+      }
+    }
+  }
+  return pairs;
+}
+
+// The ring order of a run (identity when o.ring is empty).
+inline std::vector<int> ring_of(const harness::Options& o) {
+  std::vector<int> ring = o.ring;
+  if (ring.empty()) {
+    ring.resize(o.n);
+    std::iota(ring.begin(), ring.end(), 0);
+  }
+  return ring;
+}
+
+// Sequential reference: the inputs of one collective (in_c[r]) folded in rank order with the
+// same kernel. Exact for integers and order-insensitive ops.
+inline std::vector<uint8_t> rank_order_reduction(const harness::Options& o,
+                                                 const std::vector<std::vector<uint8_t>>& in_c) {
+  std::vector<uint8_t> seq = in_c[0];
+  for (int r = 1; r < o.n; ++r) {
+    EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in_c[r].data(), o.count),
+              Status::kOk);
+  }
+  return seq;
+}
+
+// Runs the harness into *res: a fatal failure unless it completed, a failure if messages
+// were left in flight. Call under ASSERT_NO_FATAL_FAILURE.
+inline void run_clean(const harness::Options& o, const testdata::Buffers& in,
+                      harness::Result* res) {
+  *res = harness::run(o, in);
+  ASSERT_EQ(res->status, Status::kOk) << res->error;
+  EXPECT_FALSE(res->leftover_messages) << "messages left in flight";
+}
+
+// ---- random schedule parts ----------------------------------------------------------------
+inline void random_pair(harness::Options* o, const std::vector<std::pair<DType, ROp>>& pairs,
+                        std::mt19937_64& rng) {
+  const auto& pr = pairs[rng() % pairs.size()];
+  o->dtype = pr.first;
+  o->op = pr.second;
+}
+
+// Latencies up to 50 us and an eager probability of 0, 0.5 or 1.
+inline void random_delivery(harness::Options* o, std::mt19937_64& rng) {
+  o->latency_max = 1e-6 * (1 + rng() % 50);
+  o->eager_probability = (rng() % 3) / 2.0;
+}
+
+// Identity ring order, shuffled half of the time.
+inline void random_ring(harness::Options* o, std::mt19937_64& rng) {
+  o->ring.resize(o->n);
+  std::iota(o->ring.begin(), o->ring.end(), 0);
+  if (rng() & 1) std::shuffle(o->ring.begin(), o->ring.end(), rng);
+}
+
+// Start skew: each rank starts at 0..99 us.
+inline void random_start_times(harness::Options* o, std::mt19937_64& rng) {
+  o->start_time.resize(o->n);
+  for (auto& t : o->start_time) t = 1e-6 * (rng() % 100);
+}
+
+// n = 1..16; count < small_count one time in four, else < large_count; a valid pair; random
+// delivery; in place or not; 1..max_collectives back-to-back collectives.
+inline void random_basics(harness::Options* o, const std::vector<std::pair<DType, ROp>>& pairs,
+                          std::mt19937_64& rng, size_t small_count, size_t large_count,
+                          int max_collectives) {
+  o->n = 1 + static_cast<int>(rng() % 16);
+  o->count = rng() % 4 == 0 ? rng() % small_count : rng() % large_count;
+  random_pair(o, pairs, rng);
+  random_delivery(o, rng);
+  o->in_place = rng() & 1;
+  o->collectives = 1 + static_cast<int>(rng() % max_collectives);
+}
+
+inline std::string schedule_trace(int i, const harness::Options& o) {
+  return "schedule " + std::to_string(i) + " n=" + std::to_string(o.n) +
+         " count=" + std::to_string(o.count) + " " + dtype_name(o.dtype) + " " + rop_name(o.op);
+}
+
+}  // namespace testutil
+}  // namespace skipring
