@@ -68,7 +68,8 @@ Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host
 
 HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
                              std::vector<uint8_t>* scratch)
-    : p_(p),
+    : CoreBase(p.rank, p.seq),
+      p_(p),
       host_of_(std::move(host_of_rank)),
       n_(static_cast<int>(p.ring.size())),
       elem_(dtype_size(p.dtype)),
@@ -109,12 +110,6 @@ HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
   for (int r : g) host_set_.add(r);
   full_set_ = ContributionSet(n_);
   for (int r = 0; r < n_; ++r) full_set_.add(r);
-}
-
-Status HierAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 uint8_t* HierAllreduce::recv_ptr(int k, int g) const {
@@ -644,8 +639,6 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
   for (const RecvOp& r : recvs_) {
     if (!r.arrived) return;
   }
-  done_ = true;
-  stats_.end = now;
   stats_.steps = local_rs_steps_;
   if (ring_) {
     const CollectiveStats& rs = ring_->stats();
@@ -663,10 +656,7 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
     stats_.rs_piece_wait_max = rs.rs_piece_wait_max;
   }
   stats_.steps.insert(stats_.steps.end(), local_ag_steps_.begin(), local_ag_steps_.end());
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string HierAllreduce::describe() const {

@@ -36,7 +36,7 @@ Status RecursiveDoublingAllreduce::validate(const RingParams& p, std::string* wh
 
 RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(const RingParams& p,
                                                        std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   pos_ = static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
   elem_ = dtype_size(p_.dtype);
   bytes_ = p_.count * elem_;
@@ -65,12 +65,6 @@ RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(const RingParams& p,
   for (auto& m : msgs_) m.set = ContributionSet(n_);
   stats_.seq = p_.seq;
   stats_.bytes = bytes_;
-}
-
-Status RecursiveDoublingAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 int RecursiveDoublingAllreduce::peer_pos(int id) const {
@@ -402,20 +396,9 @@ Status RecursiveDoublingAllreduce::on_send(Token t, double now, ActionList* out)
   return Status::kOk;
 }
 
-Status RecursiveDoublingAllreduce::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void RecursiveDoublingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || !complete_ || pending_ != 0) return;
-  done_ = true;
-  stats_.end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 }  // namespace skipring

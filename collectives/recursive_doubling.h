@@ -55,7 +55,7 @@ constexpr uint8_t kRdPhaseRound = 2;   // exchange round; WireHeader.chunk = rou
 constexpr uint8_t kRdPhaseFold = 3;    // an extra rank's input to its partner
 constexpr uint8_t kRdPhaseResult = 4;  // the final result back to an extra rank
 
-class RecursiveDoublingAllreduce final : public CollectiveCore {
+class RecursiveDoublingAllreduce final : public CoreBase {
  public:
   // Checks the parameters that matter here (ring is a permutation containing rank, op valid
   // on dtype, buffers); segment_bytes and depth are ignored.
@@ -68,12 +68,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
-
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
 
   // log2 of the largest power of two <= n.
   int rounds() const { return rounds_; }
@@ -97,7 +91,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
     ContributionSet set;  // what the received payload sums
   };
 
-  Status fail(std::string why);
   int pos_of_vrank(int v) const { return v < extras_ ? 2 * v + 1 : v + extras_; }
   int peer_pos(int id) const;
   uint8_t phase_of(int id) const;
@@ -149,10 +142,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
   ContributionSet acc_;  // what our current partial sums
 
   int pending_ = 0;  // receives + sends + reductions not finished
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
-  CollectiveStats stats_;
 };
 
 }  // namespace skipring

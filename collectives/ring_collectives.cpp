@@ -78,7 +78,7 @@ std::vector<size_t> block_offsets(const std::vector<size_t>& block_counts, size_
 // ScheduleCore
 
 ScheduleCore::ScheduleCore(const RingParams& p, std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   pos_ = static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
   elem_ = dtype_size(p_.dtype);
   in_place_ = p_.sendbuf == p_.recvbuf;
@@ -211,12 +211,6 @@ int ScheduleCore::add_copy(void* dst, const void* src, size_t elems, const Deps&
   op.a = src;
   op.elems = elems;
   return add_op(std::move(op), deps);
-}
-
-Status ScheduleCore::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 std::string ScheduleCore::what(const Op& op) const {
@@ -409,20 +403,9 @@ Status ScheduleCore::on_reduce(Token t, double now, ActionList* out) {
   return Status::kOk;
 }
 
-Status ScheduleCore::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void ScheduleCore::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || !started_ || pending_ != 0) return;
-  done_ = true;
-  stats_.end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string ScheduleCore::describe() const {

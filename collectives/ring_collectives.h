@@ -61,17 +61,12 @@ std::vector<size_t> block_offsets(const std::vector<size_t>& block_counts, size_
 
 // Runs a per-rank schedule of operations (see the file comment). Subclasses size their
 // payload scratch and append operations in build(); everything else is common.
-class ScheduleCore : public CollectiveCore {
+class ScheduleCore : public CoreBase {
  public:
   Status start(double now, ActionList* out) override;
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
   std::string describe() const override;
 
   // Operations in the schedule (after start).
@@ -134,7 +129,6 @@ class ScheduleCore : public CollectiveCore {
     double t_issue = 0;
   };
 
-  Status fail(std::string why);
   int add_op(Op op, const Deps& deps);
   uint8_t* header_of(int id) { return hdrs_.data() + static_cast<size_t>(id) * hdr_bytes_; }
   Status issue(int id, double now, ActionList* out);
@@ -152,10 +146,6 @@ class ScheduleCore : public CollectiveCore {
   std::vector<std::pair<uint64_t, int>> channels_;
   int pending_ = 0;  // ops not finished
   bool started_ = false;
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
-  CollectiveStats stats_;
 };
 
 // Ring reduce-scatter: n - 1 steps; in step s, ring position i sends its partial of block

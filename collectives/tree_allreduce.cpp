@@ -58,7 +58,7 @@ size_t TreeAllreduce::segment_elems(const RingParams& p, const std::vector<size_
 
 TreeAllreduce::TreeAllreduce(const RingParams& p, const MultiTreePlan& plan,
                              std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   elem_ = dtype_size(p_.dtype);
   in_place_ = p_.sendbuf == p_.recvbuf;
   hdr_bytes_ = wire_header_bytes(n_);
@@ -87,12 +87,6 @@ TreeAllreduce::TreeAllreduce(const RingParams& p, const MultiTreePlan& plan,
   }
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * elem_;
-}
-
-Status TreeAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 size_t TreeAllreduce::seg_count(const Tree& t, int g) const {
@@ -428,24 +422,13 @@ Status TreeAllreduce::on_reduce(Token tok, double now, ActionList* out) {
   return Status::kOk;
 }
 
-Status TreeAllreduce::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void TreeAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0) return;
   for (const Tree& t : trees_) {
     if (p_.count > 0 && n_ > 1 && (t.rlow < t.nseg || t.blow < t.nseg)) return;
   }
-  done_ = true;
-  stats_.end = now;
   for (StepRecord& r : stats_.steps) r.t_end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string TreeAllreduce::describe() const {
