@@ -42,23 +42,7 @@ RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(const RingParams& p,
   bytes_ = p_.count * elem_;
   in_place_ = p_.sendbuf == p_.recvbuf;
   hdr_bytes_ = wire_header_bytes(n_);
-  while (2 * pow2_ <= n_) {
-    pow2_ *= 2;
-    ++rounds_;
-  }
-  extras_ = n_ - pow2_;
-  if (pos_ < 2 * extras_) {
-    if (pos_ % 2 == 0) {
-      extra_ = true;
-      fold_peer_ = pos_ + 1;
-    } else {
-      has_extra_ = true;
-      fold_peer_ = pos_ - 1;
-      vrank_ = pos_ / 2;
-    }
-  } else {
-    vrank_ = pos_ - extras_;
-  }
+  fold_in(n_, pos_);
   acc_ = ContributionSet(n_);
   acc_.add(p_.rank);
   msgs_.resize(rounds_ + 2);
