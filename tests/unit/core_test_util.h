@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -15,8 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/collective_core.h"
+#include "collectives/contribution_set.h"
 #include "collectives/dtype.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/wire_header.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -88,6 +92,41 @@ inline void run_clean(const harness::Options& o, const testdata::Buffers& in,
   *res = harness::run(o, in);
   ASSERT_EQ(res->status, Status::kOk) << res->error;
   EXPECT_FALSE(res->leftover_messages) << "messages left in flight";
+}
+
+// ---- driving a core by hand ----------------------------------------------------------------
+// The first action of `kind` (to / from `peer`, with `tag`, when given), or null.
+inline const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1,
+                                 int tag = -1) {
+  for (const Action& a : acts) {
+    if (a.kind == kind && (peer < 0 || a.peer == peer) && (tag < 0 || a.tag == tag)) return &a;
+  }
+  return nullptr;
+}
+
+// A forged header written field by field: one 64-bit word of contribution set holding
+// `ranks` (whatever n is), flags and route 0.
+inline void write_hdr(void* dst, uint8_t phase, uint32_t chunk, const std::vector<int>& ranks,
+                      uint32_t seq = 0, uint32_t segment = 0) {
+  WireHeader h{};
+  h.magic = kWireMagic;
+  h.seq = seq;
+  h.phase = phase;
+  h.set_words = 1;
+  h.chunk = chunk;
+  h.segment = segment;
+  std::memcpy(dst, &h, sizeof(h));
+  uint64_t set = 0;
+  for (int r : ranks) set |= uint64_t{1} << r;
+  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
+}
+
+// A header as the cores encode it, for n ranks, carrying `members`.
+inline void forge_header(void* hdr, int n, uint8_t phase, uint32_t chunk, uint32_t seg,
+                         const std::vector<int>& members, uint32_t seq = 0) {
+  ContributionSet s(n);
+  for (int m : members) s.add(m);
+  encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, chunk, seg}, s);
 }
 
 // ---- random schedule parts ----------------------------------------------------------------

@@ -332,26 +332,8 @@ TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
-void write_hdr(void* dst, uint8_t phase, uint32_t chunk, uint32_t seg,
-               const std::vector<int>& ranks) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.phase = phase;
-  h.set_words = 1;
-  h.chunk = chunk;
-  h.segment = seg;
-  std::memcpy(dst, &h, sizeof(h));
-  uint64_t set = 0;
-  for (int r : ranks) set |= uint64_t{1} << r;
-  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
-}
-
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
+using testutil::find_action;
+using testutil::write_hdr;
 
 struct Driven {
   RingParams p;
@@ -393,7 +375,7 @@ TEST(CollectiveProtocol, ReduceScatterOverlapIsAnError) {
   Driven d(Coll::kReduceScatter, 1, 4, 8);  // step 0: block 3's piece from rank 0
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kRsPhase, 3, 0, {0, 1});
+  write_hdr(recv->header, kRsPhase, 3, {0, 1});
   ActionList more;
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
   EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
@@ -404,7 +386,7 @@ TEST(CollectiveProtocol, ReduceScatterWrongChunkIsAnError) {
   Driven d(Coll::kReduceScatter, 1, 4, 8);
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kRsPhase, 2, 0, {0});
+  write_hdr(recv->header, kRsPhase, 2, {0});
   ActionList more;
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
 }
@@ -449,7 +431,7 @@ TEST(CollectiveProtocol, ReduceOperandOrder) {
     Driven d(Coll::kReduceScatter, 1, 4, 8);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kRsPhase, 3, 0, {0});
+    write_hdr(recv->header, kRsPhase, 3, {0});
     ActionList more;
     ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
     const Action* red = find_action(more, Action::Kind::kReduce);
@@ -461,7 +443,7 @@ TEST(CollectiveProtocol, ReduceOperandOrder) {
     Driven d(Coll::kReduce, 0, 3, 4, /*root=*/0);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kReducePhase, 0, 0, {1, 2});
+    write_hdr(recv->header, kReducePhase, 0, {1, 2});
     ActionList more;
     ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
     const Action* red = find_action(more, Action::Kind::kReduce);
@@ -480,7 +462,7 @@ TEST(CollectiveProtocol, ReduceIncompleteAtTheRootIsAnError) {
   Driven d(Coll::kReduce, 0, 3, 4, /*root=*/0);
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kReducePhase, 0, 0, {1});
+  write_hdr(recv->header, kReducePhase, 0, {1});
   ActionList more;
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
   EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
@@ -491,7 +473,7 @@ TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
     Driven d(Coll::kAllgather, 1, 4, 8);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kAgPhase, 0, 0, {0, 3});
+    write_hdr(recv->header, kAgPhase, 0, {0, 3});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
     EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
@@ -500,7 +482,7 @@ TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
     Driven d(Coll::kBcast, 2, 4, 8, /*root=*/1);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kBcastPhase, 0, 0, {2});
+    write_hdr(recv->header, kBcastPhase, 0, {2});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }

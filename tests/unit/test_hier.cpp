@@ -522,19 +522,8 @@ TEST(HierStats, StepRecordsAndMessageCounts) {
 
 // ---------------------------------------------------------------------------------------
 // Driving one core by hand.
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1, int tag = -1) {
-  for (const Action& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer) && (tag < 0 || a.tag == tag)) return &a;
-  }
-  return nullptr;
-}
-
-void write_hdr(void* hdr, int n, uint8_t phase, uint32_t chunk, uint32_t seg,
-               const std::vector<int>& members, uint32_t seq = 0) {
-  ContributionSet s(n);
-  for (int m : members) s.add(m);
-  encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, chunk, seg}, s);
-}
+using testutil::find_action;
+using testutil::forge_header;
 
 struct Driven {
   std::vector<int32_t> in, outbuf;
@@ -560,7 +549,7 @@ TEST(HierProtocol, OverlappingContributionSetIsAnError) {
   Driven d(0, {0, 0, 0}, 6);
   const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
   ASSERT_NE(from1, nullptr);
-  write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {0, 1});  // claims rank 0's input too
+  forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {0, 1});  // claims rank 0's input too
   ActionList more;
   EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more), Status::kErrProtocol);
   EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
@@ -575,11 +564,11 @@ TEST(HierProtocol, EarlyLaterPieceCheckedInFoldOrder) {
   const Action* from2 = find_action(d.acts, Action::Kind::kRecv, 2);
   ASSERT_NE(from1, nullptr);
   ASSERT_NE(from2, nullptr);
-  write_hdr(from2->header, 3, kHierPhaseLocalRs, 0, 0, {1, 2});
+  forge_header(from2->header, 3, kHierPhaseLocalRs, 0, 0, {1, 2});
   ActionList more;
   ASSERT_EQ(d.core->on_recv(from2->token, from2->payload_bytes, 1.0, &more), Status::kOk);
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "rank 1's piece comes first";
-  write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1});
+  forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1});
   more.clear();
   ASSERT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 2.0, &more), Status::kOk);
   const Action* red = find_action(more, Action::Kind::kReduce);
@@ -598,7 +587,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1, -1);
     ASSERT_NE(from1, nullptr);
     ASSERT_EQ(from1->tag, (1 << 28) / 2);
-    write_hdr(from1->header, 4, kHierPhaseLocalRs, 0, 0, {2});
+    forge_header(from1->header, 4, kHierPhaseLocalRs, 0, 0, {2});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
               Status::kErrProtocol);
@@ -612,7 +601,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
       if (a.kind == Action::Kind::kRecv && a.peer == 1 && a.tag != (1 << 28) / 2) ag = &a;
     }
     ASSERT_NE(ag, nullptr);
-    write_hdr(ag->header, 4, kHierPhaseLocalAg, 1, 0, {0, 1, 2});
+    forge_header(ag->header, 4, kHierPhaseLocalAg, 1, 0, {0, 1, 2});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(ag->token, ag->payload_bytes, 1.0, &more), Status::kErrProtocol);
     EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
@@ -620,7 +609,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
   {
     Driven d(0, {0, 0, 0}, 6);
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1}, /*seq=*/7);
+    forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1}, /*seq=*/7);
     ActionList more;
     EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
               Status::kErrProtocol);
@@ -628,7 +617,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
   {
     Driven d(0, {0, 0, 0}, 6);
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    write_hdr(from1->header, 3, /*ring*/ 0, 0, 0, {1});
+    forge_header(from1->header, 3, /*ring*/ 0, 0, 0, {1});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
               Status::kErrProtocol);
@@ -664,7 +653,7 @@ TEST(HierProtocol, RingTokensAndTagsKeptApart) {
   const Action* from3 = find_action(d.acts, Action::Kind::kRecv, 3);
   ASSERT_NE(from3, nullptr);
   EXPECT_GE(from3->token >> 29, 5u);
-  write_hdr(from3->header, 4, kHierPhaseLocalRs, 0, 0, {3});
+  forge_header(from3->header, 4, kHierPhaseLocalRs, 0, 0, {3});
   ActionList more;
   ASSERT_EQ(d.core->on_recv(from3->token, from3->payload_bytes, 1.0, &more), Status::kOk);
   const Action* red = find_action(more, Action::Kind::kReduce);
@@ -693,7 +682,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const int ag_tag = (1 << 28) / 2 + (1 << 28) / 4;
   const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1, (1 << 28) / 2);
   ASSERT_NE(from1, nullptr);
-  write_hdr(from1->header, 4, kHierPhaseLocalRs, 0, 0, {1});
+  forge_header(from1->header, 4, kHierPhaseLocalRs, 0, 0, {1});
   ActionList a1;
   ASSERT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &a1), Status::kOk);
   const Action* fold = find_action(a1, Action::Kind::kReduce);
@@ -710,7 +699,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const Action* ag_recv = find_action(after_send, Action::Kind::kRecv, 2, 5);
   if (ag_recv == nullptr) ag_recv = find_action(ring, Action::Kind::kRecv, 2, 5);
   ASSERT_NE(ag_recv, nullptr);
-  write_hdr(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
+  forge_header(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
   ActionList a2;
   ASSERT_EQ(d.core->on_recv(rs_recv->token, rs_recv->payload_bytes, 4.0, &a2), Status::kOk)
       << d.core->error();
@@ -721,7 +710,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const Action* ring_ag_send = find_action(a3, Action::Kind::kSend, 2, 1);
   ASSERT_NE(ring_ag_send, nullptr);
   EXPECT_EQ(find_action(a3, Action::Kind::kSend, 1), nullptr) << "half of block 0 is final";
-  write_hdr(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
+  forge_header(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
   ActionList a4;
   ASSERT_EQ(d.core->on_recv(ag_recv->token, ag_recv->payload_bytes, 6.0, &a4), Status::kOk);
   const Action* local_ag = find_action(a4, Action::Kind::kSend, 1, ag_tag);

@@ -543,19 +543,8 @@ TEST(MultiTreeAllreduce, InterleavedWithTheRing) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven: forged headers are protocol errors.
 
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
-
-void forge(void* hdr, uint8_t phase, uint32_t tree, uint32_t seg, const std::vector<int>& ranks,
-           int n, uint32_t seq = 0) {
-  ContributionSet s(n);
-  for (int r : ranks) s.add(r);
-  encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, tree, seg}, s);
-}
+using testutil::find_action;
+using testutil::forge_header;
 
 struct Driven {
   RingParams p;
@@ -594,7 +583,7 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(r1, nullptr);
-    forge(r1->header, kTreePhaseReduce, 0, 0, {0, 1}, 4);  // claims the root's input
+    forge_header(r1->header, 4, kTreePhaseReduce, 0, 0, {0, 1});  // claims the root's input
     ActionList more;
     EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
     EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
@@ -606,7 +595,7 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     for (int c : {1, 2, 3}) {
       const Action* r = find_action(d.acts, Action::Kind::kRecv, c);
       ASSERT_NE(r, nullptr);
-      forge(r->header, kTreePhaseReduce, 0, 0, {c == 3 ? 2 : c}, 4);
+      forge_header(r->header, 4, kTreePhaseReduce, 0, 0, {c == 3 ? 2 : c});
       const Status st = d.core->on_recv(r->token, r->payload_bytes, 1.0, &more);
       if (c < 3) {
         ASSERT_EQ(st, Status::kOk) << d.core->error();
@@ -633,21 +622,21 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     ASSERT_EQ(d.core->on_send(send->token, 1.0, &more), Status::kOk);
     const Action* down = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(down, nullptr) << "not in place: the broadcast receive is posted at once";
-    forge(down->header, kTreePhaseBcast, 0, 0, {0, 1, 2}, 4);  // rank 3 missing
+    forge_header(down->header, 4, kTreePhaseBcast, 0, 0, {0, 1, 2});  // rank 3 missing
     EXPECT_EQ(d.core->on_recv(down->token, down->payload_bytes, 2.0, &more), Status::kErrProtocol);
     EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
   }
   {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    forge(r1->header, kTreePhaseReduce, 0, 0, {1}, 4, /*seq=*/3);
+    forge_header(r1->header, 4, kTreePhaseReduce, 0, 0, {1}, /*seq=*/3);
     ActionList more;
     EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }
   {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    forge(r1->header, kTreePhaseBcast, 0, 0, {1}, 4);  // wrong phase
+    forge_header(r1->header, 4, kTreePhaseBcast, 0, 0, {1});  // wrong phase
     ActionList more;
     EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }
@@ -659,7 +648,7 @@ TEST(MultiTreeProtocol, CanonicalChildOrderAndValidation) {
   for (int c : {3, 2, 1}) {
     const Action* r = find_action(d.acts, Action::Kind::kRecv, c);
     ASSERT_NE(r, nullptr);
-    forge(r->header, kTreePhaseReduce, 0, 0, {c}, 4);
+    forge_header(r->header, 4, kTreePhaseReduce, 0, 0, {c});
     recvs.push_back(r);
   }
   // Children arrive 3, 2, 1: nothing is reduced before child 1's partial.
@@ -698,7 +687,7 @@ TEST(MultiTreeProtocol, BroadcastReceiveWaitsForThePartialsSend) {
     const Action* r2 = find_action(d.acts, Action::Kind::kRecv, 2);
     ASSERT_NE(r2, nullptr);
     EXPECT_EQ(find_action(d.acts, Action::Kind::kRecv, 0), nullptr);
-    forge(r2->header, kTreePhaseReduce, 0, 0, {2}, 4);
+    forge_header(r2->header, 4, kTreePhaseReduce, 0, 0, {2});
     ActionList a1, a2, a3;
     ASSERT_EQ(d.core->on_recv(r2->token, 16, 1.0, &a1), Status::kOk);
     const Action* red = find_action(a1, Action::Kind::kReduce);
@@ -712,7 +701,7 @@ TEST(MultiTreeProtocol, BroadcastReceiveWaitsForThePartialsSend) {
     const Action* down = find_action(a3, Action::Kind::kRecv, 0);
     ASSERT_NE(down, nullptr);
     EXPECT_EQ(down->payload, d.p.recvbuf);
-    forge(down->header, kTreePhaseBcast, 0, 0, {0, 1, 2, 3}, 4);
+    forge_header(down->header, 4, kTreePhaseBcast, 0, 0, {0, 1, 2, 3});
     ActionList a4, a5;
     ASSERT_EQ(d.core->on_recv(down->token, 16, 4.0, &a4), Status::kOk);
     const Action* fwd = find_action(a4, Action::Kind::kSend, 2);

@@ -279,24 +279,8 @@ TEST(RabenseifnerCost, MovesLessDataThanRecursiveDoubling) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
-void write_hdr(void* dst, uint8_t phase, uint32_t round, const std::vector<int>& ranks) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.phase = phase;
-  h.set_words = 1;
-  h.chunk = round;
-  std::memcpy(dst, &h, sizeof(h));
-  uint64_t set = 0;
-  for (int r : ranks) set |= uint64_t{1} << r;
-  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
-}
-
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
+using testutil::find_action;
+using testutil::write_hdr;
 
 struct Driven {
   RingParams p;
