@@ -426,20 +426,31 @@ std::string ScheduleCore::describe() const {
 }
 
 // ---------------------------------------------------------------------------------------
-// Ring reduce-scatter
+// Segmented schedules
 
-Status RingReduceScatter::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, true, why));
-  SKIPRING_CHECK(validate_blocks(p, c, why));
+SegmentedSchedule::SegmentedSchedule(const RingParams& p, const CollParams& c,
+                                     std::vector<uint8_t>* scratch)
+    : ScheduleCore(p, scratch), c_(c), seg_elems_(seg_elems_of(p_)) {}
+
+Status SegmentedSchedule::validate_segmented(const RingParams& p, const CollParams& c,
+                                             bool reduces, bool blocked, std::string* why) {
+  SKIPRING_CHECK(validate_layout(p, reduces, why));
+  SKIPRING_CHECK(blocked ? validate_blocks(p, c, why) : validate_root(p, c, why));
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
   return Status::kOk;
 }
 
+// ---------------------------------------------------------------------------------------
+// Ring reduce-scatter
+
+Status RingReduceScatter::validate(const RingParams& p, const CollParams& c, std::string* why) {
+  return validate_segmented(p, c, /*reduces=*/true, /*blocked=*/true, why);
+}
+
 RingReduceScatter::RingReduceScatter(const RingParams& p, const CollParams& c,
                                      std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
+    : SegmentedSchedule(p, c, scratch) {
   off_ = block_offsets(c_.block_counts, p_.count, n_);
-  seg_elems_ = seg_elems_of(p_);
 }
 
 size_t RingReduceScatter::scratch_bytes() const {
@@ -485,7 +496,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
       const size_t elems = off_[sb + 1] - off_[sb];
       const size_t k = nsegs(elems, seg_elems_);
       for (size_t g = 0; g < k; ++g) {
-        const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+        const size_t e = seg_len(elems, g);
         add_send(succ, kRsPhase, 0, static_cast<uint32_t>(sb), static_cast<uint32_t>(g),
                  fwd[g].data, e, fwd[g].var, {fwd[g].op}, step);
       }
@@ -494,7 +505,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
     const size_t k = nsegs(elems, seg_elems_);
     std::vector<Piece> next;
     for (size_t g = 0; g < k; ++g) {
-      const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+      const size_t e = seg_len(elems, g);
       uint8_t* buf = scratch + slot * elem_;
       slot += e;
       const int rv = new_var();
@@ -515,17 +526,13 @@ Status RingReduceScatter::build(uint8_t* scratch) {
 // Ring allgather
 
 Status RingAllgather::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, false, why));
-  SKIPRING_CHECK(validate_blocks(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/false, /*blocked=*/true, why);
 }
 
 RingAllgather::RingAllgather(const RingParams& p, const CollParams& c,
                              std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
+    : SegmentedSchedule(p, c, scratch) {
   off_ = block_offsets(c_.block_counts, p_.count, n_);
-  seg_elems_ = seg_elems_of(p_);
 }
 
 Status RingAllgather::build(uint8_t* scratch) {
@@ -548,7 +555,7 @@ Status RingAllgather::build(uint8_t* scratch) {
       const size_t k = nsegs(elems, seg_elems_);
       const int var = new_var(single(sb));
       for (size_t g = 0; g < k; ++g) {
-        const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+        const size_t e = seg_len(elems, g);
         // Step 0 sends the own block from sendbuf (no copy to wait for).
         const uint8_t* src = (s == 0 ? in : buf) + (off_[sb] + g * seg_elems_) * elem_;
         add_send(succ, kAgPhase, 0, static_cast<uint32_t>(sb), static_cast<uint32_t>(g), src, e,
@@ -560,7 +567,7 @@ Status RingAllgather::build(uint8_t* scratch) {
     const ContributionSet want = single(rb);
     prev.assign(k, -1);
     for (size_t g = 0; g < k; ++g) {
-      const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+      const size_t e = seg_len(elems, g);
       prev[g] = add_recv(pred, kAgPhase, 0, static_cast<uint32_t>(rb), static_cast<uint32_t>(g),
                          buf + (off_[rb] + g * seg_elems_) * elem_, e, new_var(), &want, {}, step);
     }
@@ -572,17 +579,12 @@ Status RingAllgather::build(uint8_t* scratch) {
 // Chain broadcast
 
 Status ChainBroadcast::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, false, why));
-  SKIPRING_CHECK(validate_root(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/false, /*blocked=*/false, why);
 }
 
 ChainBroadcast::ChainBroadcast(const RingParams& p, const CollParams& c,
                                std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
-  seg_elems_ = seg_elems_of(p_);
-}
+    : SegmentedSchedule(p, c, scratch) {}
 
 Status ChainBroadcast::build(uint8_t* scratch) {
   (void)scratch;
@@ -619,16 +621,11 @@ Status ChainBroadcast::build(uint8_t* scratch) {
 // Chain reduce
 
 Status ChainReduce::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, true, why));
-  SKIPRING_CHECK(validate_root(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/true, /*blocked=*/false, why);
 }
 
 ChainReduce::ChainReduce(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
-  seg_elems_ = seg_elems_of(p_);
-}
+    : SegmentedSchedule(p, c, scratch) {}
 
 size_t ChainReduce::scratch_bytes() const {
   const int root_pos =
