@@ -42,6 +42,31 @@ struct Action {
 };
 using ActionList = std::vector<Action>;
 
+// A kSend or kRecv action (payload: read by a send, written by a receive).
+inline Action message_action(Action::Kind kind, Token token, int peer, int tag, void* header,
+                             size_t header_bytes, const void* payload, size_t payload_bytes) {
+  Action a;
+  a.kind = kind;
+  a.token = token;
+  a.peer = peer;
+  a.tag = tag;
+  a.header = header;
+  a.header_bytes = header_bytes;
+  a.payload = const_cast<void*>(payload);
+  a.payload_bytes = payload_bytes;
+  return a;
+}
+
+// A kCopy action: `bytes` from src to dst.
+inline Action copy_action(void* dst, const void* src, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kCopy;
+  a.dst = dst;
+  a.a = src;
+  a.payload_bytes = bytes;
+  return a;
+}
+
 class CollectiveCore {
  public:
   virtual ~CollectiveCore() = default;

@@ -235,19 +235,9 @@ Status HierAllreduce::start(double now, ActionList* out) {
   // Our own input for our block, before anything writes recvbuf.
   if (owner_ && block_bytes > 0) {
     if (copy_own) {
-      Action c;
-      c.kind = Action::Kind::kCopy;
-      c.dst = own_copy_;
-      c.a = recv_ptr(local_, 0);
-      c.payload_bytes = block_bytes;
-      out->push_back(c);
+      out->push_back(copy_action(own_copy_, recv_ptr(local_, 0), block_bytes));
     } else if (m_ == 1 && !in_place_) {
-      Action c;
-      c.kind = Action::Kind::kCopy;
-      c.dst = recv_ptr(local_, 0);
-      c.a = input_ptr(local_, 0);
-      c.payload_bytes = block_bytes;
-      out->push_back(c);
+      out->push_back(copy_action(recv_ptr(local_, 0), input_ptr(local_, 0), block_bytes));
     }
   }
   for (size_t i = 0; i < recvs_.size(); ++i) {
@@ -297,16 +287,10 @@ void HierAllreduce::post_recv(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.posted = true;
   r.t_posted = now;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokRecv, idx);
-  a.peer = local_rank(host_, r.src_local);
-  a.tag = (r.phase == kHierPhaseLocalRs ? tag_rs_ : tag_ag_) + r.seg;
-  a.header = r.hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = r.payload;
-  a.payload_bytes = r.bytes;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, idx),
+                                local_rank(host_, r.src_local),
+                                (r.phase == kHierPhaseLocalRs ? tag_rs_ : tag_ag_) + r.seg, r.hdr,
+                                hdr_bytes_, r.payload, r.bytes));
   ++pending_;
 }
 
@@ -319,15 +303,8 @@ void HierAllreduce::post_send(int peer, int tag, uint8_t* hdr, const void* paylo
   s.block = block;
   s.seg = seg;
   s.phase1 = rs;
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokSend, sends_.size());
-  a.peer = peer;
-  a.tag = tag;
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = bytes;
+  Action a = message_action(Action::Kind::kSend, make_token(kTokSend, sends_.size()), peer, tag,
+                            hdr, hdr_bytes_, payload, bytes);
   a.phase = static_cast<int8_t>(rs ? Phase::kReduceScatter : Phase::kAllgather);
   a.step = static_cast<int16_t>(rs ? 0 : hosts_ - 1);
   sends_.push_back(s);

@@ -91,12 +91,7 @@ Status RecursiveDoublingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
-      Action a;
-      a.kind = Action::Kind::kCopy;
-      a.dst = p_.recvbuf;
-      a.a = p_.sendbuf;
-      a.payload_bytes = bytes_;
-      out->push_back(a);
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, bytes_));
     }
     complete_ = true;
     maybe_done(now, out);
@@ -171,16 +166,9 @@ void RecursiveDoublingAllreduce::post_send(int id, uint8_t* hdr, const void* pay
   Msg& m = msgs_[id];
   m.send_posted = true;
   m.t_send = now;
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokSend, id);
-  a.peer = p_.ring[peer_pos(id)];
-  a.tag = tag_for(phase_of(id), round_of(id));
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = bytes_;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kSend, make_token(kTokSend, id),
+                                p_.ring[peer_pos(id)], tag_for(phase_of(id), round_of(id)), hdr,
+                                hdr_bytes_, payload, bytes_));
   ++pending_;
   ++stats_.messages_sent;
 }
@@ -190,16 +178,9 @@ void RecursiveDoublingAllreduce::post_recv(int id, uint8_t* hdr, void* payload, 
   (void)now;
   Msg& m = msgs_[id];
   m.recv_posted = true;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokRecv, id);
-  a.peer = p_.ring[peer_pos(id)];
-  a.tag = tag_for(phase_of(id), round_of(id));
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = payload;
-  a.payload_bytes = bytes_;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, id),
+                                p_.ring[peer_pos(id)], tag_for(phase_of(id), round_of(id)), hdr,
+                                hdr_bytes_, payload, bytes_));
   ++pending_;
 }
 

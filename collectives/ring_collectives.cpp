@@ -260,32 +260,19 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
   if (op.channel_next >= 0 && --ops_[op.channel_next].unmet == 0) {
     ready_.push_back(op.channel_next);
   }
-  Action a;
-  a.token = static_cast<Token>(id);
+  const Token tok = static_cast<Token>(id);
   switch (op.kind) {
     case Kind::kSend: {
       encode_wire_header(header_of(id), WireExpect{p_.seq, op.phase, op.chunk, op.segment},
                          vars_[op.var_a]);
-      a.kind = Action::Kind::kSend;
-      a.peer = op.peer;
-      a.tag = op.tag;
-      a.header = header_of(id);
-      a.header_bytes = hdr_bytes_;
-      a.payload = const_cast<void*>(op.a);
-      a.payload_bytes = op.elems * elem_;
-      out->push_back(a);
+      out->push_back(message_action(Action::Kind::kSend, tok, op.peer, op.tag, header_of(id),
+                                    hdr_bytes_, op.a, op.elems * elem_));
       ++stats_.messages_sent;
       return Status::kOk;
     }
     case Kind::kRecv: {
-      a.kind = Action::Kind::kRecv;
-      a.peer = op.peer;
-      a.tag = op.tag;
-      a.header = header_of(id);
-      a.header_bytes = hdr_bytes_;
-      a.payload = op.dst;
-      a.payload_bytes = op.elems * elem_;
-      out->push_back(a);
+      out->push_back(message_action(Action::Kind::kRecv, tok, op.peer, op.tag, header_of(id),
+                                    hdr_bytes_, op.dst, op.elems * elem_));
       return Status::kOk;
     }
     case Kind::kReduce: {
@@ -302,6 +289,8 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
       }
       vars_[op.out_var] = u;
       if (op.elems == 0) return finish(id, now, out);
+      Action a;
+      a.token = tok;
       a.kind = Action::Kind::kReduce;
       a.dst = op.dst;
       a.a = op.a;
@@ -314,10 +303,8 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
     }
     case Kind::kCopy: {
       if (op.elems > 0 && op.dst != op.a) {
-        a.kind = Action::Kind::kCopy;
-        a.dst = op.dst;
-        a.a = op.a;
-        a.payload_bytes = op.elems * elem_;
+        Action a = copy_action(op.dst, op.a, op.elems * elem_);
+        a.token = tok;
         out->push_back(a);
       }
       return finish(id, now, out);

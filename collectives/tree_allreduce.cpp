@@ -122,16 +122,7 @@ Token TreeAllreduce::new_op(OpKind kind, int tree, int seg, int child, double no
 
 void TreeAllreduce::push(Action::Kind kind, Token tok, int peer, int tag, void* hdr, void* payload,
                          size_t bytes, ActionList* out) {
-  Action a;
-  a.kind = kind;
-  a.token = tok;
-  a.peer = peer;
-  a.tag = tag;
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = payload;
-  a.payload_bytes = bytes;
-  out->push_back(a);
+  out->push_back(message_action(kind, tok, peer, tag, hdr, hdr_bytes_, payload, bytes));
   if (kind == Action::Kind::kSend) ++stats_.messages_sent;
 }
 
@@ -139,12 +130,7 @@ Status TreeAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
-      Action a;
-      a.kind = Action::Kind::kCopy;
-      a.dst = p_.recvbuf;
-      a.a = p_.sendbuf;
-      a.payload_bytes = p_.count * elem_;
-      out->push_back(a);
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
     }
     maybe_done(now, out);
     return Status::kOk;
