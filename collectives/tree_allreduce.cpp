@@ -306,16 +306,23 @@ void TreeAllreduce::retire(int ti, double now, ActionList* out) {
   admit_bcast(ti, now, out);
 }
 
-Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, ActionList* out) {
-  if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live ||
-      (ops_[tok].kind != OpKind::kUpRecv && ops_[tok].kind != OpKind::kDownRecv)) {
-    return fail("completion for an unknown receive");
+bool TreeAllreduce::take_op(Token tok, OpKind a, OpKind b, OpRef* op) {
+  if (tok >= ops_.size() || !ops_[tok].live || (ops_[tok].kind != a && ops_[tok].kind != b)) {
+    return false;
   }
-  const OpRef op = ops_[tok];
+  *op = ops_[tok];
   ops_[tok].live = false;
   free_ops_.push_back(tok);
   --pending_;
+  return true;
+}
+
+Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  OpRef op;
+  if (!take_op(tok, OpKind::kUpRecv, OpKind::kDownRecv, &op)) {
+    return fail("completion for an unknown receive");
+  }
   ++stats_.messages_received;
   Tree& t = trees_[op.tree];
   const int g = op.seg;
@@ -361,14 +368,10 @@ Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, Actio
 
 Status TreeAllreduce::on_send(Token tok, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live ||
-      (ops_[tok].kind != OpKind::kUpSend && ops_[tok].kind != OpKind::kDownSend)) {
+  OpRef op;
+  if (!take_op(tok, OpKind::kUpSend, OpKind::kDownSend, &op)) {
     return fail("completion for an unknown send");
   }
-  const OpRef op = ops_[tok];
-  ops_[tok].live = false;
-  free_ops_.push_back(tok);
-  --pending_;
   Tree& t = trees_[op.tree];
   Seg& s = t.segs[op.seg];
   if (op.kind == OpKind::kUpSend) {
@@ -385,13 +388,10 @@ Status TreeAllreduce::on_send(Token tok, double now, ActionList* out) {
 
 Status TreeAllreduce::on_reduce(Token tok, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live || ops_[tok].kind != OpKind::kReduce) {
+  OpRef op;
+  if (!take_op(tok, OpKind::kReduce, OpKind::kReduce, &op)) {
     return fail("completion for an unknown reduction");
   }
-  const OpRef op = ops_[tok];
-  ops_[tok].live = false;
-  free_ops_.push_back(tok);
-  --pending_;
   Tree& t = trees_[op.tree];
   Seg& s = t.segs[op.seg];
   stats_.steps[t.rs_step].reduce_s += now - op.t_posted;

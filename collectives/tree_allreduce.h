@@ -133,6 +133,9 @@ class TreeAllreduce final : public CoreBase {
   void post_down_sends(int ti, int g, double now, ActionList* out);
   Status try_reduce(int ti, int g, double now, ActionList* out);
   void retire(int ti, double now, ActionList* out);
+  // Takes the live operation `tok` of kind a or b into *op and frees its slot (one less
+  // pending); false when there is none.
+  bool take_op(Token tok, OpKind a, OpKind b, OpRef* op);
   void maybe_done(double now, ActionList* out);
 
   RingParams p_;
