@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -127,6 +128,38 @@ inline void forge_header(void* hdr, int n, uint8_t phase, uint32_t chunk, uint32
   ContributionSet s(n);
   for (int m : members) s.add(m);
   encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, chunk, seg}, s);
+}
+
+// One core driven by hand: int32 buffers, the input filled with rank + 1 and the output with
+// -7; the actions of start() in acts.
+template <typename Core>
+struct DrivenCore {
+  RingParams p;
+  std::vector<int32_t> in, outbuf;
+  std::vector<uint8_t> scratch;
+  std::unique_ptr<Core> core;
+  ActionList acts;
+
+  // Fills p (rank, ring, count, int32, sendbuf = in, recvbuf = outbuf) and the buffers.
+  void setup(int rank, std::vector<int> ring, size_t count) {
+    p.rank = rank;
+    p.ring = std::move(ring);
+    p.count = count;
+    p.dtype = DType::kInt32;
+    in.assign(count, rank + 1);
+    outbuf.assign(count, -7);
+    p.sendbuf = in.data();
+    p.recvbuf = outbuf.data();
+  }
+  // Starts the core (must succeed) into acts.
+  void start() { EXPECT_EQ(core->start(0.0, &acts), Status::kOk); }
+};
+
+// Ranks 0..n-1 in identity order.
+inline std::vector<int> identity_ring(int n) {
+  std::vector<int> ring(n);
+  std::iota(ring.begin(), ring.end(), 0);
+  return ring;
 }
 
 // ---- random schedule parts ----------------------------------------------------------------

@@ -335,22 +335,9 @@ TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
 using testutil::find_action;
 using testutil::write_hdr;
 
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<ScheduleCore> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<ScheduleCore> {
   Driven(Coll coll, int rank, int n, size_t count, int root = 0) {
-    p.rank = rank;
-    p.ring.resize(n);
-    std::iota(p.ring.begin(), p.ring.end(), 0);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, testutil::identity_ring(n), count);
     CollParams c;
     c.root = root;
     switch (coll) {
@@ -367,7 +354,7 @@ struct Driven {
         core.reset(new ChainReduce(p, c, &scratch));
         break;
     }
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 

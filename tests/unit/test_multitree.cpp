@@ -546,24 +546,12 @@ TEST(MultiTreeAllreduce, InterleavedWithTheRing) {
 using testutil::find_action;
 using testutil::forge_header;
 
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<TreeAllreduce> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<TreeAllreduce> {
   // Star rooted at 0 over 4 ranks, one segment.
   Driven(int rank, const MultiTreePlan& plan) {
-    p.rank = rank;
-    p.ring = {0, 1, 2, 3};
-    p.count = 4;
-    p.dtype = DType::kInt32;
-    in.assign(4, rank + 1);
-    outbuf.assign(4, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, {0, 1, 2, 3}, 4);
     core = std::make_unique<TreeAllreduce>(p, plan, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 

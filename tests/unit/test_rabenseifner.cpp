@@ -282,23 +282,11 @@ TEST(RabenseifnerCost, MovesLessDataThanRecursiveDoubling) {
 using testutil::find_action;
 using testutil::write_hdr;
 
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<RabenseifnerAllreduce> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<RabenseifnerAllreduce> {
   Driven(int rank, std::vector<int> ring, size_t count) {
-    p.rank = rank;
-    p.ring = std::move(ring);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, std::move(ring), count);
     core = std::make_unique<RabenseifnerAllreduce>(p, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 

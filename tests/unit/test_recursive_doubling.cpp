@@ -448,25 +448,15 @@ TEST(RecursiveDoublingStats, FoldInAndResultSteps) {
 using testutil::find_action;
 using testutil::write_hdr;
 
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<RecursiveDoublingAllreduce> core;
-  ActionList acts;
-
+struct Driven : testutil::DrivenCore<RecursiveDoublingAllreduce> {
   Driven(int rank, std::vector<int> ring, size_t count, bool in_place = false) {
-    p.rank = rank;
-    p.ring = std::move(ring);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in_place ? static_cast<void*>(outbuf.data()) : static_cast<void*>(in.data());
-    if (in_place) outbuf = in;
-    p.recvbuf = outbuf.data();
+    setup(rank, std::move(ring), count);
+    if (in_place) {
+      outbuf = in;
+      p.sendbuf = p.recvbuf = outbuf.data();
+    }
     core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 
