@@ -64,6 +64,23 @@ inline std::vector<std::pair<DType, ROp>> valid_pairs() {
   return pairs;
 }
 
+// Calls body(t, op, dtype, rop) for every valid pair (type index t outer, op index op) until
+// body returns false; returns the number of pairs body completed.
+template <typename F>
+int for_each_valid_pair(F&& body) {
+  int pairs = 0;
+  for (int t = 0; t < kNumDTypes; ++t) {
+    for (int op = 0; op < kNumROps; ++op) {
+      const DType dt = static_cast<DType>(t);
+      const ROp rop = static_cast<ROp>(op);
+      if (!op_valid(rop, dt)) continue;
+      if (!body(t, op, dt, rop)) return pairs;
+      ++pairs;
+    }
+  }
+  return pairs;
+}
+
 // The ring order of a run (identity when o.ring is empty).
 inline std::vector<int> ring_of(const harness::Options& o) {
   std::vector<int> ring = o.ring;

@@ -155,32 +155,27 @@ INSTANTIATE_TEST_SUITE_P(AllRanks, CollectiveSizes, ::testing::ValuesIn(testutil
                          testutil::size_case_name);
 
 TEST(CollectiveOpsTypes, ReduceScatterAndReduceEveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
-        for (int n : {3, 5}) {
-          Case cs;
-          cs.coll = coll;
-          cs.o.n = n;
-          cs.o.count = 41;
-          cs.o.dtype = dt;
-          cs.o.op = rop;
-          cs.o.seed = 3000 + t * 97 + op * 13 + n;
-          cs.o.in_place = n == 5;
-          cs.cp.root = n - 2;
-          SCOPED_TRACE(std::string(coll_name(coll)) + " " + dtype_name(dt) + " " + rop_name(rop) +
-                       " n=" + std::to_string(n));
-          run_case(cs);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
+      for (int n : {3, 5}) {
+        Case cs;
+        cs.coll = coll;
+        cs.o.n = n;
+        cs.o.count = 41;
+        cs.o.dtype = dt;
+        cs.o.op = rop;
+        cs.o.seed = 3000 + t * 97 + op * 13 + n;
+        cs.o.in_place = n == 5;
+        cs.cp.root = n - 2;
+        SCOPED_TRACE(std::string(coll_name(coll)) + " " + dtype_name(dt) + " " + rop_name(rop) +
+                     " n=" + std::to_string(n));
+        run_case(cs);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 

@@ -236,34 +236,29 @@ TEST(HierShapes, UnequalHostsBlockCountIsSmallestHost) {
 }
 
 TEST(HierOpsTypes, EveryValidPair) {
-  int pairs = 0;
   const std::vector<std::vector<int>> maps = {
       {0, 0, 1, 1, 2, 2}, {0, 1, 1, 0, 2, 1, 2}, {0, 1, 2, 3, 4}, {0, 0, 0, 0}};
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (size_t mi = 0; mi < maps.size(); ++mi) {
-        for (bool in_place : {false, true}) {
-          harness::Options o;
-          o.n = static_cast<int>(maps[mi].size());
-          o.count = 37;
-          o.dtype = dt;
-          o.op = rop;
-          o.segment_bytes = 16;
-          o.seed = 1000 + t * 97 + op * 13 + mi + (in_place ? 5000 : 0);
-          o.in_place = in_place;
-          o.collectives = 2;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " hosts " +
-                       map_name(maps[mi]) + (in_place ? " in place" : ""));
-          run_and_check(o, maps[mi]);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (size_t mi = 0; mi < maps.size(); ++mi) {
+      for (bool in_place : {false, true}) {
+        harness::Options o;
+        o.n = static_cast<int>(maps[mi].size());
+        o.count = 37;
+        o.dtype = dt;
+        o.op = rop;
+        o.segment_bytes = 16;
+        o.seed = 1000 + t * 97 + op * 13 + mi + (in_place ? 5000 : 0);
+        o.in_place = in_place;
+        o.collectives = 2;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " hosts " +
+                     map_name(maps[mi]) + (in_place ? " in place" : ""));
+        run_and_check(o, maps[mi]);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 

@@ -150,28 +150,23 @@ INSTANTIATE_TEST_SUITE_P(AllRanks, RabenseifnerSizes,
                          testutil::size_case_name);
 
 TEST(RabenseifnerOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {3, 6, 8}) {
-        harness::Options o;
-        o.n = n;
-        o.count = 37;
-        o.dtype = dt;
-        o.op = rop;
-        o.seed = 2000 + t * 97 + op * 13 + n;
-        o.in_place = n == 6;
-        o.collectives = 2;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n));
-        run_and_check(o);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-      ++pairs;
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {3, 6, 8}) {
+      harness::Options o;
+      o.n = n;
+      o.count = 37;
+      o.dtype = dt;
+      o.op = rop;
+      o.seed = 2000 + t * 97 + op * 13 + n;
+      o.in_place = n == 6;
+      o.collectives = 2;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n));
+      run_and_check(o);
+      if (::testing::Test::HasFatalFailure()) return false;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 

@@ -164,31 +164,26 @@ INSTANTIATE_TEST_SUITE_P(AllRanks, RecursiveDoublingSizes,
                          ::testing::ValuesIn(testutil::size_cases()), testutil::size_case_name);
 
 TEST(RecursiveDoublingOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {3, 5, 6, 8}) {
-        for (bool in_place : {false, true}) {
-          harness::Options o;
-          o.n = n;
-          o.count = 37;
-          o.dtype = dt;
-          o.op = rop;
-          o.seed = 1000 + t * 97 + op * 13 + n + (in_place ? 5000 : 0);
-          o.in_place = in_place;
-          o.collectives = 2;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) +
-                       " n=" + std::to_string(n) + (in_place ? " in place" : ""));
-          run_and_check(o);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {3, 5, 6, 8}) {
+      for (bool in_place : {false, true}) {
+        harness::Options o;
+        o.n = n;
+        o.count = 37;
+        o.dtype = dt;
+        o.op = rop;
+        o.seed = 1000 + t * 97 + op * 13 + n + (in_place ? 5000 : 0);
+        o.in_place = in_place;
+        o.collectives = 2;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) +
+                     " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+        run_and_check(o);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);  // 13 types, about 7 ops each
 }
 

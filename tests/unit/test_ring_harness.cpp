@@ -97,28 +97,22 @@ INSTANTIATE_TEST_SUITE_P(AllRanks, RingSizes, ::testing::ValuesIn(size_cases()),
                          testutil::size_case_name);
 
 TEST(RingOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {2, 3, 5, 7}) {
-        harness::Options o;
-        o.n = n;
-        o.count = 37;
-        o.dtype = dt;
-        o.op = rop;
-        o.segment_bytes = 3 * dtype_size(dt);
-        o.seed = 1000 + t * 97 + op * 13 + n;
-        o.in_place = (t + op + n) % 2 == 0;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" +
-                     std::to_string(n));
-        run_and_check(o);
-      }
-      ++pairs;
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {2, 3, 5, 7}) {
+      harness::Options o;
+      o.n = n;
+      o.count = 37;
+      o.dtype = dt;
+      o.op = rop;
+      o.segment_bytes = 3 * dtype_size(dt);
+      o.seed = 1000 + t * 97 + op * 13 + n;
+      o.in_place = (t + op + n) % 2 == 0;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" +
+                   std::to_string(n));
+      run_and_check(o);
     }
-  }
+    return true;
+  });
   EXPECT_GT(pairs, 80);  // 13 types, about 7 ops each
 }
 
