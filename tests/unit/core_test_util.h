@@ -147,6 +147,16 @@ inline void forge_header(void* hdr, int n, uint8_t phase, uint32_t chunk, uint32
   encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, chunk, seg}, s);
 }
 
+// Delivers the forged receive `recv` to `core` at `now`: must be a protocol error whose text
+// contains `what`. Returns the actions it appended.
+inline ActionList expect_recv_error(CollectiveCore& core, const Action& recv, double now,
+                                    const std::string& what) {
+  ActionList more;
+  EXPECT_EQ(core.on_recv(recv.token, recv.payload_bytes, now, &more), Status::kErrProtocol);
+  EXPECT_NE(core.error().find(what), std::string::npos) << core.error();
+  return more;
+}
+
 // One core driven by hand: int32 buffers, the input filled with rank + 1 and the output with
 // -7; the actions of start() in acts.
 template <typename Core>

@@ -358,9 +358,7 @@ TEST(CollectiveProtocol, ReduceScatterOverlapIsAnError) {
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(recv, nullptr);
   write_hdr(recv->header, kRsPhase, 3, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr);
 }
 
@@ -445,9 +443,7 @@ TEST(CollectiveProtocol, ReduceIncompleteAtTheRootIsAnError) {
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
   ASSERT_NE(recv, nullptr);
   write_hdr(recv->header, kReducePhase, 0, {1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "incomplete");
 }
 
 TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
@@ -456,9 +452,7 @@ TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(recv, nullptr);
     write_hdr(recv->header, kAgPhase, 0, {0, 3});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "expected");
   }
   {
     Driven d(Coll::kBcast, 2, 4, 8, /*root=*/1);

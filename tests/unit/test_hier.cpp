@@ -545,9 +545,7 @@ TEST(HierProtocol, OverlappingContributionSetIsAnError) {
   const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
   ASSERT_NE(from1, nullptr);
   forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {0, 1});  // claims rank 0's input too
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *from1, 1.0, "overlapping");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -583,10 +581,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
     ASSERT_NE(from1, nullptr);
     ASSERT_EQ(from1->tag, (1 << 28) / 2);
     forge_header(from1->header, 4, kHierPhaseLocalRs, 0, 0, {2});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
-              Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *from1, 1.0, "expected");
   }
   {
     // Allgather of block 1 from rank 1 must carry every rank.
@@ -597,9 +592,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
     }
     ASSERT_NE(ag, nullptr);
     forge_header(ag->header, 4, kHierPhaseLocalAg, 1, 0, {0, 1, 2});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(ag->token, ag->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *ag, 1.0, "incomplete");
   }
   {
     Driven d(0, {0, 0, 0}, 6);

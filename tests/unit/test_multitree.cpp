@@ -572,9 +572,7 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(r1, nullptr);
     forge_header(r1->header, 4, kTreePhaseReduce, 0, 0, {0, 1});  // claims the root's input
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *r1, 1.0, "overlapping");
   }
   {
     Driven d(0, star_plan());

@@ -291,9 +291,7 @@ TEST(RabenseifnerProtocol, OverlappingContributionSetIsAnError) {
   ASSERT_NE(recv, nullptr);
   EXPECT_EQ(recv->payload_bytes, 4 * sizeof(int32_t)) << "round 0 exchanges half the buffer";
   write_hdr(recv->header, kRabPhaseRs, 0, {0, 1});  // claims to include us already
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -313,9 +311,7 @@ TEST(RabenseifnerProtocol, LaterRoundOverlapAndIncompleteAllgatherAreErrors) {
     ActionList a1;
     ASSERT_EQ(d.core->on_reduce(red->token, 2.0, &a1), Status::kOk);
     write_hdr(r1->header, kRabPhaseRs, 1, {1, 2});  // rank 1 summed twice
-    ActionList a2;
-    EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 3.0, &a2), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+    ActionList a2 = testutil::expect_recv_error(*d.core, *r1, 3.0, "overlaps");
   }
   {
     // n = 2: one round each way; the allgather piece must carry the full set.
@@ -338,9 +334,7 @@ TEST(RabenseifnerProtocol, LaterRoundOverlapAndIncompleteAllgatherAreErrors) {
     const Action* ag = find_action(a2, Action::Kind::kRecv, 0);
     ASSERT_NE(ag, nullptr) << "the allgather receive waits for the send of that region";
     write_hdr(ag->header, kRabPhaseAg, 0, {0});
-    ActionList a3;
-    EXPECT_EQ(d.core->on_recv(ag->token, ag->payload_bytes, 4.0, &a3), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    ActionList a3 = testutil::expect_recv_error(*d.core, *ag, 4.0, "expected");
   }
 }
 
@@ -350,9 +344,7 @@ TEST(RabenseifnerProtocol, FoldInOverlapIsAnError) {
   const Action* fold = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(fold, nullptr);
   write_hdr(fold->header, kRabPhaseRs, 1, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(fold->token, fold->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *fold, 1.0, "overlaps");
 }
 
 TEST(RabenseifnerProtocol, ExtraReceivesTheFullResult) {

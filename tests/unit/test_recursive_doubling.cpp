@@ -461,9 +461,7 @@ TEST(RecursiveDoublingProtocol, OverlappingContributionSetIsAnError) {
   ASSERT_NE(recv, nullptr);
   // Forge the round-0 partner's piece claiming to include rank 0 (us) already.
   write_hdr(recv->header, kRdPhaseRound, 0, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -496,9 +494,7 @@ TEST(RecursiveDoublingProtocol, FoldInOverlapAndIncompleteResultAreErrors) {
     const Action* fold = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(fold, nullptr);
     write_hdr(fold->header, kRdPhaseFold, 0, {0, 1});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(fold->token, fold->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *fold, 1.0, "overlaps");
   }
   {
     Driven d(0, {0, 1, 2}, 2);
@@ -506,9 +502,7 @@ TEST(RecursiveDoublingProtocol, FoldInOverlapAndIncompleteResultAreErrors) {
     const Action* res = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(res, nullptr);
     write_hdr(res->header, kRdPhaseResult, 0, {0, 1});  // rank 2 missing
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(res->token, res->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *res, 1.0, "incomplete");
   }
 }
 
@@ -518,9 +512,7 @@ TEST(RecursiveDoublingProtocol, StaleSequenceWrongPhaseAndSizeAreErrors) {
     const Action* recv = find_action(d.acts, Action::Kind::kRecv);
     ASSERT_NE(recv, nullptr);
     write_hdr(recv->header, kRdPhaseRound, 0, {1}, /*seq=*/4);
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("collective 4"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "collective 4");
   }
   {
     Driven d(0, {0, 1}, 2);
