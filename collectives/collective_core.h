@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,31 @@ struct Action {
 };
 using ActionList = std::vector<Action>;
 
+// A kSend or kRecv action (payload: read by a send, written by a receive).
+inline Action message_action(Action::Kind kind, Token token, int peer, int tag, void* header,
+                             size_t header_bytes, const void* payload, size_t payload_bytes) {
+  Action a;
+  a.kind = kind;
+  a.token = token;
+  a.peer = peer;
+  a.tag = tag;
+  a.header = header;
+  a.header_bytes = header_bytes;
+  a.payload = const_cast<void*>(payload);
+  a.payload_bytes = payload_bytes;
+  return a;
+}
+
+// A kCopy action: `bytes` from src to dst.
+inline Action copy_action(void* dst, const void* src, size_t bytes) {
+  Action a;
+  a.kind = Action::Kind::kCopy;
+  a.dst = dst;
+  a.a = src;
+  a.payload_bytes = bytes;
+  return a;
+}
+
 class CollectiveCore {
  public:
   virtual ~CollectiveCore() = default;
@@ -58,6 +85,51 @@ class CollectiveCore {
   virtual const CollectiveStats& stats() const = 0;
   // One line on what the core still waits for (deadlock reports in tests).
   virtual std::string describe() const { return ""; }
+};
+
+// What the event-driven cores (schedule cores, recursive doubling, tree, hierarchical) share:
+// the done / failed flags, the error text and the stats, the protocol error record (fail),
+// the completion (complete), no deadlines and an on_time that only reports a failure.
+class CoreBase : public CollectiveCore {
+ public:
+  Status on_time(double now, ActionList* out) override {
+    (void)now;
+    (void)out;
+    return failed_ ? Status::kErrProtocol : Status::kOk;
+  }
+  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
+  bool done() const override { return done_; }
+  const std::string& error() const override { return error_; }
+  const CollectiveStats& stats() const override { return stats_; }
+
+ protected:
+  // rank and seq prefix every error text.
+  CoreBase(int rank, uint32_t seq) : rank_(rank), seq_(seq) {}
+
+  // Records a protocol error: "rank R seq S: why".
+  Status fail(const std::string& why) {
+    failed_ = true;
+    error_ = "rank " + std::to_string(rank_) + " seq " + std::to_string(seq_) + ": " + why;
+    return Status::kErrProtocol;
+  }
+  // Marks the collective done at `now`, summarises the stats and appends the kDone action.
+  void complete(double now, ActionList* out) {
+    done_ = true;
+    stats_.end = now;
+    stats_.summarise();
+    Action a;
+    a.kind = Action::Kind::kDone;
+    out->push_back(a);
+  }
+
+  bool done_ = false;
+  bool failed_ = false;
+  std::string error_;
+  CollectiveStats stats_;
+
+ private:
+  int rank_;
+  uint32_t seq_;
 };
 
 }  // namespace skipring

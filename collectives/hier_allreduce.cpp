@@ -68,7 +68,8 @@ Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host
 
 HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
                              std::vector<uint8_t>* scratch)
-    : p_(p),
+    : CoreBase(p.rank, p.seq),
+      p_(p),
       host_of_(std::move(host_of_rank)),
       n_(static_cast<int>(p.ring.size())),
       elem_(dtype_size(p.dtype)),
@@ -109,12 +110,6 @@ HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
   for (int r : g) host_set_.add(r);
   full_set_ = ContributionSet(n_);
   for (int r = 0; r < n_; ++r) full_set_.add(r);
-}
-
-Status HierAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 uint8_t* HierAllreduce::recv_ptr(int k, int g) const {
@@ -240,19 +235,9 @@ Status HierAllreduce::start(double now, ActionList* out) {
   // Our own input for our block, before anything writes recvbuf.
   if (owner_ && block_bytes > 0) {
     if (copy_own) {
-      Action c;
-      c.kind = Action::Kind::kCopy;
-      c.dst = own_copy_;
-      c.a = recv_ptr(local_, 0);
-      c.payload_bytes = block_bytes;
-      out->push_back(c);
+      out->push_back(copy_action(own_copy_, recv_ptr(local_, 0), block_bytes));
     } else if (m_ == 1 && !in_place_) {
-      Action c;
-      c.kind = Action::Kind::kCopy;
-      c.dst = recv_ptr(local_, 0);
-      c.a = input_ptr(local_, 0);
-      c.payload_bytes = block_bytes;
-      out->push_back(c);
+      out->push_back(copy_action(recv_ptr(local_, 0), input_ptr(local_, 0), block_bytes));
     }
   }
   for (size_t i = 0; i < recvs_.size(); ++i) {
@@ -302,16 +287,10 @@ void HierAllreduce::post_recv(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.posted = true;
   r.t_posted = now;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokRecv, idx);
-  a.peer = local_rank(host_, r.src_local);
-  a.tag = (r.phase == kHierPhaseLocalRs ? tag_rs_ : tag_ag_) + r.seg;
-  a.header = r.hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = r.payload;
-  a.payload_bytes = r.bytes;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, idx),
+                                local_rank(host_, r.src_local),
+                                (r.phase == kHierPhaseLocalRs ? tag_rs_ : tag_ag_) + r.seg, r.hdr,
+                                hdr_bytes_, r.payload, r.bytes));
   ++pending_;
 }
 
@@ -324,15 +303,8 @@ void HierAllreduce::post_send(int peer, int tag, uint8_t* hdr, const void* paylo
   s.block = block;
   s.seg = seg;
   s.phase1 = rs;
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokSend, sends_.size());
-  a.peer = peer;
-  a.tag = tag;
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = bytes;
+  Action a = message_action(Action::Kind::kSend, make_token(kTokSend, sends_.size()), peer, tag,
+                            hdr, hdr_bytes_, payload, bytes);
   a.phase = static_cast<int8_t>(rs ? Phase::kReduceScatter : Phase::kAllgather);
   a.step = static_cast<int16_t>(rs ? 0 : hosts_ - 1);
   sends_.push_back(s);
@@ -644,8 +616,6 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
   for (const RecvOp& r : recvs_) {
     if (!r.arrived) return;
   }
-  done_ = true;
-  stats_.end = now;
   stats_.steps = local_rs_steps_;
   if (ring_) {
     const CollectiveStats& rs = ring_->stats();
@@ -663,10 +633,7 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
     stats_.rs_piece_wait_max = rs.rs_piece_wait_max;
   }
   stats_.steps.insert(stats_.steps.end(), local_ag_steps_.begin(), local_ag_steps_.end());
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string HierAllreduce::describe() const {

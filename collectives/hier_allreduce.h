@@ -80,7 +80,7 @@ struct HierCostParams {
 // (ranks_per_host[h] = m_h >= 1). 0 for bytes == 0 or a single rank.
 double hier_cost(double bytes, const std::vector<int>& ranks_per_host, const HierCostParams& c);
 
-class HierAllreduce final : public CollectiveCore {
+class HierAllreduce final : public CoreBase {
  public:
   // Checks the common parameters, host_of_rank (one dense host id per rank, no empty host)
   // and that tag_span leaves the embedded ring its 1024 tags.
@@ -96,10 +96,6 @@ class HierAllreduce final : public CollectiveCore {
   Status on_reduce(Token t, double now, ActionList* out) override;
   Status on_time(double now, ActionList* out) override;
   double next_deadline() const override;
-
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
   std::string describe() const override;
 
   int hosts() const { return hosts_; }
@@ -139,7 +135,6 @@ class HierAllreduce final : public CollectiveCore {
     std::vector<int> piece;  // per local index: receive index, or -1 for our own input
   };
 
-  Status fail(std::string why);
   uint8_t* recv_ptr(int k, int g) const;
   const uint8_t* input_ptr(int k, int g) const;
   int local_rank(int host, int local) const { return groups_[host][local]; }
@@ -204,11 +199,7 @@ class HierAllreduce final : public CollectiveCore {
   uint8_t* ag_hdr_base_ = nullptr;  // headers of our block's allgather segments
 
   int pending_ = 0;  // our own receives + sends + reductions not finished
-  bool done_ = false;
-  bool failed_ = false;
   double t_start_ = 0;
-  std::string error_;
-  CollectiveStats stats_;
 };
 
 }  // namespace skipring

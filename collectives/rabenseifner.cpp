@@ -18,23 +18,7 @@ size_t RabenseifnerAllreduce::block_offset(size_t count, int p, int b) {
 
 RabenseifnerAllreduce::RabenseifnerAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
     : ScheduleCore(p, scratch) {
-  while (2 * pow2_ <= n_) {
-    pow2_ *= 2;
-    ++rounds_;
-  }
-  extras_ = n_ - pow2_;
-  if (pos_ < 2 * extras_) {
-    if (pos_ % 2 == 0) {
-      extra_ = true;
-      fold_peer_ = pos_ + 1;
-    } else {
-      has_extra_ = true;
-      fold_peer_ = pos_ - 1;
-      vrank_ = pos_ / 2;
-    }
-  } else {
-    vrank_ = pos_ - extras_;
-  }
+  fold_in(n_, pos_);
 }
 
 size_t RabenseifnerAllreduce::scratch_bytes() const {

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/recursive_doubling.h"
 #include "collectives/ring_collectives.h"
 
 namespace skipring {
@@ -39,28 +40,17 @@ namespace skipring {
 constexpr uint8_t kRabPhaseRs = 5;  // reduce-scatter round (and the fold-in, round L)
 constexpr uint8_t kRabPhaseAg = 6;  // allgather round (and the result to an extra, round L)
 
-class RabenseifnerAllreduce final : public ScheduleCore {
+class RabenseifnerAllreduce final : public ScheduleCore, public FoldInLayout {
  public:
   static Status validate(const RingParams& p, std::string* why);
   RabenseifnerAllreduce(const RingParams& p, std::vector<uint8_t>* scratch);
 
-  int rounds() const { return rounds_; }
-  bool extra() const { return extra_; }
   // Element offset of block b of p blocks over count elements.
   static size_t block_offset(size_t count, int p, int b);
 
  private:
   size_t scratch_bytes() const override;
   Status build(uint8_t* scratch) override;
-  int pos_of_vrank(int v) const { return v < extras_ ? 2 * v + 1 : v + extras_; }
-
-  int pow2_ = 1;
-  int rounds_ = 0;
-  int extras_ = 0;
-  bool extra_ = false;
-  bool has_extra_ = false;
-  int fold_peer_ = -1;
-  int vrank_ = -1;
 };
 
 }  // namespace skipring

@@ -36,41 +36,19 @@ Status RecursiveDoublingAllreduce::validate(const RingParams& p, std::string* wh
 
 RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(const RingParams& p,
                                                        std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   pos_ = static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
   elem_ = dtype_size(p_.dtype);
   bytes_ = p_.count * elem_;
   in_place_ = p_.sendbuf == p_.recvbuf;
   hdr_bytes_ = wire_header_bytes(n_);
-  while (2 * pow2_ <= n_) {
-    pow2_ *= 2;
-    ++rounds_;
-  }
-  extras_ = n_ - pow2_;
-  if (pos_ < 2 * extras_) {
-    if (pos_ % 2 == 0) {
-      extra_ = true;
-      fold_peer_ = pos_ + 1;
-    } else {
-      has_extra_ = true;
-      fold_peer_ = pos_ - 1;
-      vrank_ = pos_ / 2;
-    }
-  } else {
-    vrank_ = pos_ - extras_;
-  }
+  fold_in(n_, pos_);
   acc_ = ContributionSet(n_);
   acc_.add(p_.rank);
   msgs_.resize(rounds_ + 2);
   for (auto& m : msgs_) m.set = ContributionSet(n_);
   stats_.seq = p_.seq;
   stats_.bytes = bytes_;
-}
-
-Status RecursiveDoublingAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 int RecursiveDoublingAllreduce::peer_pos(int id) const {
@@ -113,12 +91,7 @@ Status RecursiveDoublingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
-      Action a;
-      a.kind = Action::Kind::kCopy;
-      a.dst = p_.recvbuf;
-      a.a = p_.sendbuf;
-      a.payload_bytes = bytes_;
-      out->push_back(a);
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, bytes_));
     }
     complete_ = true;
     maybe_done(now, out);
@@ -193,16 +166,9 @@ void RecursiveDoublingAllreduce::post_send(int id, uint8_t* hdr, const void* pay
   Msg& m = msgs_[id];
   m.send_posted = true;
   m.t_send = now;
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokSend, id);
-  a.peer = p_.ring[peer_pos(id)];
-  a.tag = tag_for(phase_of(id), round_of(id));
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = bytes_;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kSend, make_token(kTokSend, id),
+                                p_.ring[peer_pos(id)], tag_for(phase_of(id), round_of(id)), hdr,
+                                hdr_bytes_, payload, bytes_));
   ++pending_;
   ++stats_.messages_sent;
 }
@@ -212,16 +178,9 @@ void RecursiveDoublingAllreduce::post_recv(int id, uint8_t* hdr, void* payload, 
   (void)now;
   Msg& m = msgs_[id];
   m.recv_posted = true;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokRecv, id);
-  a.peer = p_.ring[peer_pos(id)];
-  a.tag = tag_for(phase_of(id), round_of(id));
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = payload;
-  a.payload_bytes = bytes_;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, id),
+                                p_.ring[peer_pos(id)], tag_for(phase_of(id), round_of(id)), hdr,
+                                hdr_bytes_, payload, bytes_));
   ++pending_;
 }
 
@@ -402,20 +361,9 @@ Status RecursiveDoublingAllreduce::on_send(Token t, double now, ActionList* out)
   return Status::kOk;
 }
 
-Status RecursiveDoublingAllreduce::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void RecursiveDoublingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || !complete_ || pending_ != 0) return;
-  done_ = true;
-  stats_.end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 }  // namespace skipring

@@ -50,12 +50,53 @@
 
 namespace skipring {
 
+// The fold-in numbering shared by recursive doubling and Rabenseifner (see above): p the
+// largest power of two <= n, e = n - p extras at the even positions below 2e, virtual ranks for
+// the others. A base of the cores that use it; fold_in() fills it in for (n, pos).
+class FoldInLayout {
+ public:
+  // log2 of the largest power of two <= n.
+  int rounds() const { return rounds_; }
+  // True when this rank only folds its input in and receives the result.
+  bool extra() const { return extra_; }
+
+ protected:
+  void fold_in(int n, int pos) {
+    while (2 * pow2_ <= n) {
+      pow2_ *= 2;
+      ++rounds_;
+    }
+    extras_ = n - pow2_;
+    if (pos < 2 * extras_) {
+      if (pos % 2 == 0) {
+        extra_ = true;
+        fold_peer_ = pos + 1;
+      } else {
+        has_extra_ = true;
+        fold_peer_ = pos - 1;
+        vrank_ = pos / 2;
+      }
+    } else {
+      vrank_ = pos - extras_;
+    }
+  }
+  int pos_of_vrank(int v) const { return v < extras_ ? 2 * v + 1 : v + extras_; }
+
+  int pow2_ = 1;
+  int rounds_ = 0;
+  int extras_ = 0;
+  bool extra_ = false;      // this position folds in and receives the result
+  bool has_extra_ = false;  // this position is an extra's partner
+  int fold_peer_ = -1;      // position of the extra / of the partner
+  int vrank_ = -1;
+};
+
 // WireHeader.phase values of recursive-doubling messages (the ring uses 0 and 1).
 constexpr uint8_t kRdPhaseRound = 2;   // exchange round; WireHeader.chunk = round index
 constexpr uint8_t kRdPhaseFold = 3;    // an extra rank's input to its partner
 constexpr uint8_t kRdPhaseResult = 4;  // the final result back to an extra rank
 
-class RecursiveDoublingAllreduce final : public CollectiveCore {
+class RecursiveDoublingAllreduce final : public CoreBase, public FoldInLayout {
  public:
   // Checks the parameters that matter here (ring is a permutation containing rank, op valid
   // on dtype, buffers); segment_bytes and depth are ignored.
@@ -68,17 +109,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
-
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
-
-  // log2 of the largest power of two <= n.
-  int rounds() const { return rounds_; }
-  // True when this rank only folds its input in and receives the result.
-  bool extra() const { return extra_; }
 
  private:
   // Message ids: 0 = fold-in, 1 + k = exchange round k, rounds_ + 1 = result delivery.
@@ -97,8 +127,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
     ContributionSet set;  // what the received payload sums
   };
 
-  Status fail(std::string why);
-  int pos_of_vrank(int v) const { return v < extras_ ? 2 * v + 1 : v + extras_; }
   int peer_pos(int id) const;
   uint8_t phase_of(int id) const;
   int round_of(int id) const { return id >= 1 && id <= rounds_ ? id - 1 : 0; }
@@ -125,14 +153,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
   size_t elem_;
   size_t bytes_;
   bool in_place_;
-  int pow2_ = 1;
-  int rounds_ = 0;
-  int extras_ = 0;
-  bool extra_ = false;      // this position folds in and receives the result
-  bool has_extra_ = false;  // this position is an extra's partner
-  int fold_peer_ = -1;      // position of the extra / of the partner
-  int vrank_ = -1;
-
   std::vector<uint8_t>* scratch_;
   size_t hdr_bytes_;
   size_t hdr_area_ = 0;
@@ -149,10 +169,6 @@ class RecursiveDoublingAllreduce final : public CollectiveCore {
   ContributionSet acc_;  // what our current partial sums
 
   int pending_ = 0;  // receives + sends + reductions not finished
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
-  CollectiveStats stats_;
 };
 
 }  // namespace skipring

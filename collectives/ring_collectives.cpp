@@ -78,7 +78,7 @@ std::vector<size_t> block_offsets(const std::vector<size_t>& block_counts, size_
 // ScheduleCore
 
 ScheduleCore::ScheduleCore(const RingParams& p, std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   pos_ = static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
   elem_ = dtype_size(p_.dtype);
   in_place_ = p_.sendbuf == p_.recvbuf;
@@ -213,12 +213,6 @@ int ScheduleCore::add_copy(void* dst, const void* src, size_t elems, const Deps&
   return add_op(std::move(op), deps);
 }
 
-Status ScheduleCore::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
-}
-
 std::string ScheduleCore::what(const Op& op) const {
   return fmt::format("phase {} chunk {} segment {} from rank {}", op.phase, op.chunk, op.segment,
                      op.peer);
@@ -266,32 +260,19 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
   if (op.channel_next >= 0 && --ops_[op.channel_next].unmet == 0) {
     ready_.push_back(op.channel_next);
   }
-  Action a;
-  a.token = static_cast<Token>(id);
+  const Token tok = static_cast<Token>(id);
   switch (op.kind) {
     case Kind::kSend: {
       encode_wire_header(header_of(id), WireExpect{p_.seq, op.phase, op.chunk, op.segment},
                          vars_[op.var_a]);
-      a.kind = Action::Kind::kSend;
-      a.peer = op.peer;
-      a.tag = op.tag;
-      a.header = header_of(id);
-      a.header_bytes = hdr_bytes_;
-      a.payload = const_cast<void*>(op.a);
-      a.payload_bytes = op.elems * elem_;
-      out->push_back(a);
+      out->push_back(message_action(Action::Kind::kSend, tok, op.peer, op.tag, header_of(id),
+                                    hdr_bytes_, op.a, op.elems * elem_));
       ++stats_.messages_sent;
       return Status::kOk;
     }
     case Kind::kRecv: {
-      a.kind = Action::Kind::kRecv;
-      a.peer = op.peer;
-      a.tag = op.tag;
-      a.header = header_of(id);
-      a.header_bytes = hdr_bytes_;
-      a.payload = op.dst;
-      a.payload_bytes = op.elems * elem_;
-      out->push_back(a);
+      out->push_back(message_action(Action::Kind::kRecv, tok, op.peer, op.tag, header_of(id),
+                                    hdr_bytes_, op.dst, op.elems * elem_));
       return Status::kOk;
     }
     case Kind::kReduce: {
@@ -308,6 +289,8 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
       }
       vars_[op.out_var] = u;
       if (op.elems == 0) return finish(id, now, out);
+      Action a;
+      a.token = tok;
       a.kind = Action::Kind::kReduce;
       a.dst = op.dst;
       a.a = op.a;
@@ -320,10 +303,8 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
     }
     case Kind::kCopy: {
       if (op.elems > 0 && op.dst != op.a) {
-        a.kind = Action::Kind::kCopy;
-        a.dst = op.dst;
-        a.a = op.a;
-        a.payload_bytes = op.elems * elem_;
+        Action a = copy_action(op.dst, op.a, op.elems * elem_);
+        a.token = tok;
         out->push_back(a);
       }
       return finish(id, now, out);
@@ -409,20 +390,9 @@ Status ScheduleCore::on_reduce(Token t, double now, ActionList* out) {
   return Status::kOk;
 }
 
-Status ScheduleCore::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void ScheduleCore::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || !started_ || pending_ != 0) return;
-  done_ = true;
-  stats_.end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string ScheduleCore::describe() const {
@@ -443,20 +413,31 @@ std::string ScheduleCore::describe() const {
 }
 
 // ---------------------------------------------------------------------------------------
-// Ring reduce-scatter
+// Segmented schedules
 
-Status RingReduceScatter::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, true, why));
-  SKIPRING_CHECK(validate_blocks(p, c, why));
+SegmentedSchedule::SegmentedSchedule(const RingParams& p, const CollParams& c,
+                                     std::vector<uint8_t>* scratch)
+    : ScheduleCore(p, scratch), c_(c), seg_elems_(seg_elems_of(p_)) {}
+
+Status SegmentedSchedule::validate_segmented(const RingParams& p, const CollParams& c,
+                                             bool reduces, bool blocked, std::string* why) {
+  SKIPRING_CHECK(validate_layout(p, reduces, why));
+  SKIPRING_CHECK(blocked ? validate_blocks(p, c, why) : validate_root(p, c, why));
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
   return Status::kOk;
 }
 
+// ---------------------------------------------------------------------------------------
+// Ring reduce-scatter
+
+Status RingReduceScatter::validate(const RingParams& p, const CollParams& c, std::string* why) {
+  return validate_segmented(p, c, /*reduces=*/true, /*blocked=*/true, why);
+}
+
 RingReduceScatter::RingReduceScatter(const RingParams& p, const CollParams& c,
                                      std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
+    : SegmentedSchedule(p, c, scratch) {
   off_ = block_offsets(c_.block_counts, p_.count, n_);
-  seg_elems_ = seg_elems_of(p_);
 }
 
 size_t RingReduceScatter::scratch_bytes() const {
@@ -502,7 +483,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
       const size_t elems = off_[sb + 1] - off_[sb];
       const size_t k = nsegs(elems, seg_elems_);
       for (size_t g = 0; g < k; ++g) {
-        const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+        const size_t e = seg_len(elems, g);
         add_send(succ, kRsPhase, 0, static_cast<uint32_t>(sb), static_cast<uint32_t>(g),
                  fwd[g].data, e, fwd[g].var, {fwd[g].op}, step);
       }
@@ -511,7 +492,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
     const size_t k = nsegs(elems, seg_elems_);
     std::vector<Piece> next;
     for (size_t g = 0; g < k; ++g) {
-      const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+      const size_t e = seg_len(elems, g);
       uint8_t* buf = scratch + slot * elem_;
       slot += e;
       const int rv = new_var();
@@ -532,17 +513,13 @@ Status RingReduceScatter::build(uint8_t* scratch) {
 // Ring allgather
 
 Status RingAllgather::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, false, why));
-  SKIPRING_CHECK(validate_blocks(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/false, /*blocked=*/true, why);
 }
 
 RingAllgather::RingAllgather(const RingParams& p, const CollParams& c,
                              std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
+    : SegmentedSchedule(p, c, scratch) {
   off_ = block_offsets(c_.block_counts, p_.count, n_);
-  seg_elems_ = seg_elems_of(p_);
 }
 
 Status RingAllgather::build(uint8_t* scratch) {
@@ -565,7 +542,7 @@ Status RingAllgather::build(uint8_t* scratch) {
       const size_t k = nsegs(elems, seg_elems_);
       const int var = new_var(single(sb));
       for (size_t g = 0; g < k; ++g) {
-        const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+        const size_t e = seg_len(elems, g);
         // Step 0 sends the own block from sendbuf (no copy to wait for).
         const uint8_t* src = (s == 0 ? in : buf) + (off_[sb] + g * seg_elems_) * elem_;
         add_send(succ, kAgPhase, 0, static_cast<uint32_t>(sb), static_cast<uint32_t>(g), src, e,
@@ -577,7 +554,7 @@ Status RingAllgather::build(uint8_t* scratch) {
     const ContributionSet want = single(rb);
     prev.assign(k, -1);
     for (size_t g = 0; g < k; ++g) {
-      const size_t e = std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+      const size_t e = seg_len(elems, g);
       prev[g] = add_recv(pred, kAgPhase, 0, static_cast<uint32_t>(rb), static_cast<uint32_t>(g),
                          buf + (off_[rb] + g * seg_elems_) * elem_, e, new_var(), &want, {}, step);
     }
@@ -589,17 +566,12 @@ Status RingAllgather::build(uint8_t* scratch) {
 // Chain broadcast
 
 Status ChainBroadcast::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, false, why));
-  SKIPRING_CHECK(validate_root(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/false, /*blocked=*/false, why);
 }
 
 ChainBroadcast::ChainBroadcast(const RingParams& p, const CollParams& c,
                                std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
-  seg_elems_ = seg_elems_of(p_);
-}
+    : SegmentedSchedule(p, c, scratch) {}
 
 Status ChainBroadcast::build(uint8_t* scratch) {
   (void)scratch;
@@ -636,16 +608,11 @@ Status ChainBroadcast::build(uint8_t* scratch) {
 // Chain reduce
 
 Status ChainReduce::validate(const RingParams& p, const CollParams& c, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, true, why));
-  SKIPRING_CHECK(validate_root(p, c, why));
-  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
-  return Status::kOk;
+  return validate_segmented(p, c, /*reduces=*/true, /*blocked=*/false, why);
 }
 
 ChainReduce::ChainReduce(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch)
-    : ScheduleCore(p, scratch), c_(c) {
-  seg_elems_ = seg_elems_of(p_);
-}
+    : SegmentedSchedule(p, c, scratch) {}
 
 size_t ChainReduce::scratch_bytes() const {
   const int root_pos =

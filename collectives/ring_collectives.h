@@ -25,6 +25,7 @@
 // K segments (A - 1 + K)(a + S/K b), i.e. T = t + (A - 1) t / K for t = a + S b (seed 003).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -61,17 +62,12 @@ std::vector<size_t> block_offsets(const std::vector<size_t>& block_counts, size_
 
 // Runs a per-rank schedule of operations (see the file comment). Subclasses size their
 // payload scratch and append operations in build(); everything else is common.
-class ScheduleCore : public CollectiveCore {
+class ScheduleCore : public CoreBase {
  public:
   Status start(double now, ActionList* out) override;
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
   std::string describe() const override;
 
   // Operations in the schedule (after start).
@@ -134,7 +130,6 @@ class ScheduleCore : public CollectiveCore {
     double t_issue = 0;
   };
 
-  Status fail(std::string why);
   int add_op(Op op, const Deps& deps);
   uint8_t* header_of(int id) { return hdrs_.data() + static_cast<size_t>(id) * hdr_bytes_; }
   Status issue(int id, double now, ActionList* out);
@@ -152,10 +147,23 @@ class ScheduleCore : public CollectiveCore {
   std::vector<std::pair<uint64_t, int>> channels_;
   int pending_ = 0;  // ops not finished
   bool started_ = false;
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
-  CollectiveStats stats_;
+};
+
+// The four collectives below: their CollParams and blocks moved in segments of segment_bytes.
+class SegmentedSchedule : public ScheduleCore {
+ protected:
+  SegmentedSchedule(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
+  // The checks in order: the layout (with the op when `reduces`), then the block counts
+  // (`blocked`) or the root, then a segment of at least one element.
+  static Status validate_segmented(const RingParams& p, const CollParams& c, bool reduces,
+                                   bool blocked, std::string* why);
+  // Elements of segment g of a block of `elems` elements.
+  size_t seg_len(size_t elems, size_t g) const {
+    return std::min(seg_elems_, elems - std::min(elems, g * seg_elems_));
+  }
+
+  CollParams c_;
+  size_t seg_elems_;
 };
 
 // Ring reduce-scatter: n - 1 steps; in step s, ring position i sends its partial of block
@@ -165,7 +173,7 @@ class ScheduleCore : public CollectiveCore {
 // ((x[c+1] op x[c+2]) op ...) op x[c], in ring positions. The result is the rank's own block,
 // in CollParams::result or recvbuf + its offset. In place (sendbuf == recvbuf, no result):
 // only the own block of recvbuf is overwritten. Scratch: about (n - 1) / n of the buffer.
-class RingReduceScatter final : public ScheduleCore {
+class RingReduceScatter final : public SegmentedSchedule {
  public:
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
   RingReduceScatter(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
@@ -173,15 +181,13 @@ class RingReduceScatter final : public ScheduleCore {
  private:
   size_t scratch_bytes() const override;
   Status build(uint8_t* scratch) override;
-  CollParams c_;
   std::vector<size_t> off_;
-  size_t seg_elems_;
 };
 
 // Ring allgather: rank r's block is sendbuf + offset(r) (its other blocks are not read); every
 // rank ends with all blocks in recvbuf. n - 1 steps: position i forwards the block of position
 // i - s to i + 1, segment by segment, received straight into recvbuf. No scratch.
-class RingAllgather final : public ScheduleCore {
+class RingAllgather final : public SegmentedSchedule {
  public:
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
   RingAllgather(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
@@ -189,9 +195,7 @@ class RingAllgather final : public ScheduleCore {
  private:
   size_t scratch_bytes() const override { return 0; }
   Status build(uint8_t* scratch) override;
-  CollParams c_;
   std::vector<size_t> off_;
-  size_t seg_elems_;
 };
 
 // Pipelined chain broadcast from the root along the ring (root, root + 1, ..., root - 1 in ring
@@ -199,7 +203,7 @@ class RingAllgather final : public ScheduleCore {
 // A = n - 1 receivers).
 // The root sends from sendbuf (and copies it to recvbuf when they differ); the others receive
 // into recvbuf and forward from it. No scratch.
-class ChainBroadcast final : public ScheduleCore {
+class ChainBroadcast final : public SegmentedSchedule {
  public:
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
   ChainBroadcast(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
@@ -207,8 +211,6 @@ class ChainBroadcast final : public ScheduleCore {
  private:
   size_t scratch_bytes() const override { return 0; }
   Status build(uint8_t* scratch) override;
-  CollParams c_;
-  size_t seg_elems_;
 };
 
 // Pipelined chain reduce to the root along the ring: root + 1 sends its input, each next rank
@@ -216,7 +218,7 @@ class ChainBroadcast final : public ScheduleCore {
 // last into recvbuf: ((x[root+1] op x[root+2]) op ...) op x[root] in ring positions, the
 // order reduce-scatter uses for the root's block. Only the root's recvbuf is written.
 // Scratch: the buffer, on ranks that receive.
-class ChainReduce final : public ScheduleCore {
+class ChainReduce final : public SegmentedSchedule {
  public:
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
   ChainReduce(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
@@ -224,8 +226,6 @@ class ChainReduce final : public ScheduleCore {
  private:
   size_t scratch_bytes() const override;
   Status build(uint8_t* scratch) override;
-  CollParams c_;
-  size_t seg_elems_;
 };
 
 }  // namespace skipring

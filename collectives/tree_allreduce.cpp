@@ -58,7 +58,7 @@ size_t TreeAllreduce::segment_elems(const RingParams& p, const std::vector<size_
 
 TreeAllreduce::TreeAllreduce(const RingParams& p, const MultiTreePlan& plan,
                              std::vector<uint8_t>* scratch)
-    : p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
+    : CoreBase(p.rank, p.seq), p_(p), n_(static_cast<int>(p.ring.size())), scratch_(scratch) {
   elem_ = dtype_size(p_.dtype);
   in_place_ = p_.sendbuf == p_.recvbuf;
   hdr_bytes_ = wire_header_bytes(n_);
@@ -87,12 +87,6 @@ TreeAllreduce::TreeAllreduce(const RingParams& p, const MultiTreePlan& plan,
   }
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * elem_;
-}
-
-Status TreeAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
 }
 
 size_t TreeAllreduce::seg_count(const Tree& t, int g) const {
@@ -128,16 +122,7 @@ Token TreeAllreduce::new_op(OpKind kind, int tree, int seg, int child, double no
 
 void TreeAllreduce::push(Action::Kind kind, Token tok, int peer, int tag, void* hdr, void* payload,
                          size_t bytes, ActionList* out) {
-  Action a;
-  a.kind = kind;
-  a.token = tok;
-  a.peer = peer;
-  a.tag = tag;
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = payload;
-  a.payload_bytes = bytes;
-  out->push_back(a);
+  out->push_back(message_action(kind, tok, peer, tag, hdr, hdr_bytes_, payload, bytes));
   if (kind == Action::Kind::kSend) ++stats_.messages_sent;
 }
 
@@ -145,12 +130,7 @@ Status TreeAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
-      Action a;
-      a.kind = Action::Kind::kCopy;
-      a.dst = p_.recvbuf;
-      a.a = p_.sendbuf;
-      a.payload_bytes = p_.count * elem_;
-      out->push_back(a);
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
     }
     maybe_done(now, out);
     return Status::kOk;
@@ -326,16 +306,23 @@ void TreeAllreduce::retire(int ti, double now, ActionList* out) {
   admit_bcast(ti, now, out);
 }
 
-Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, ActionList* out) {
-  if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live ||
-      (ops_[tok].kind != OpKind::kUpRecv && ops_[tok].kind != OpKind::kDownRecv)) {
-    return fail("completion for an unknown receive");
+bool TreeAllreduce::take_op(Token tok, OpKind a, OpKind b, OpRef* op) {
+  if (tok >= ops_.size() || !ops_[tok].live || (ops_[tok].kind != a && ops_[tok].kind != b)) {
+    return false;
   }
-  const OpRef op = ops_[tok];
+  *op = ops_[tok];
   ops_[tok].live = false;
   free_ops_.push_back(tok);
   --pending_;
+  return true;
+}
+
+Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  OpRef op;
+  if (!take_op(tok, OpKind::kUpRecv, OpKind::kDownRecv, &op)) {
+    return fail("completion for an unknown receive");
+  }
   ++stats_.messages_received;
   Tree& t = trees_[op.tree];
   const int g = op.seg;
@@ -381,14 +368,10 @@ Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, Actio
 
 Status TreeAllreduce::on_send(Token tok, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live ||
-      (ops_[tok].kind != OpKind::kUpSend && ops_[tok].kind != OpKind::kDownSend)) {
+  OpRef op;
+  if (!take_op(tok, OpKind::kUpSend, OpKind::kDownSend, &op)) {
     return fail("completion for an unknown send");
   }
-  const OpRef op = ops_[tok];
-  ops_[tok].live = false;
-  free_ops_.push_back(tok);
-  --pending_;
   Tree& t = trees_[op.tree];
   Seg& s = t.segs[op.seg];
   if (op.kind == OpKind::kUpSend) {
@@ -405,13 +388,10 @@ Status TreeAllreduce::on_send(Token tok, double now, ActionList* out) {
 
 Status TreeAllreduce::on_reduce(Token tok, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (tok >= ops_.size() || !ops_[tok].live || ops_[tok].kind != OpKind::kReduce) {
+  OpRef op;
+  if (!take_op(tok, OpKind::kReduce, OpKind::kReduce, &op)) {
     return fail("completion for an unknown reduction");
   }
-  const OpRef op = ops_[tok];
-  ops_[tok].live = false;
-  free_ops_.push_back(tok);
-  --pending_;
   Tree& t = trees_[op.tree];
   Seg& s = t.segs[op.seg];
   stats_.steps[t.rs_step].reduce_s += now - op.t_posted;
@@ -428,24 +408,13 @@ Status TreeAllreduce::on_reduce(Token tok, double now, ActionList* out) {
   return Status::kOk;
 }
 
-Status TreeAllreduce::on_time(double now, ActionList* out) {
-  (void)now;
-  (void)out;
-  return failed_ ? Status::kErrProtocol : Status::kOk;
-}
-
 void TreeAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0) return;
   for (const Tree& t : trees_) {
     if (p_.count > 0 && n_ > 1 && (t.rlow < t.nseg || t.blow < t.nseg)) return;
   }
-  done_ = true;
-  stats_.end = now;
   for (StepRecord& r : stats_.steps) r.t_end = now;
-  stats_.summarise();
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 std::string TreeAllreduce::describe() const {

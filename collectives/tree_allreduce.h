@@ -50,7 +50,7 @@ namespace skipring {
 constexpr uint8_t kTreePhaseReduce = 11;
 constexpr uint8_t kTreePhaseBcast = 12;
 
-class TreeAllreduce final : public CollectiveCore {
+class TreeAllreduce final : public CoreBase {
  public:
   // validate_common, plus: the plan is valid for n = ring.size() ranks (validate_plan), at
   // most 64 trees, depth >= 1, tag_span >= 1024.
@@ -70,12 +70,6 @@ class TreeAllreduce final : public CollectiveCore {
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  Status on_time(double now, ActionList* out) override;
-  double next_deadline() const override { return std::numeric_limits<double>::infinity(); }
-
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
   std::string describe() const override;
 
  private:
@@ -122,7 +116,6 @@ class TreeAllreduce final : public CollectiveCore {
     int bc_step = -1;
   };
 
-  Status fail(std::string why);
   size_t seg_count(const Tree& t, int g) const;
   size_t seg_offset(const Tree& t, int g) const { return t.offset + g * seg_elems_; }
   uint8_t* recv_at(const Tree& t, int g) const;
@@ -140,6 +133,9 @@ class TreeAllreduce final : public CollectiveCore {
   void post_down_sends(int ti, int g, double now, ActionList* out);
   Status try_reduce(int ti, int g, double now, ActionList* out);
   void retire(int ti, double now, ActionList* out);
+  // Takes the live operation `tok` of kind a or b into *op and frees its slot (one less
+  // pending); false when there is none.
+  bool take_op(Token tok, OpKind a, OpKind b, OpRef* op);
   void maybe_done(double now, ActionList* out);
 
   RingParams p_;
@@ -156,10 +152,6 @@ class TreeAllreduce final : public CollectiveCore {
   std::vector<Token> free_ops_;
   ContributionSet full_set_;
   int pending_ = 0;
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
-  CollectiveStats stats_;
 };
 
 }  // namespace skipring

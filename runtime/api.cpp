@@ -275,6 +275,19 @@ int root_error(int root, MPI_Comm comm) {
   return root < 0 || root >= size ? MPI_ERR_ROOT : MPI_SUCCESS;
 }
 
+// The native path's common tail: the communicator's state (created on first use), then `call`
+// (Status (Communicator*)) unless the communicator is broken, then the stats.
+template <typename F>
+int run_native(MPI_Comm comm, F&& call) {
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  if (c->broken()) return MPI_ERR_OTHER;
+  Status st = call(c);
+  if (!ok(st)) return to_mpi_error(st);
+  account(c);
+  return MPI_SUCCESS;
+}
+
 int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -289,13 +302,7 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
-  if (c->broken()) return MPI_ERR_OTHER;
-  Status st = c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop);
-  if (!ok(st)) return to_mpi_error(st);
-  account(c);
-  return MPI_SUCCESS;
+  return run_native(comm, [&](Communicator* c) { return c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop); });
 }
 
 int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -311,13 +318,7 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
-  if (c->broken()) return MPI_ERR_OTHER;
-  Status st = c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt);
-  if (!ok(st)) return to_mpi_error(st);
-  account(c);
-  return MPI_SUCCESS;
+  return run_native(comm, [&](Communicator* c) { return c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt); });
 }
 
 int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
@@ -331,13 +332,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
-  if (c->broken()) return MPI_ERR_OTHER;
-  Status st = c->bcast(buffer, static_cast<size_t>(count), dt, root);
-  if (!ok(st)) return to_mpi_error(st);
-  account(c);
-  return MPI_SUCCESS;
+  return run_native(comm, [&](Communicator* c) { return c->bcast(buffer, static_cast<size_t>(count), dt, root); });
 }
 
 int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -361,13 +356,20 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
     return MPI_ERR_BUFFER;
   }
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
-  if (c->broken()) return MPI_ERR_OTHER;
-  Status st = c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root);
-  if (!ok(st)) return to_mpi_error(st);
-  account(c);
-  return MPI_SUCCESS;
+  return run_native(comm, [&](Communicator* c) { return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root); });
+}
+
+// Runs an entry point's body: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception
+// MPI_ERR_OTHER.
+template <typename F>
+int guarded(F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return MPI_ERR_NO_MEM;
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
 }
 
 }  // namespace
@@ -400,56 +402,26 @@ int skipring_init(void) {
 
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                        MPI_Op op, MPI_Comm comm) {
-  try {
-    return allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([&] { return allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
 }
 
 int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  try {
-    return reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([&] { return reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); });
 }
 
 int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                        int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  try {
-    return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([&] { return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); });
 }
 
 int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  try {
-    return bcast(buffer, count, datatype, root, comm);
-  } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([&] { return bcast(buffer, count, datatype, root, comm); });
 }
 
 int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                     MPI_Op op, int root, MPI_Comm comm) {
-  try {
-    return reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([&] { return reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
 }
 
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {

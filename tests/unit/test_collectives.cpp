@@ -15,6 +15,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_collectives.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -22,6 +23,8 @@ namespace skipring {
 namespace {
 
 using testdata::Buffers;
+using testutil::ring_of;
+using testutil::SizeCase;
 
 enum class Coll { kReduceScatter, kAllgather, kBcast, kReduce };
 const char* coll_name(Coll c) {
@@ -43,15 +46,6 @@ struct Case {
   Coll coll = Coll::kReduceScatter;
   CollParams cp;  // root, block_counts
 };
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
-}
 
 // ((x[c+1] op x[c+2]) op ...) op x[c] over elements [b, e), in ring positions.
 std::vector<uint8_t> chain(ROp op, DType t, const std::vector<int>& ring, int c,
@@ -86,9 +80,8 @@ void run_case(Case cs) {
     return nullptr;
   };
   const Buffers in = testdata::make_inputs(o, o.seed * 17 + 3, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const std::vector<int> ring = ring_of(o);
   const size_t es = dtype_size(o.dtype);
   const std::vector<size_t> off = block_offsets(cp.block_counts, o.count, o.n);
@@ -134,11 +127,6 @@ void run_case(Case cs) {
 
 const Coll kAll[] = {Coll::kReduceScatter, Coll::kAllgather, Coll::kBcast, Coll::kReduce};
 
-struct SizeCase {
-  int n;
-  size_t count;
-};
-
 class CollectiveSizes : public ::testing::TestWithParam<SizeCase> {};
 
 TEST_P(CollectiveSizes, ExactRandomOrders) {
@@ -163,50 +151,31 @@ TEST_P(CollectiveSizes, ExactRandomOrders) {
   }
 }
 
-std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllRanks, CollectiveSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllRanks, CollectiveSizes, ::testing::ValuesIn(testutil::size_cases()),
+                         testutil::size_case_name);
 
 TEST(CollectiveOpsTypes, ReduceScatterAndReduceEveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
-        for (int n : {3, 5}) {
-          Case cs;
-          cs.coll = coll;
-          cs.o.n = n;
-          cs.o.count = 41;
-          cs.o.dtype = dt;
-          cs.o.op = rop;
-          cs.o.seed = 3000 + t * 97 + op * 13 + n;
-          cs.o.in_place = n == 5;
-          cs.cp.root = n - 2;
-          SCOPED_TRACE(std::string(coll_name(coll)) + " " + dtype_name(dt) + " " + rop_name(rop) +
-                       " n=" + std::to_string(n));
-          run_case(cs);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (Coll coll : {Coll::kReduceScatter, Coll::kReduce}) {
+      for (int n : {3, 5}) {
+        Case cs;
+        cs.coll = coll;
+        cs.o.n = n;
+        cs.o.count = 41;
+        cs.o.dtype = dt;
+        cs.o.op = rop;
+        cs.o.seed = 3000 + t * 97 + op * 13 + n;
+        cs.o.in_place = n == 5;
+        cs.cp.root = n - 2;
+        SCOPED_TRACE(std::string(coll_name(coll)) + " " + dtype_name(dt) + " " + rop_name(rop) +
+                     " n=" + std::to_string(n));
+        run_case(cs);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 
@@ -231,36 +200,18 @@ TEST(CollectiveOpsTypes, AllgatherAndBcastEveryType) {
 }
 
 TEST(CollectiveRandom, ManySchedules) {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(99);
   for (int i = 0; i < 200; ++i) {
     Case cs;
     cs.coll = kAll[rng() % 4];
     harness::Options& o = cs.o;
-    o.n = 1 + static_cast<int>(rng() % 16);
-    o.count = rng() % 4 == 0 ? rng() % 20 : rng() % 2000;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 3);
+    testutil::random_basics(&o, pairs, rng, 20, 2000, 3);
     o.segment_bytes = size_t{16} << (rng() % 6);
     o.seed = rng();
     o.links = rng() % 4 == 0;
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     cs.cp.root = static_cast<int>(rng() % o.n);
     if (rng() % 3 == 0 && (cs.coll == Coll::kReduceScatter || cs.coll == Coll::kAllgather)) {
       // Uneven blocks, some empty.
@@ -376,43 +327,12 @@ TEST(CollectiveExactness, NanPayloadsFollowTheChainOrder) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
-void write_hdr(void* dst, uint8_t phase, uint32_t chunk, uint32_t seg,
-               const std::vector<int>& ranks) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.phase = phase;
-  h.set_words = 1;
-  h.chunk = chunk;
-  h.segment = seg;
-  std::memcpy(dst, &h, sizeof(h));
-  uint64_t set = 0;
-  for (int r : ranks) set |= uint64_t{1} << r;
-  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
-}
+using testutil::find_action;
+using testutil::write_hdr;
 
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
-
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<ScheduleCore> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<ScheduleCore> {
   Driven(Coll coll, int rank, int n, size_t count, int root = 0) {
-    p.rank = rank;
-    p.ring.resize(n);
-    std::iota(p.ring.begin(), p.ring.end(), 0);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, testutil::identity_ring(n), count);
     CollParams c;
     c.root = root;
     switch (coll) {
@@ -429,7 +349,7 @@ struct Driven {
         core.reset(new ChainReduce(p, c, &scratch));
         break;
     }
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 
@@ -437,10 +357,8 @@ TEST(CollectiveProtocol, ReduceScatterOverlapIsAnError) {
   Driven d(Coll::kReduceScatter, 1, 4, 8);  // step 0: block 3's piece from rank 0
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kRsPhase, 3, 0, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  write_hdr(recv->header, kRsPhase, 3, {0, 1});
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr);
 }
 
@@ -448,7 +366,7 @@ TEST(CollectiveProtocol, ReduceScatterWrongChunkIsAnError) {
   Driven d(Coll::kReduceScatter, 1, 4, 8);
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kRsPhase, 2, 0, {0});
+  write_hdr(recv->header, kRsPhase, 2, {0});
   ActionList more;
   EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
 }
@@ -493,7 +411,7 @@ TEST(CollectiveProtocol, ReduceOperandOrder) {
     Driven d(Coll::kReduceScatter, 1, 4, 8);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kRsPhase, 3, 0, {0});
+    write_hdr(recv->header, kRsPhase, 3, {0});
     ActionList more;
     ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
     const Action* red = find_action(more, Action::Kind::kReduce);
@@ -505,7 +423,7 @@ TEST(CollectiveProtocol, ReduceOperandOrder) {
     Driven d(Coll::kReduce, 0, 3, 4, /*root=*/0);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kReducePhase, 0, 0, {1, 2});
+    write_hdr(recv->header, kReducePhase, 0, {1, 2});
     ActionList more;
     ASSERT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kOk);
     const Action* red = find_action(more, Action::Kind::kReduce);
@@ -524,10 +442,8 @@ TEST(CollectiveProtocol, ReduceIncompleteAtTheRootIsAnError) {
   Driven d(Coll::kReduce, 0, 3, 4, /*root=*/0);
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 2);
   ASSERT_NE(recv, nullptr);
-  write_hdr(recv->header, kReducePhase, 0, 0, {1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+  write_hdr(recv->header, kReducePhase, 0, {1});
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "incomplete");
 }
 
 TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
@@ -535,16 +451,14 @@ TEST(CollectiveProtocol, AllgatherAndBcastCheckTheSource) {
     Driven d(Coll::kAllgather, 1, 4, 8);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kAgPhase, 0, 0, {0, 3});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    write_hdr(recv->header, kAgPhase, 0, {0, 3});
+    ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "expected");
   }
   {
     Driven d(Coll::kBcast, 2, 4, 8, /*root=*/1);
     const Action* recv = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(recv, nullptr);
-    write_hdr(recv->header, kBcastPhase, 0, 0, {2});
+    write_hdr(recv->header, kBcastPhase, 0, {2});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }

@@ -17,6 +17,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -24,20 +25,12 @@ namespace skipring {
 namespace {
 
 using testdata::Buffers;
+using testutil::ring_of;
 
 void use_hier(harness::Options* o, const std::vector<int>& host_of) {
   o->make_core = [host_of](const RingParams& p, std::vector<uint8_t>* scratch) {
     return std::unique_ptr<CollectiveCore>(new HierAllreduce(p, host_of, scratch));
   };
-}
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
 }
 
 // Host maps: contiguous (ranks split in H runs), round-robin, random (dense ids).
@@ -115,16 +108,10 @@ void run_and_check(harness::Options o, const std::vector<int>& host_of,
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
   harness::Result local;
   harness::Result& res = out ? *out : local;
-  res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   for (int c = 0; c < o.collectives; ++c) {
-    std::vector<uint8_t> seq = in[c][0];
-    for (int r = 1; r < o.n; ++r) {
-      EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in[c][r].data(), o.count),
-                Status::kOk);
-    }
+    const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
     const bool exact_any_order = !testdata::is_float(o.dtype) && o.op != ROp::kProd;
     const std::vector<uint8_t> ref =
         o.skip && exact_any_order ? seq : hier_reference(o, host_of, in[c]);
@@ -249,47 +236,35 @@ TEST(HierShapes, UnequalHostsBlockCountIsSmallestHost) {
 }
 
 TEST(HierOpsTypes, EveryValidPair) {
-  int pairs = 0;
   const std::vector<std::vector<int>> maps = {
       {0, 0, 1, 1, 2, 2}, {0, 1, 1, 0, 2, 1, 2}, {0, 1, 2, 3, 4}, {0, 0, 0, 0}};
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (size_t mi = 0; mi < maps.size(); ++mi) {
-        for (bool in_place : {false, true}) {
-          harness::Options o;
-          o.n = static_cast<int>(maps[mi].size());
-          o.count = 37;
-          o.dtype = dt;
-          o.op = rop;
-          o.segment_bytes = 16;
-          o.seed = 1000 + t * 97 + op * 13 + mi + (in_place ? 5000 : 0);
-          o.in_place = in_place;
-          o.collectives = 2;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " hosts " +
-                       map_name(maps[mi]) + (in_place ? " in place" : ""));
-          run_and_check(o, maps[mi]);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (size_t mi = 0; mi < maps.size(); ++mi) {
+      for (bool in_place : {false, true}) {
+        harness::Options o;
+        o.n = static_cast<int>(maps[mi].size());
+        o.count = 37;
+        o.dtype = dt;
+        o.op = rop;
+        o.segment_bytes = 16;
+        o.seed = 1000 + t * 97 + op * 13 + mi + (in_place ? 5000 : 0);
+        o.in_place = in_place;
+        o.collectives = 2;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " hosts " +
+                     map_name(maps[mi]) + (in_place ? " in place" : ""));
+        run_and_check(o, maps[mi]);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 
 TEST(HierRandom, ManySchedules) {
   // Random n, host map, count, op x type, ring order, latencies, eager mix, start skew.
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(5151);
   for (int i = 0; i < 200; ++i) {
     harness::Options o;
@@ -297,22 +272,16 @@ TEST(HierRandom, ManySchedules) {
     const int hosts = 1 + static_cast<int>(rng() % o.n);
     const std::vector<int> host_of = host_map(o.n, hosts, static_cast<Shape>(rng() % 3), rng);
     o.count = rng() % 4 == 0 ? rng() % 5 : rng() % 1500;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
+    testutil::random_pair(&o, pairs, rng);
     o.segment_bytes = std::max<size_t>(16 << (rng() % 7), dtype_size(o.dtype));
     o.depth = 1 + static_cast<int>(rng() % 4);
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
+    testutil::random_delivery(&o, rng);
     o.links = rng() % 2;
     o.in_place = rng() & 1;
     o.collectives = 1 + static_cast<int>(rng() % 4);
     o.seed = rng();
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " hosts " +
                  map_name(host_of) + " count=" + std::to_string(o.count) + " " +
                  dtype_name(o.dtype) + " " + rop_name(o.op));
@@ -548,19 +517,8 @@ TEST(HierStats, StepRecordsAndMessageCounts) {
 
 // ---------------------------------------------------------------------------------------
 // Driving one core by hand.
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1, int tag = -1) {
-  for (const Action& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer) && (tag < 0 || a.tag == tag)) return &a;
-  }
-  return nullptr;
-}
-
-void write_hdr(void* hdr, int n, uint8_t phase, uint32_t chunk, uint32_t seg,
-               const std::vector<int>& members, uint32_t seq = 0) {
-  ContributionSet s(n);
-  for (int m : members) s.add(m);
-  encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, chunk, seg}, s);
-}
+using testutil::find_action;
+using testutil::forge_header;
 
 struct Driven {
   std::vector<int32_t> in, outbuf;
@@ -586,10 +544,8 @@ TEST(HierProtocol, OverlappingContributionSetIsAnError) {
   Driven d(0, {0, 0, 0}, 6);
   const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
   ASSERT_NE(from1, nullptr);
-  write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {0, 1});  // claims rank 0's input too
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
+  forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {0, 1});  // claims rank 0's input too
+  ActionList more = testutil::expect_recv_error(*d.core, *from1, 1.0, "overlapping");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -601,11 +557,11 @@ TEST(HierProtocol, EarlyLaterPieceCheckedInFoldOrder) {
   const Action* from2 = find_action(d.acts, Action::Kind::kRecv, 2);
   ASSERT_NE(from1, nullptr);
   ASSERT_NE(from2, nullptr);
-  write_hdr(from2->header, 3, kHierPhaseLocalRs, 0, 0, {1, 2});
+  forge_header(from2->header, 3, kHierPhaseLocalRs, 0, 0, {1, 2});
   ActionList more;
   ASSERT_EQ(d.core->on_recv(from2->token, from2->payload_bytes, 1.0, &more), Status::kOk);
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "rank 1's piece comes first";
-  write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1});
+  forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1});
   more.clear();
   ASSERT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 2.0, &more), Status::kOk);
   const Action* red = find_action(more, Action::Kind::kReduce);
@@ -624,11 +580,8 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1, -1);
     ASSERT_NE(from1, nullptr);
     ASSERT_EQ(from1->tag, (1 << 28) / 2);
-    write_hdr(from1->header, 4, kHierPhaseLocalRs, 0, 0, {2});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
-              Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    forge_header(from1->header, 4, kHierPhaseLocalRs, 0, 0, {2});
+    ActionList more = testutil::expect_recv_error(*d.core, *from1, 1.0, "expected");
   }
   {
     // Allgather of block 1 from rank 1 must carry every rank.
@@ -638,15 +591,13 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
       if (a.kind == Action::Kind::kRecv && a.peer == 1 && a.tag != (1 << 28) / 2) ag = &a;
     }
     ASSERT_NE(ag, nullptr);
-    write_hdr(ag->header, 4, kHierPhaseLocalAg, 1, 0, {0, 1, 2});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(ag->token, ag->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+    forge_header(ag->header, 4, kHierPhaseLocalAg, 1, 0, {0, 1, 2});
+    ActionList more = testutil::expect_recv_error(*d.core, *ag, 1.0, "incomplete");
   }
   {
     Driven d(0, {0, 0, 0}, 6);
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    write_hdr(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1}, /*seq=*/7);
+    forge_header(from1->header, 3, kHierPhaseLocalRs, 0, 0, {1}, /*seq=*/7);
     ActionList more;
     EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
               Status::kErrProtocol);
@@ -654,7 +605,7 @@ TEST(HierProtocol, ForeignOrIncompleteSetsAndStaleHeadersAreErrors) {
   {
     Driven d(0, {0, 0, 0}, 6);
     const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    write_hdr(from1->header, 3, /*ring*/ 0, 0, 0, {1});
+    forge_header(from1->header, 3, /*ring*/ 0, 0, 0, {1});
     ActionList more;
     EXPECT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &more),
               Status::kErrProtocol);
@@ -690,7 +641,7 @@ TEST(HierProtocol, RingTokensAndTagsKeptApart) {
   const Action* from3 = find_action(d.acts, Action::Kind::kRecv, 3);
   ASSERT_NE(from3, nullptr);
   EXPECT_GE(from3->token >> 29, 5u);
-  write_hdr(from3->header, 4, kHierPhaseLocalRs, 0, 0, {3});
+  forge_header(from3->header, 4, kHierPhaseLocalRs, 0, 0, {3});
   ActionList more;
   ASSERT_EQ(d.core->on_recv(from3->token, from3->payload_bytes, 1.0, &more), Status::kOk);
   const Action* red = find_action(more, Action::Kind::kReduce);
@@ -719,7 +670,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const int ag_tag = (1 << 28) / 2 + (1 << 28) / 4;
   const Action* from1 = find_action(d.acts, Action::Kind::kRecv, 1, (1 << 28) / 2);
   ASSERT_NE(from1, nullptr);
-  write_hdr(from1->header, 4, kHierPhaseLocalRs, 0, 0, {1});
+  forge_header(from1->header, 4, kHierPhaseLocalRs, 0, 0, {1});
   ActionList a1;
   ASSERT_EQ(d.core->on_recv(from1->token, from1->payload_bytes, 1.0, &a1), Status::kOk);
   const Action* fold = find_action(a1, Action::Kind::kReduce);
@@ -736,7 +687,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const Action* ag_recv = find_action(after_send, Action::Kind::kRecv, 2, 5);
   if (ag_recv == nullptr) ag_recv = find_action(ring, Action::Kind::kRecv, 2, 5);
   ASSERT_NE(ag_recv, nullptr);
-  write_hdr(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
+  forge_header(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
   ActionList a2;
   ASSERT_EQ(d.core->on_recv(rs_recv->token, rs_recv->payload_bytes, 4.0, &a2), Status::kOk)
       << d.core->error();
@@ -747,7 +698,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   const Action* ring_ag_send = find_action(a3, Action::Kind::kSend, 2, 1);
   ASSERT_NE(ring_ag_send, nullptr);
   EXPECT_EQ(find_action(a3, Action::Kind::kSend, 1), nullptr) << "half of block 0 is final";
-  write_hdr(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
+  forge_header(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
   ActionList a4;
   ASSERT_EQ(d.core->on_recv(ag_recv->token, ag_recv->payload_bytes, 6.0, &a4), Status::kOk);
   const Action* local_ag = find_action(a4, Action::Kind::kSend, 1, ag_tag);

@@ -17,6 +17,7 @@
 #include "collectives/reduce_kernels.h"
 #include "collectives/tree_allreduce.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 #include "topology/multitree.h"
@@ -367,9 +368,8 @@ void run_tree(harness::Options o, const MultiTreePlan& plan) {
     ASSERT_EQ(TreeAllreduce::validate(p, plan, &why), Status::kOk) << why;
   }
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   // Messages per rank: per tree and segment, one per child each way plus one each way to the
   // parent.
@@ -401,17 +401,7 @@ void run_tree(harness::Options o, const MultiTreePlan& plan) {
   }
 }
 
-std::vector<std::pair<DType, ROp>> valid_pairs() {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
-  return pairs;
-}
+using testutil::valid_pairs;
 
 TEST(MultiTreeAllreduce, EveryOpAndType) {
   std::mt19937_64 rng(11);
@@ -446,19 +436,15 @@ TEST(MultiTreeAllreduce, RandomSchedules) {
     harness::Options o;
     o.n = 2 + static_cast<int>(rng() % 15);
     o.count = rng() % 5 == 0 ? rng() % 6 : rng() % 700;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
+    testutil::random_pair(&o, pairs, rng);
     o.segment_bytes = dtype_size(o.dtype) * (1 + rng() % 64);
     o.depth = 1 + static_cast<int>(rng() % 4);
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
+    testutil::random_delivery(&o, rng);
     o.in_place = rng() & 1;
     o.collectives = 1 + static_cast<int>(rng() % 3);
     o.seed = rng();
     o.links = rng() % 4 == 0;
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_start_times(&o, rng);
     MultiTreePlan plan;
     if (rng() % 2) {
       plan = random_plan(o.n, 1 + static_cast<int>(rng() % 4), rng);
@@ -557,38 +543,15 @@ TEST(MultiTreeAllreduce, InterleavedWithTheRing) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven: forged headers are protocol errors.
 
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
+using testutil::find_action;
+using testutil::forge_header;
 
-void forge(void* hdr, uint8_t phase, uint32_t tree, uint32_t seg, const std::vector<int>& ranks,
-           int n, uint32_t seq = 0) {
-  ContributionSet s(n);
-  for (int r : ranks) s.add(r);
-  encode_wire_header(static_cast<uint8_t*>(hdr), WireExpect{seq, phase, tree, seg}, s);
-}
-
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<TreeAllreduce> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<TreeAllreduce> {
   // Star rooted at 0 over 4 ranks, one segment.
   Driven(int rank, const MultiTreePlan& plan) {
-    p.rank = rank;
-    p.ring = {0, 1, 2, 3};
-    p.count = 4;
-    p.dtype = DType::kInt32;
-    in.assign(4, rank + 1);
-    outbuf.assign(4, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, {0, 1, 2, 3}, 4);
     core = std::make_unique<TreeAllreduce>(p, plan, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 
@@ -608,10 +571,8 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(r1, nullptr);
-    forge(r1->header, kTreePhaseReduce, 0, 0, {0, 1}, 4);  // claims the root's input
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlapping"), std::string::npos) << d.core->error();
+    forge_header(r1->header, 4, kTreePhaseReduce, 0, 0, {0, 1});  // claims the root's input
+    ActionList more = testutil::expect_recv_error(*d.core, *r1, 1.0, "overlapping");
   }
   {
     Driven d(0, star_plan());
@@ -620,7 +581,7 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     for (int c : {1, 2, 3}) {
       const Action* r = find_action(d.acts, Action::Kind::kRecv, c);
       ASSERT_NE(r, nullptr);
-      forge(r->header, kTreePhaseReduce, 0, 0, {c == 3 ? 2 : c}, 4);
+      forge_header(r->header, 4, kTreePhaseReduce, 0, 0, {c == 3 ? 2 : c});
       const Status st = d.core->on_recv(r->token, r->payload_bytes, 1.0, &more);
       if (c < 3) {
         ASSERT_EQ(st, Status::kOk) << d.core->error();
@@ -647,21 +608,21 @@ TEST(MultiTreeProtocol, OverlapIncompleteAndStaleAreErrors) {
     ASSERT_EQ(d.core->on_send(send->token, 1.0, &more), Status::kOk);
     const Action* down = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(down, nullptr) << "not in place: the broadcast receive is posted at once";
-    forge(down->header, kTreePhaseBcast, 0, 0, {0, 1, 2}, 4);  // rank 3 missing
+    forge_header(down->header, 4, kTreePhaseBcast, 0, 0, {0, 1, 2});  // rank 3 missing
     EXPECT_EQ(d.core->on_recv(down->token, down->payload_bytes, 2.0, &more), Status::kErrProtocol);
     EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
   }
   {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    forge(r1->header, kTreePhaseReduce, 0, 0, {1}, 4, /*seq=*/3);
+    forge_header(r1->header, 4, kTreePhaseReduce, 0, 0, {1}, /*seq=*/3);
     ActionList more;
     EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }
   {
     Driven d(0, star_plan());
     const Action* r1 = find_action(d.acts, Action::Kind::kRecv, 1);
-    forge(r1->header, kTreePhaseBcast, 0, 0, {1}, 4);  // wrong phase
+    forge_header(r1->header, 4, kTreePhaseBcast, 0, 0, {1});  // wrong phase
     ActionList more;
     EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 1.0, &more), Status::kErrProtocol);
   }
@@ -673,7 +634,7 @@ TEST(MultiTreeProtocol, CanonicalChildOrderAndValidation) {
   for (int c : {3, 2, 1}) {
     const Action* r = find_action(d.acts, Action::Kind::kRecv, c);
     ASSERT_NE(r, nullptr);
-    forge(r->header, kTreePhaseReduce, 0, 0, {c}, 4);
+    forge_header(r->header, 4, kTreePhaseReduce, 0, 0, {c});
     recvs.push_back(r);
   }
   // Children arrive 3, 2, 1: nothing is reduced before child 1's partial.
@@ -712,7 +673,7 @@ TEST(MultiTreeProtocol, BroadcastReceiveWaitsForThePartialsSend) {
     const Action* r2 = find_action(d.acts, Action::Kind::kRecv, 2);
     ASSERT_NE(r2, nullptr);
     EXPECT_EQ(find_action(d.acts, Action::Kind::kRecv, 0), nullptr);
-    forge(r2->header, kTreePhaseReduce, 0, 0, {2}, 4);
+    forge_header(r2->header, 4, kTreePhaseReduce, 0, 0, {2});
     ActionList a1, a2, a3;
     ASSERT_EQ(d.core->on_recv(r2->token, 16, 1.0, &a1), Status::kOk);
     const Action* red = find_action(a1, Action::Kind::kReduce);
@@ -726,7 +687,7 @@ TEST(MultiTreeProtocol, BroadcastReceiveWaitsForThePartialsSend) {
     const Action* down = find_action(a3, Action::Kind::kRecv, 0);
     ASSERT_NE(down, nullptr);
     EXPECT_EQ(down->payload, d.p.recvbuf);
-    forge(down->header, kTreePhaseBcast, 0, 0, {0, 1, 2, 3}, 4);
+    forge_header(down->header, 4, kTreePhaseBcast, 0, 0, {0, 1, 2, 3});
     ActionList a4, a5;
     ASSERT_EQ(d.core->on_recv(down->token, 16, 4.0, &a4), Status::kOk);
     const Action* fwd = find_action(a4, Action::Kind::kSend, 2);

@@ -17,6 +17,7 @@
 #include "collectives/recursive_doubling.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/wire_header.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -26,18 +27,11 @@ namespace {
 using testdata::Buffers;
 using testdata::is_float;
 using testdata::value_at;
+using testutil::ring_of;
+using testutil::SizeCase;
 
 std::unique_ptr<CollectiveCore> make_rab(const RingParams& p, std::vector<uint8_t>* scratch) {
   return std::make_unique<RabenseifnerAllreduce>(p, scratch);
-}
-
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
 }
 
 // The algorithm's reduction order, sequentially: fold-in (a = the extra), then per halving
@@ -102,9 +96,8 @@ uint32_t expected_messages(int n, size_t count, int pos) {
 void run_and_check(harness::Options o) {
   o.make_core = make_rab;
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
-  const harness::Result res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  harness::Result res;
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   const std::vector<int> ring = ring_of(o);
   for (int c = 0; c < o.collectives; ++c) {
@@ -116,11 +109,7 @@ void run_and_check(harness::Options o) {
     }
     const bool order_sensitive = is_float(o.dtype) && (o.op == ROp::kSum || o.op == ROp::kProd);
     if (!order_sensitive && o.n > 0) {
-      std::vector<uint8_t> seq = in[c][0];
-      for (int r = 1; r < o.n; ++r) {
-        EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in[c][r].data(), o.count),
-                  Status::kOk);
-      }
+      const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
       EXPECT_TRUE(res.outputs[c][0] == seq) << "differs from the rank-order reduction";
     }
     uint64_t sent = 0, received = 0;
@@ -135,11 +124,6 @@ void run_and_check(harness::Options o) {
     EXPECT_EQ(sent, received);
   }
 }
-
-struct SizeCase {
-  int n;
-  size_t count;
-};
 
 class RabenseifnerSizes : public ::testing::TestWithParam<SizeCase> {};
 
@@ -161,80 +145,42 @@ TEST_P(RabenseifnerSizes, ExactRandomOrders) {
   }
 }
 
-std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {
-        0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 2 * size_t(n) + 3, 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllRanks, RabenseifnerSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllRanks, RabenseifnerSizes,
+                         ::testing::ValuesIn(testutil::size_cases(/*two_n_plus_3=*/true)),
+                         testutil::size_case_name);
 
 TEST(RabenseifnerOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {3, 6, 8}) {
-        harness::Options o;
-        o.n = n;
-        o.count = 37;
-        o.dtype = dt;
-        o.op = rop;
-        o.seed = 2000 + t * 97 + op * 13 + n;
-        o.in_place = n == 6;
-        o.collectives = 2;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n));
-        run_and_check(o);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-      ++pairs;
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {3, 6, 8}) {
+      harness::Options o;
+      o.n = n;
+      o.count = 37;
+      o.dtype = dt;
+      o.op = rop;
+      o.seed = 2000 + t * 97 + op * 13 + n;
+      o.in_place = n == 6;
+      o.collectives = 2;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n));
+      run_and_check(o);
+      if (::testing::Test::HasFatalFailure()) return false;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);
 }
 
 TEST(RabenseifnerRandom, ManySchedules) {
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(777);
   for (int i = 0; i < 150; ++i) {
     harness::Options o;
-    o.n = 1 + static_cast<int>(rng() % 16);
-    o.count = rng() % 4 == 0 ? rng() % 20 : rng() % 3000;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 3);
+    testutil::random_basics(&o, pairs, rng, 20, 3000, 3);
     o.seed = rng();
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
     o.links = rng() % 4 == 0;
-    SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " count=" +
-                 std::to_string(o.count) + " " + dtype_name(o.dtype) + " " + rop_name(o.op));
+    SCOPED_TRACE(testutil::schedule_trace(i, o));
     run_and_check(o);
     if (::testing::Test::HasFailure()) break;
   }
@@ -328,42 +274,14 @@ TEST(RabenseifnerCost, MovesLessDataThanRecursiveDoubling) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
-void write_hdr(void* dst, uint8_t phase, uint32_t round, const std::vector<int>& ranks) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.phase = phase;
-  h.set_words = 1;
-  h.chunk = round;
-  std::memcpy(dst, &h, sizeof(h));
-  uint64_t set = 0;
-  for (int r : ranks) set |= uint64_t{1} << r;
-  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
-}
+using testutil::find_action;
+using testutil::write_hdr;
 
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
-
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<RabenseifnerAllreduce> core;
-  ActionList acts;
+struct Driven : testutil::DrivenCore<RabenseifnerAllreduce> {
   Driven(int rank, std::vector<int> ring, size_t count) {
-    p.rank = rank;
-    p.ring = std::move(ring);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in.data();
-    p.recvbuf = outbuf.data();
+    setup(rank, std::move(ring), count);
     core = std::make_unique<RabenseifnerAllreduce>(p, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 
@@ -373,9 +291,7 @@ TEST(RabenseifnerProtocol, OverlappingContributionSetIsAnError) {
   ASSERT_NE(recv, nullptr);
   EXPECT_EQ(recv->payload_bytes, 4 * sizeof(int32_t)) << "round 0 exchanges half the buffer";
   write_hdr(recv->header, kRabPhaseRs, 0, {0, 1});  // claims to include us already
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -395,9 +311,7 @@ TEST(RabenseifnerProtocol, LaterRoundOverlapAndIncompleteAllgatherAreErrors) {
     ActionList a1;
     ASSERT_EQ(d.core->on_reduce(red->token, 2.0, &a1), Status::kOk);
     write_hdr(r1->header, kRabPhaseRs, 1, {1, 2});  // rank 1 summed twice
-    ActionList a2;
-    EXPECT_EQ(d.core->on_recv(r1->token, r1->payload_bytes, 3.0, &a2), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+    ActionList a2 = testutil::expect_recv_error(*d.core, *r1, 3.0, "overlaps");
   }
   {
     // n = 2: one round each way; the allgather piece must carry the full set.
@@ -420,9 +334,7 @@ TEST(RabenseifnerProtocol, LaterRoundOverlapAndIncompleteAllgatherAreErrors) {
     const Action* ag = find_action(a2, Action::Kind::kRecv, 0);
     ASSERT_NE(ag, nullptr) << "the allgather receive waits for the send of that region";
     write_hdr(ag->header, kRabPhaseAg, 0, {0});
-    ActionList a3;
-    EXPECT_EQ(d.core->on_recv(ag->token, ag->payload_bytes, 4.0, &a3), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("expected"), std::string::npos) << d.core->error();
+    ActionList a3 = testutil::expect_recv_error(*d.core, *ag, 4.0, "expected");
   }
 }
 
@@ -432,9 +344,7 @@ TEST(RabenseifnerProtocol, FoldInOverlapIsAnError) {
   const Action* fold = find_action(d.acts, Action::Kind::kRecv, 0);
   ASSERT_NE(fold, nullptr);
   write_hdr(fold->header, kRabPhaseRs, 1, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(fold->token, fold->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *fold, 1.0, "overlaps");
 }
 
 TEST(RabenseifnerProtocol, ExtraReceivesTheFullResult) {

@@ -18,6 +18,7 @@
 #include "collectives/recursive_doubling.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_allreduce.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -32,19 +33,13 @@ std::unique_ptr<CollectiveCore> make_rd(const RingParams& p, std::vector<uint8_t
 using testdata::Buffers;
 using testdata::is_float;
 using testdata::value_at;
+using testutil::ring_of;
+using testutil::SizeCase;
 
 Buffers make_inputs(const harness::Options& o, uint64_t seed) {
   return testdata::make_inputs(o, seed, /*wide=*/true);
 }
 
-std::vector<int> ring_of(const harness::Options& o) {
-  std::vector<int> ring = o.ring;
-  if (ring.empty()) {
-    ring.resize(o.n);
-    std::iota(ring.begin(), ring.end(), 0);
-  }
-  return ring;
-}
 
 // The algorithm's reduction tree computed sequentially, independently of the core: fold-in
 // of position 2i into 2i+1 (a = the lower position), then per round the lower half of each
@@ -98,19 +93,13 @@ void run_and_check(harness::Options o, harness::Result* out = nullptr) {
   const Buffers in = make_inputs(o, o.seed * 31 + 7);
   harness::Result local;
   harness::Result& res = out ? *out : local;
-  res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   const std::vector<int> ring = ring_of(o);
   for (int c = 0; c < o.collectives; ++c) {
     const std::vector<uint8_t> tree = tree_reference(o.op, o.dtype, o.count, ring, in[c]);
     // Sequential reference in rank order: exact for integers and order-insensitive ops.
-    std::vector<uint8_t> seq = in[c][0];
-    for (int r = 1; r < o.n; ++r) {
-      EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in[c][r].data(), o.count),
-                Status::kOk);
-    }
+    const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
     for (int r = 0; r < o.n; ++r) {
       ASSERT_EQ(res.outputs[c][r].size(), bytes);
       // Every rank ends with the same bits: those of the canonical tree.
@@ -150,11 +139,6 @@ void run_and_check(harness::Options o, harness::Result* out = nullptr) {
 }
 
 // ---------------------------------------------------------------------------------------
-struct SizeCase {
-  int n;
-  size_t count;
-};
-
 class RecursiveDoublingSizes : public ::testing::TestWithParam<SizeCase> {};
 
 TEST_P(RecursiveDoublingSizes, ExactRandomOrders) {
@@ -176,49 +160,30 @@ TEST_P(RecursiveDoublingSizes, ExactRandomOrders) {
   }
 }
 
-std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
-  return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllRanks, RecursiveDoublingSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+INSTANTIATE_TEST_SUITE_P(AllRanks, RecursiveDoublingSizes,
+                         ::testing::ValuesIn(testutil::size_cases()), testutil::size_case_name);
 
 TEST(RecursiveDoublingOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {3, 5, 6, 8}) {
-        for (bool in_place : {false, true}) {
-          harness::Options o;
-          o.n = n;
-          o.count = 37;
-          o.dtype = dt;
-          o.op = rop;
-          o.seed = 1000 + t * 97 + op * 13 + n + (in_place ? 5000 : 0);
-          o.in_place = in_place;
-          o.collectives = 2;
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) +
-                       " n=" + std::to_string(n) + (in_place ? " in place" : ""));
-          run_and_check(o);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {3, 5, 6, 8}) {
+      for (bool in_place : {false, true}) {
+        harness::Options o;
+        o.n = n;
+        o.count = 37;
+        o.dtype = dt;
+        o.op = rop;
+        o.seed = 1000 + t * 97 + op * 13 + n + (in_place ? 5000 : 0);
+        o.in_place = in_place;
+        o.collectives = 2;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) +
+                     " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+        run_and_check(o);
+        if (::testing::Test::HasFatalFailure()) return false;
       }
-      ++pairs;
     }
-  }
+    return true;
+  });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_GT(pairs, 80);  // 13 types, about 7 ops each
 }
 
@@ -247,34 +212,15 @@ TEST(RecursiveDoublingOpsTypes, InvalidParametersRejected) {
 
 TEST(RecursiveDoublingRandom, ManySchedules) {
   // Random n, count, op x type, ring order, latencies, eager/rendezvous mix, start skew.
-  std::vector<std::pair<DType, ROp>> pairs;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      if (op_valid(static_cast<ROp>(op), static_cast<DType>(t))) {
-        pairs.push_back({static_cast<DType>(t), static_cast<ROp>(op)});
-      }
-    }
-  }
+  const auto pairs = testutil::valid_pairs();
   std::mt19937_64 rng(4242);
   for (int i = 0; i < 400; ++i) {
     harness::Options o;
-    o.n = 1 + static_cast<int>(rng() % 16);
-    o.count = rng() % 4 == 0 ? rng() % 5 : rng() % 1500;
-    const auto& pr = pairs[rng() % pairs.size()];
-    o.dtype = pr.first;
-    o.op = pr.second;
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 4);
+    testutil::random_basics(&o, pairs, rng, 5, 1500, 4);
     o.seed = rng();
-    o.ring.resize(o.n);
-    std::iota(o.ring.begin(), o.ring.end(), 0);
-    if (rng() & 1) std::shuffle(o.ring.begin(), o.ring.end(), rng);
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
-    SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) + " count=" +
-                 std::to_string(o.count) + " " + dtype_name(o.dtype) + " " + rop_name(o.op));
+    testutil::random_ring(&o, rng);
+    testutil::random_start_times(&o, rng);
+    SCOPED_TRACE(testutil::schedule_trace(i, o));
     run_and_check(o);
     if (::testing::Test::HasFailure()) break;
   }
@@ -494,46 +440,18 @@ TEST(RecursiveDoublingStats, FoldInAndResultSteps) {
 // ---------------------------------------------------------------------------------------
 // Hand-driven cores.
 
-void write_hdr(void* dst, uint8_t phase, uint32_t round, const std::vector<int>& ranks,
-               uint32_t seq = 0) {
-  WireHeader h{};
-  h.magic = kWireMagic;
-  h.seq = seq;
-  h.phase = phase;
-  h.set_words = 1;
-  h.chunk = round;
-  std::memcpy(dst, &h, sizeof(h));
-  uint64_t set = 0;
-  for (int r : ranks) set |= uint64_t{1} << r;
-  std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
-}
+using testutil::find_action;
+using testutil::write_hdr;
 
-const Action* find_action(const ActionList& acts, Action::Kind kind, int peer = -1) {
-  for (const auto& a : acts) {
-    if (a.kind == kind && (peer < 0 || a.peer == peer)) return &a;
-  }
-  return nullptr;
-}
-
-struct Driven {
-  RingParams p;
-  std::vector<int32_t> in, outbuf;
-  std::vector<uint8_t> scratch;
-  std::unique_ptr<RecursiveDoublingAllreduce> core;
-  ActionList acts;
-
+struct Driven : testutil::DrivenCore<RecursiveDoublingAllreduce> {
   Driven(int rank, std::vector<int> ring, size_t count, bool in_place = false) {
-    p.rank = rank;
-    p.ring = std::move(ring);
-    p.count = count;
-    p.dtype = DType::kInt32;
-    in.assign(count, rank + 1);
-    outbuf.assign(count, -7);
-    p.sendbuf = in_place ? static_cast<void*>(outbuf.data()) : static_cast<void*>(in.data());
-    if (in_place) outbuf = in;
-    p.recvbuf = outbuf.data();
+    setup(rank, std::move(ring), count);
+    if (in_place) {
+      outbuf = in;
+      p.sendbuf = p.recvbuf = outbuf.data();
+    }
     core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch);
-    EXPECT_EQ(core->start(0.0, &acts), Status::kOk);
+    start();
   }
 };
 
@@ -543,9 +461,7 @@ TEST(RecursiveDoublingProtocol, OverlappingContributionSetIsAnError) {
   ASSERT_NE(recv, nullptr);
   // Forge the round-0 partner's piece claiming to include rank 0 (us) already.
   write_hdr(recv->header, kRdPhaseRound, 0, {0, 1});
-  ActionList more;
-  EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-  EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+  ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "overlaps");
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr) << "nothing may be summed";
 }
 
@@ -578,9 +494,7 @@ TEST(RecursiveDoublingProtocol, FoldInOverlapAndIncompleteResultAreErrors) {
     const Action* fold = find_action(d.acts, Action::Kind::kRecv, 0);
     ASSERT_NE(fold, nullptr);
     write_hdr(fold->header, kRdPhaseFold, 0, {0, 1});
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(fold->token, fold->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("overlaps"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *fold, 1.0, "overlaps");
   }
   {
     Driven d(0, {0, 1, 2}, 2);
@@ -588,9 +502,7 @@ TEST(RecursiveDoublingProtocol, FoldInOverlapAndIncompleteResultAreErrors) {
     const Action* res = find_action(d.acts, Action::Kind::kRecv, 1);
     ASSERT_NE(res, nullptr);
     write_hdr(res->header, kRdPhaseResult, 0, {0, 1});  // rank 2 missing
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(res->token, res->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("incomplete"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *res, 1.0, "incomplete");
   }
 }
 
@@ -600,9 +512,7 @@ TEST(RecursiveDoublingProtocol, StaleSequenceWrongPhaseAndSizeAreErrors) {
     const Action* recv = find_action(d.acts, Action::Kind::kRecv);
     ASSERT_NE(recv, nullptr);
     write_hdr(recv->header, kRdPhaseRound, 0, {1}, /*seq=*/4);
-    ActionList more;
-    EXPECT_EQ(d.core->on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
-    EXPECT_NE(d.core->error().find("collective 4"), std::string::npos) << d.core->error();
+    ActionList more = testutil::expect_recv_error(*d.core, *recv, 1.0, "collective 4");
   }
   {
     Driven d(0, {0, 1}, 2);

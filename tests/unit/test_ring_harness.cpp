@@ -11,6 +11,7 @@
 
 #include "collectives/reduce_kernels.h"
 #include "collectives/ring_allreduce.h"
+#include "tests/unit/core_test_util.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -21,6 +22,7 @@ namespace {
 using testdata::Buffers;
 using testdata::is_float;
 using testdata::value_at;
+using testutil::SizeCase;
 
 Buffers make_inputs(const harness::Options& o, uint64_t seed) {
   return testdata::make_inputs(o, seed, /*wide=*/false);
@@ -31,17 +33,11 @@ void run_and_check(const harness::Options& o, harness::Result* out = nullptr) {
   const Buffers in = make_inputs(o, o.seed * 31 + 7);
   harness::Result local;
   harness::Result& res = out ? *out : local;
-  res = harness::run(o, in);
-  ASSERT_EQ(res.status, Status::kOk) << res.error;
-  EXPECT_FALSE(res.leftover_messages) << "messages left in flight";
+  ASSERT_NO_FATAL_FAILURE(testutil::run_clean(o, in, &res));
   const size_t bytes = o.count * dtype_size(o.dtype);
   for (int c = 0; c < o.collectives; ++c) {
     // Sequential reference: fold the inputs in rank order with the same kernel.
-    std::vector<uint8_t> ref = in[c][0];
-    for (int r = 1; r < o.n; ++r) {
-      EXPECT_EQ(reduce(o.op, o.dtype, ref.data(), ref.data(), in[c][r].data(), o.count),
-                Status::kOk);
-    }
+    const std::vector<uint8_t> ref = testutil::rank_order_reduction(o, in[c]);
     for (int r = 0; r < o.n; ++r) {
       ASSERT_EQ(res.outputs[c][r].size(), bytes);
       // Every rank ends with the same bits.
@@ -73,11 +69,6 @@ void run_and_check(const harness::Options& o, harness::Result* out = nullptr) {
   }
 }
 
-struct SizeCase {
-  int n;
-  size_t count;
-};
-
 class RingSizes : public ::testing::TestWithParam<SizeCase> {};
 
 TEST_P(RingSizes, ExactInt32SumRandomOrders) {
@@ -97,46 +88,31 @@ TEST_P(RingSizes, ExactInt32SumRandomOrders) {
 }
 
 std::vector<SizeCase> size_cases() {
-  std::vector<SizeCase> v;
-  for (int n = 1; n <= 16; ++n) {
-    std::vector<size_t> counts = {0, 1, size_t(n - 1), size_t(n), size_t(n + 1), 1009};
-    std::sort(counts.begin(), counts.end());
-    counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
-    for (size_t c : counts) v.push_back({n, c});
-  }
+  std::vector<SizeCase> v = testutil::size_cases();
   for (int n : {2, 3, 4, 8, 16}) v.push_back({n, size_t{1} << 20});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRanks, RingSizes, ::testing::ValuesIn(size_cases()),
-                         [](const ::testing::TestParamInfo<SizeCase>& i) {
-                           return "n" + std::to_string(i.param.n) + "_count" +
-                                  std::to_string(i.param.count);
-                         });
+                         testutil::size_case_name);
 
 TEST(RingOpsTypes, EveryValidPair) {
-  int pairs = 0;
-  for (int t = 0; t < kNumDTypes; ++t) {
-    for (int op = 0; op < kNumROps; ++op) {
-      const DType dt = static_cast<DType>(t);
-      const ROp rop = static_cast<ROp>(op);
-      if (!op_valid(rop, dt)) continue;
-      for (int n : {2, 3, 5, 7}) {
-        harness::Options o;
-        o.n = n;
-        o.count = 37;
-        o.dtype = dt;
-        o.op = rop;
-        o.segment_bytes = 3 * dtype_size(dt);
-        o.seed = 1000 + t * 97 + op * 13 + n;
-        o.in_place = (t + op + n) % 2 == 0;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" +
-                     std::to_string(n));
-        run_and_check(o);
-      }
-      ++pairs;
+  const int pairs = testutil::for_each_valid_pair([&](int t, int op, DType dt, ROp rop) {
+    for (int n : {2, 3, 5, 7}) {
+      harness::Options o;
+      o.n = n;
+      o.count = 37;
+      o.dtype = dt;
+      o.op = rop;
+      o.segment_bytes = 3 * dtype_size(dt);
+      o.seed = 1000 + t * 97 + op * 13 + n;
+      o.in_place = (t + op + n) % 2 == 0;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" +
+                   std::to_string(n));
+      run_and_check(o);
     }
-  }
+    return true;
+  });
   EXPECT_GT(pairs, 80);  // 13 types, about 7 ops each
 }
 
@@ -165,13 +141,11 @@ TEST(RingRandom, ManySchedules) {
     o.op = (i % 5 == 0) ? ROp::kMax : ROp::kSum;
     o.segment_bytes = 8 * (1 + rng() % 64);
     o.depth = 1 + static_cast<int>(rng() % 6);
-    o.latency_max = 1e-6 * (1 + rng() % 50);
-    o.eager_probability = (rng() % 3) / 2.0;
+    testutil::random_delivery(&o, rng);
     o.in_place = rng() & 1;
     o.collectives = 1 + static_cast<int>(rng() % 3);
     o.seed = rng();
-    o.start_time.resize(o.n);
-    for (auto& t : o.start_time) t = 1e-6 * (rng() % 100);
+    testutil::random_start_times(&o, rng);
     SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) +
                  " count=" + std::to_string(o.count));
     run_and_check(o);
