@@ -1230,6 +1230,9 @@ std::vector<VariantResult> RunInterleaved(const Context& ctx, const Pattern<T>& 
   std::vector<int> stats_ok(nv, 1);
 
   FillInput(pattern, send, count, ctx.rank);
+  // The variants compare skip-ahead with the plain ring: both must run the ring, whatever
+  // SKIPRING_ALGO=auto would pick for this size.
+  AgreeOnError(ctx, skipring_set_algo("skipring"), Impl::kSkipring, "skipring_set_algo");
   for (int it = -warmup; it < iters; ++it) {
     const bool timed = it >= 0;
     for (size_t v = 0; v < nv; ++v) {
