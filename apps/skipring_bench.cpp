@@ -384,6 +384,7 @@ struct Options {
   int late_rank = -1;  // --late-rank; -1: nobody arrives late
   double late_ms = 0;  // --late-ms
   bool overhead = false;
+  int back_to_back = 1;  // --back-to-back: calls per timed iteration
   // --algo: algorithms to run per size (skipring_set_algo), in order; empty: SKIPRING_ALGO.
   std::vector<std::string> algos;
   std::vector<Variant> variants;  // in the order they run and are printed
@@ -1077,9 +1078,13 @@ RawRun RunImpl(const Context& ctx, const Pattern<T>& pattern, const TypeDesc& ty
     prepare(it);
     CheckMpi(MPI_Barrier(ctx.comm), "MPI_Barrier");
     const auto t0 = std::chrono::steady_clock::now();
-    const int rc = call();
+    int rc = call();
+    // --back-to-back K: K calls per timed iteration with no barrier in between (as an
+    // application issues them); the iteration's time is their mean.
+    for (int k = 1; k < ctx.opts.back_to_back && rc == MPI_SUCCESS; ++k) rc = call();
     const auto t1 = std::chrono::steady_clock::now();
-    local_s[static_cast<size_t>(it)] = std::chrono::duration<double>(t1 - t0).count();
+    local_s[static_cast<size_t>(it)] =
+        std::chrono::duration<double>(t1 - t0).count() / ctx.opts.back_to_back;
     if (rc == MPI_SUCCESS && impl == Impl::kSkipring) {
       skipring_stats_t st{};
       if (skipring_last_stats(ctx.comm, &st) == MPI_SUCCESS) {
@@ -1480,6 +1485,10 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
       ->check(CLI::IsMember({"none", "mpi"}));
   app.add_option("--json", opts.json_path, "write every row to FILE as a JSON array (rank 0)")
       ->type_name("FILE");
+  app.add_option("--back-to-back", opts.back_to_back,
+                 "calls per timed iteration without a barrier between them (time = their mean; "
+                 "out-of-place only)")
+      ->check(CLI::Range(1, 1000000));
   std::string algo_text;
   app.add_option("--algo", algo_text,
                  "all-reduce algorithms to run per size, comma-separated (auto, ring, skipring, "
@@ -1555,6 +1564,10 @@ std::optional<int> ParseOptions(int argc, char** argv, int rank, Options& opts) 
   }
   opts.check = check != 0;
   opts.algos = SplitList(algo_text);
+  if (opts.back_to_back > 1 && !outofplace_only) {
+    return fail("--back-to-back: add --outofplace-only (in place, each call would sum the last "
+                "call's result)");
+  }
   opts.compare_mpi = compare == "mpi";
   opts.run_oop = !inplace_only;
   opts.run_ip = !outofplace_only;

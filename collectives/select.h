@@ -30,7 +30,8 @@ struct CostParams {
   double gamma_s = 1.0 / 10e9;  // seconds per byte reduced
   double inter_alpha_s = 2e-6;  // between hosts (= the same-host values on one host)
   double inter_beta_s = 1.0 / 5e9;
-  double sigma_s = 1e-6;        // per-message cost of the progress engine (cores, not rd)
+  double sigma_s = 1e-6;        // per-message cost of the progress engine (cores, not rd);
+                                // measured by Communicator::measure_engine_sigma
   // Unsegmented algorithms slow down by mem_slowdown once a message exceeds cache_bytes (a
   // core's L2: the segmented ring and trees stay inside it).
   double cache_bytes = 2.0 * 1024 * 1024;

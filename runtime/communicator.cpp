@@ -133,6 +133,7 @@ void Communicator::ensure_cost_params() {
   if (!cost_measured_) {
     // The cost model's parameters, identical on every rank (one all-reduce inside).
     if (ok(measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_))) {
+      measure_engine_sigma();
       if (rank_ == 0) SKIPRING_LOG_INFO("cost model: {}", cost_.to_string());
     } else {
       SKIPRING_LOG_WARN("cost model: measurement failed, using defaults {}", cost_.to_string());
@@ -196,6 +197,49 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
   }
   *out = &it->second;
   return Status::kOk;
+}
+
+void Communicator::measure_engine_sigma() {
+  // sigma, the progress engine's cost per message: the same 8-byte recursive doubling run as a
+  // core through the engine and straight on MPI (collectives/rd_direct.h); the difference per
+  // message this rank sends. The probe collectives use sequence numbers no real collective has
+  // and end with a barrier, so none of their messages can meet a real one.
+  if (size_ < 2) return;
+  constexpr int kIters = 20;
+  constexpr uint32_t kProbeSeq = 0xfffff000u;
+  uint64_t in = 1, out = 0;
+  RingParams p = params_;
+  p.count = 1;
+  p.dtype = DType::kUint64;
+  p.op = ROp::kSum;
+  p.sendbuf = &in;
+  p.recvbuf = &out;
+  p.skip = false;
+  engine_->set_step_delay(nullptr);
+  std::vector<double> core_t, direct_t;
+  uint32_t messages = 0;
+  for (int i = 0; i < kIters; ++i) {
+    p.seq = kProbeSeq + static_cast<uint32_t>(i);
+    RecursiveDoublingAllreduce core(p, &scratch_);
+    const double t0 = clock_->now();
+    if (!ok(engine_->run(&core))) return;
+    const double t1 = clock_->now();
+    if (!ok(rd_direct_allreduce(internal_, ring_, pos_, &in, &out, 1, DType::kUint64, ROp::kSum,
+                                &scratch_, &messages))) {
+      return;
+    }
+    const double t2 = clock_->now();
+    core_t.push_back(t1 - t0);
+    direct_t.push_back(t2 - t1);
+  }
+  std::sort(core_t.begin(), core_t.end());
+  std::sort(direct_t.begin(), direct_t.end());
+  double sigma = messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages
+                              : 0.0;
+  double all = sigma;
+  PMPI_Allreduce(&sigma, &all, 1, MPI_DOUBLE, MPI_MAX, internal_);
+  PMPI_Barrier(internal_);
+  cost_.sigma_s = all;
 }
 
 std::string Communicator::describe_selection(size_t max_bytes) {

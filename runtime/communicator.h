@@ -84,6 +84,7 @@ class Communicator {
  private:
   Communicator() = default;
   void ensure_cost_params();
+  void measure_engine_sigma();
   // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
   // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
   Status tree_plan(int k, const MultiTreePlan** out);
