@@ -356,34 +356,12 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
       core = std::make_unique<RingAllreduce>(p, &scratch_);
       break;
   }
-  st = engine_->run(core.get());
-  ++seq_;
-  if (!ok(st)) {
-    broken_ = true;
-    SKIPRING_LOG_ERROR("allreduce seq {} failed: {} {}", p.seq, status_string(st), core->error());
-    return st;
-  }
-  last_stats_ = core->stats();
-  last_stats_.algo = static_cast<int>(algo);
+  st = finish_collective(core.get(), engine_->run(core.get()), "allreduce",
+                         static_cast<int>(algo));
+  if (!ok(st)) return st;
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,
                    seg_bytes);
-  }
-  if (cfg_.log_level <= LogLevel::kDebug) {
-    SKIPRING_LOG_DEBUG("allreduce {}", last_stats_.to_string());
-  }
-  if (cfg_.check) {
-    // Every message of this collective has been received once all ranks are past the first
-    // barrier; nobody starts the next collective before the second one.
-    bool waiting = false;
-    MPI_Barrier(internal_);
-    SKIPRING_CHECK(transport_->unmatched_message_waiting(&waiting));
-    MPI_Barrier(internal_);
-    if (waiting) {
-      broken_ = true;
-      SKIPRING_LOG_ERROR("allreduce seq {}: a message is left unmatched", p.seq);
-      return Status::kErrProtocol;
-    }
   }
   return Status::kOk;
 }

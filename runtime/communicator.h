@@ -90,6 +90,10 @@ class Communicator {
   Status tree_plan(int k, const MultiTreePlan** out);
   // Runs one non-allreduce collective core to completion (communicator_collectives.cpp).
   Status run_collective(CollectiveCore* core, const char* name);
+  // After a core ran (status st): sequence number, errors, statistics (algo: the Algo that ran,
+  // -1 for collectives other than the all-reduce), debug log and the SKIPRING_CHECK leftover
+  // check; shared by every collective.
+  Status finish_collective(CollectiveCore* core, Status st, const char* name, int algo);
 
   MPI_Comm internal_ = MPI_COMM_NULL;
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to

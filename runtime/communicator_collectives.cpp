@@ -15,7 +15,11 @@ namespace skipring {
 Status Communicator::run_collective(CollectiveCore* core, const char* name) {
   // No straggler injection or skip-ahead here: the plan's steps are the ring all-reduce's.
   engine_->set_step_delay(nullptr);
-  const Status st = engine_->run(core);
+  return finish_collective(core, engine_->run(core), name, -1);
+}
+
+Status Communicator::finish_collective(CollectiveCore* core, Status st, const char* name,
+                                       int algo) {
   ++seq_;
   if (!ok(st)) {
     broken_ = true;
@@ -23,10 +27,13 @@ Status Communicator::run_collective(CollectiveCore* core, const char* name) {
     return st;
   }
   last_stats_ = core->stats();
+  last_stats_.algo = algo;
   if (cfg_.log_level <= LogLevel::kDebug) {
     SKIPRING_LOG_DEBUG("{} {}", name, last_stats_.to_string());
   }
   if (cfg_.check) {
+    // Every message of this collective has been received once all ranks are past the first
+    // barrier; nobody starts the next collective before the second one.
     bool waiting = false;
     MPI_Barrier(internal_);
     SKIPRING_CHECK(transport_->unmatched_message_waiting(&waiting));
