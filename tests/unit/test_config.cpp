@@ -94,3 +94,52 @@ TEST(Config, DescribeListsEveryParameter) {
 
 }  // namespace
 }  // namespace skipring
+
+namespace skipring {
+namespace {
+
+// The issue-5 parameters: algorithm, host map, tree graph, multitree K, cost-model overrides.
+TEST(Config, AlgorithmAndTopologyParameters) {
+  Config c;
+  std::string err;
+  ASSERT_EQ(load_config(fake_env({}), &c, &err), Status::kOk);
+  EXPECT_EQ(c.algo, Algo::kAuto);
+  EXPECT_TRUE(c.host_map.empty());
+  EXPECT_EQ(c.multitree_k, 4);
+  ASSERT_EQ(load_config(fake_env({{"SKIPRING_ALGO", "Rabenseifner"},
+                                  {"SKIPRING_HOST_MAP", "a,b,a,b"},
+                                  {"SKIPRING_MULTITREE_K", "2"},
+                                  {"SKIPRING_MODEL_LAT_US", "1.5"},
+                                  {"SKIPRING_MODEL_GBPS", "12.5"},
+                                  {"SKIPRING_MODEL_REDUCE_GBPS", "30"}}),
+                        &c, &err),
+            Status::kOk)
+      << err;
+  EXPECT_EQ(c.algo, Algo::kRabenseifner);
+  EXPECT_EQ(c.host_map, "a,b,a,b");
+  EXPECT_EQ(c.multitree_k, 2);
+  EXPECT_DOUBLE_EQ(c.model_lat_us, 1.5);
+  EXPECT_DOUBLE_EQ(c.model_gbps, 12.5);
+  EXPECT_DOUBLE_EQ(c.model_reduce_gbps, 30);
+  ASSERT_EQ(load_config(fake_env({{"SKIPRING_HOST_MAP", "block:4"}}), &c, &err), Status::kOk);
+  EXPECT_EQ(c.host_map, "block:4");
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"SKIPRING_ALGO", "fastest"},          {"SKIPRING_ALGO", ""},
+      {"SKIPRING_HOST_MAP", "a,,b"},         {"SKIPRING_HOST_MAP", "block:0"},
+      {"SKIPRING_HOST_MAP", "block:x"},      {"SKIPRING_HOST_MAP", ","},
+      {"SKIPRING_TREE_GRAPH", "/nonexistent/graph.txt"},
+      {"SKIPRING_MULTITREE_K", "0"},         {"SKIPRING_MULTITREE_K", "17"},
+      {"SKIPRING_MODEL_LAT_US", "-1"},       {"SKIPRING_MODEL_GBPS", "fast"},
+      {"SKIPRING_MODEL_REDUCE_GBPS", "1e9"},
+  };
+  for (const auto& [name, value] : bad) {
+    Config d;
+    EXPECT_EQ(load_config(fake_env({{name, value}}), &d, &err), Status::kErrConfig)
+        << name << "=" << value;
+    EXPECT_NE(err.find(name), std::string::npos) << err;
+  }
+}
+
+}  // namespace
+}  // namespace skipring
