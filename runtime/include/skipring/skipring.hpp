@@ -61,6 +61,38 @@ void allreduce(std::vector<T>& data, MPI_Op op = MPI_SUM, MPI_Comm comm = MPI_CO
                            mpi_type<T>(), op, comm));
 }
 
+// Reduce-scatter with equal blocks: send holds size * recvcount elements, recv gets this rank's.
+template <typename T>
+void reduce_scatter_block(const T* send, T* recv, int recvcount, MPI_Op op = MPI_SUM,
+                          MPI_Comm comm = MPI_COMM_WORLD) {
+  check(skipring_reduce_scatter_block(send, recv, recvcount, mpi_type<T>(), op, comm));
+}
+
+// Allgather: count elements from every rank into recv (size * count elements, rank order).
+template <typename T>
+void allgather(const T* send, int count, T* recv, MPI_Comm comm = MPI_COMM_WORLD) {
+  check(skipring_allgather(send, count, mpi_type<T>(), recv, count, mpi_type<T>(), comm));
+}
+
+// Broadcast of a whole vector from `root` (every rank's vector must have the same size).
+template <typename T>
+void bcast(std::vector<T>& data, int root = 0, MPI_Comm comm = MPI_COMM_WORLD) {
+  check(skipring_bcast(data.data(), static_cast<int>(data.size()), mpi_type<T>(), root, comm));
+}
+
+// Reduce to `root`; recv is only written (and may be null) on the other ranks.
+template <typename T>
+void reduce(const T* send, T* recv, int count, int root = 0, MPI_Op op = MPI_SUM,
+            MPI_Comm comm = MPI_COMM_WORLD) {
+  check(skipring_reduce(send, recv, count, mpi_type<T>(), op, root, comm));
+}
+
+// Forces the all-reduce algorithm ("auto", "skipring", "rd", ...) on every rank; an empty name
+// goes back to SKIPRING_ALGO.
+inline void set_algo(const std::string& name) {
+  check(skipring_set_algo(name.empty() ? nullptr : name.c_str()));
+}
+
 inline skipring_stats_t last_stats(MPI_Comm comm = MPI_COMM_WORLD) {
   skipring_stats_t s;
   check(skipring_last_stats(comm, &s));
