@@ -18,39 +18,17 @@ Checks, each able to fail:
      SimGrid is deterministic: the margins (26% and 13% when written) do not flicker.
 """
 
-import csv
-import io
-import os
 import re
-import shutil
-import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIM_RUN = os.path.join(REPO, "scripts", "sim_run.sh")
-PLATFORMS = os.path.join(REPO, "sim", "platforms")
+from simtest import SKIP, check, driver_or_skip, rows, sim_run
 
 
 def run(driver, platform, n, args, env=None):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPRING_")}
-    full_env["SKIPRING_SIM_REDUCE_GBPS"] = "50"  # network-bound (the default 2.73 dominates)
-    full_env.update(env or {})
-    stem = os.path.join(PLATFORMS, platform)
-    cmd = ["bash", SIM_RUN, "-np", str(n), "-platform", stem + ".xml", "-hostfile",
-           stem + ".hosts", driver] + args
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        sys.stdout.write(p.stdout + p.stderr)
-        raise SystemExit(f"FAIL: exit {p.returncode}: {' '.join(cmd)} {env or ''}")
-    rows = [r for r in csv.DictReader(io.StringIO(p.stdout)) if r.get("mode")]
-    algos = re.findall(r"skipring_sim: mode (\w+) ran algo (\w*)", p.stderr)
-    return rows, algos
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        raise SystemExit(1)
+    # Network-bound: the default reduction rate (2.73 GB/s) would dominate.
+    p = sim_run(driver, n, args, env={"SKIPRING_SIM_REDUCE_GBPS": "50", **(env or {})},
+                platform=platform)
+    return rows(p), re.findall(r"skipring_sim: mode (\w+) ran algo (\w*)", p.stderr)
 
 
 def t_of(rows, mode):
@@ -58,15 +36,9 @@ def t_of(rows, mode):
 
 
 def main():
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    driver = sys.argv[1]
-    if shutil.which("smpirun") is None:
-        print("skipped: smpirun not found (bash scripts/sim_build.sh installs SimGrid)")
-        return 77
-    if not os.access(driver, os.X_OK):
-        print(f"skipped: {driver} not built (bash scripts/sim_build.sh)")
-        return 77
+    driver = driver_or_skip(__doc__)
+    if driver is None:
+        return SKIP
 
     # 1. Two nodes of two ranks, exact.
     for dtype in ("int64", "float"):

@@ -15,52 +15,19 @@ Checks, each able to fail:
   4. bad SimGrid-build settings fail at init naming the variable.
 """
 
-import csv
-import io
-import os
-import shutil
-import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIM_RUN = os.path.join(REPO, "scripts", "sim_run.sh")
+from simtest import SKIP, check, driver_or_skip, rows, sim_run
 
 
 def run(driver, args, env=None, expect_rc=0):
-    full_env = dict(os.environ)
-    for k in list(full_env):
-        if k.startswith("SKIPRING_"):
-            del full_env[k]  # only what each check sets
-    full_env.update(env or {})
-    cmd = ["bash", SIM_RUN, "-np", "4", driver] + args
-    p = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=120)
-    if p.returncode != expect_rc:
-        sys.stdout.write(p.stdout + p.stderr)
-        raise SystemExit(f"FAIL: exit {p.returncode} (expected {expect_rc}): {' '.join(cmd)} "
-                         f"{env or ''}")
-    return p
-
-
-def rows(p):
-    return [r for r in csv.DictReader(io.StringIO(p.stdout)) if r.get("mode")]
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        raise SystemExit(1)
+    return sim_run(driver, 4, args, env=env, expect_rc=expect_rc)
 
 
 def main():
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    driver = sys.argv[1]
-    if shutil.which("smpirun") is None:
-        print("skipped: smpirun not found (bash scripts/sim_build.sh installs SimGrid)")
-        return 77
-    if not os.access(driver, os.X_OK):
-        print(f"skipped: {driver} not built (bash scripts/sim_build.sh)")
-        return 77
+    driver = driver_or_skip(__doc__)
+    if driver is None:
+        return SKIP
 
     # 1. Injected straggler (after 4 warm-up collectives that teach the step timer T).
     straggler = ["--bytes", "32K", "--mode", "skip,ring", "--iters", "2", "--warmup", "4",
