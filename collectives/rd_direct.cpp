@@ -3,12 +3,22 @@
 
 #include <cstring>
 
+#include "collectives/recursive_doubling.h"
 #include "collectives/reduce_kernels.h"
 
 namespace skipring {
 namespace {
 
-int pos_of_vrank(int v, int extras) { return v < extras ? 2 * v + 1 : v + extras; }
+// The cores' fold-in numbering (recursive_doubling.h), so both run the same reduction tree.
+struct Layout : FoldInLayout {
+  Layout(int n, int pos) { fold_in(n, pos); }
+  using FoldInLayout::extra_;
+  using FoldInLayout::fold_peer_;
+  using FoldInLayout::has_extra_;
+  using FoldInLayout::pos_of_vrank;
+  using FoldInLayout::rounds_;
+  using FoldInLayout::vrank_;
+};
 
 // Exchanges `bytes` with `peer`: sends `mine`, receives into `theirs`.
 // Sends `mine` to `peer` with tag `tag` and receives into `theirs` from it with `recv_tag`
@@ -41,15 +51,13 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
     count_msgs();
     return Status::kOk;
   }
-  int p = 1;
-  while (2 * p <= n) p *= 2;
-  const int extras = n - p;
+  const Layout lay(n, pos);
   if (scratch->size() < bytes) scratch->resize(bytes);
   void* tmp = scratch->data();
 
-  if (pos < 2 * extras && pos % 2 == 0) {
+  if (lay.extra_) {
     // An extra position: give the input to the right neighbour, take the result back.
-    const int peer = ring[pos + 1];
+    const int peer = ring[lay.fold_peer_];
     const int len = static_cast<int>(bytes);
     if (sendbuf == recvbuf) {
       // In place the input and the result share the buffer: the send must be over before a
@@ -70,20 +78,20 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
   }
 
   const void* cur = sendbuf;
-  if (pos < 2 * extras) {
+  if (lay.has_extra_) {
     // Partner of the extra at pos - 1: a = the extra's input (the lower position).
-    if (MPI_Recv(tmp, static_cast<int>(bytes), MPI_BYTE, ring[pos - 1], kRdDirectTagBase, comm,
-                 MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    if (MPI_Recv(tmp, static_cast<int>(bytes), MPI_BYTE, ring[lay.fold_peer_], kRdDirectTagBase,
+                 comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
     ++n_recv;
     SKIPRING_CHECK(reduce(op, dtype, recvbuf, tmp, sendbuf, count));
     cur = recvbuf;
   }
-  const int v = pos < 2 * extras ? pos / 2 : pos - extras;
-  for (int k = 0; (1 << k) < p; ++k) {
+  const int v = lay.vrank_;
+  for (int k = 0; k < lay.rounds_; ++k) {
     const int w = v ^ (1 << k);
-    const int peer = ring[pos_of_vrank(w, extras)];
+    const int peer = ring[lay.pos_of_vrank(w)];
     SKIPRING_CHECK(exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes));
     ++n_sent;
     ++n_recv;
@@ -96,8 +104,8 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
     }
     cur = recvbuf;
   }
-  if (pos < 2 * extras) {
-    if (MPI_Send(recvbuf, static_cast<int>(bytes), MPI_BYTE, ring[pos - 1],
+  if (lay.has_extra_) {
+    if (MPI_Send(recvbuf, static_cast<int>(bytes), MPI_BYTE, ring[lay.fold_peer_],
                  kRdDirectTagBase + 63, comm) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
