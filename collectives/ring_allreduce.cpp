@@ -31,6 +31,13 @@ constexpr double kBypassFactor = 4.0;
 // late rank of 4, all four ranks skipped each other). Step s therefore waits
 // threshold * (1 + s * kStepGrace).
 constexpr double kStepGrace = 0.5;
+// With skip-ahead on, a rank's step-0 sends wait until its control channels are quiet: for
+// kQuietPolls polls in a row and kQuietTime seconds, no control message. A rank that arrives
+// late finds its successor's skip notices queued, but Open MPI moves them from the shared-memory
+// queue to the matching engine a few dozen fragments per poll, so one quiet poll is not enough
+// (measured: the late rank read none of 128 queued notices with one, 127 with four).
+constexpr int kQuietPolls = 4;
+constexpr double kQuietTime = 1e-6;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -112,6 +119,7 @@ RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
   succ_ = p_.ring[(pos_ + 1) % n_];
   hdr_bytes_ = wire_header_bytes(n_);
   in_place_ = p_.sendbuf == p_.recvbuf;
+  direct_ = p_.skip && p_.direct_allgather && n_ >= 3;
   scratch_set_ = ContributionSet(n_);
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * layout_.elem_size();
@@ -206,7 +214,11 @@ double RingAllreduce::skip_deadline(const RecvOp& r) const {
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
-  if (first_sends_deferred_) return -t;  // at the next poll
+  if (first_sends_deferred_) {
+    // At the next poll until kQuietPolls polls brought no control message, then once the
+    // control channels have also been quiet for kQuietTime.
+    return quiet_polls_ < kQuietPolls ? -t : t_ctrl_seen_ + kQuietTime;
+  }
   if (pred_silent_ && !pred_absent_) {
     t = std::min(t, t_pred_heard_ + kBypassFactor * p_.skip_threshold_s);
   }
@@ -226,6 +238,7 @@ double RingAllreduce::next_deadline() const {
 Status RingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   wait_clock_ = now;
+  t_ctrl_seen_ = now;
   t_pred_heard_ = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
@@ -423,6 +436,8 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
 
 void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
   const RecvOp& r = recvs_[idx];
+  // Sent by the owner to every rank (direct allgather): nothing to pass on.
+  if (wire_route(r.header) & kRouteDirect) return;
   int to = (pos_ + 1) % n_;
   if (sent_pred_bypassed_[r.seg_id]) {
     return;  // our successor takes it from our predecessor
@@ -478,8 +493,18 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
     } else {
       // Allgather lands in the user's buffer: only once our reduce-scatter work on that
       // segment no longer reads it (in place) and within the pipeline depth.
-      if (ag_posted_ >= p_.depth || !local_done_[r.seg_id]) break;
-      if (side_channels_) {
+      // Direct allgather, once the collective is disturbed: chunks complete at different times
+      // (a late rank's pieces reach one owner before another) and segments come from every
+      // owner, so each is received as soon as it is sent instead of through a window that
+      // would advance at the pace of the slowest chunk. Not on the late rank itself: there
+      // the final segments would crowd out the partials it still needs.
+      const bool open_window = direct_ && disturbed_ && !self_late_;
+      if ((ag_posted_ >= p_.depth && !open_window) || !local_done_[r.seg_id]) break;
+      if (direct_) {
+        // From the predecessor (ring) or the owner (direct): exactly one per segment, and the
+        // header says which.
+        a.peer = -1;
+      } else if (side_channels_) {
         // The source depends on how our predecessor's piece for this segment was resolved
         // (bypassed or not): wait until it is.
         const int ri = rs_recv_of_seg_[r.seg_id];
@@ -591,9 +616,11 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   // routed around per segment, which keeps the allgather routes consistent.
   const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_ && !bypassed_[seg_id];
   // Our predecessor bypassed us for this piece: tell the successor (it then takes the segment's
-  // allgather from our predecessor, and we do not forward it).
-  const uint32_t route = bypassed_[seg_id] ? kRoutePredBypassed : 0;
-  sent_pred_bypassed_[seg_id] = bypassed_[seg_id];
+  // allgather from our predecessor, and we do not forward it). Not with the direct allgather,
+  // which needs no routes.
+  const bool routes = !direct_;
+  const uint32_t route = routes && bypassed_[seg_id] ? kRoutePredBypassed : 0;
+  sent_pred_bypassed_[seg_id] = routes && bypassed_[seg_id];
   if (!redirect_[seg_id] && !bypass) {
     write_header(hdr, Phase::kReduceScatter, c, g, set, 0, route);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
@@ -605,8 +632,8 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     // and the successor learns it has only its own input to send for (c, g).
     // The owner also sends the final segment straight to the late rank.
     write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
-                 static_cast<uint32_t>(succ_ + 1));
-    byp_out_[seg_id] = 1;
+                 routes ? static_cast<uint32_t>(succ_ + 1) : 0);
+    byp_out_[seg_id] = routes;
     const int extra = add_aux(AuxKind::kExtraSend, c, g);
     aux_[extra].send_slot = slot;
     if (reads_input) aux_[extra].recv_slot = -2;
@@ -653,6 +680,7 @@ Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.skipped = true;
   pred_silent_ = true;
+  disturbed_ = true;
   ++stats_.skips;
   stats_.steps[r.step].skips += 1;
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
@@ -807,6 +835,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
         }
         break;
       }
+      disturbed_ = true;
       if (channel == kFar) {
         if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
         bypass_ = true;
@@ -819,6 +848,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
         const int seg_id = layout_.first_segment(h.chunk) + h.segment;
         if (channel == kBack) {
           if (!(h.flags & kFlagNotice)) return fail("malformed notice");
+          self_late_ = true;
           // Not yet sent: it will go straight to the owner. Already sent: the successor gets
           // it on its ring receive and forwards it itself.
           if (!rs_sent_[seg_id]) {
@@ -830,6 +860,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
           }
         } else {
           if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
+          self_late_ = true;
           bypassed_[seg_id] = 1;
           size_t ri = recvs_.size();
           for (size_t i = 0; i < next_post_; ++i) {
@@ -848,6 +879,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
     }
     case AuxKind::kAckRecv: {
       // The predecessor delivered its piece to the owner: our ring receive will never match.
+      disturbed_ = true;
       size_t ri = recvs_.size();
       for (size_t i = 0; i < recvs_.size(); ++i) {
         if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
@@ -871,6 +903,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
       if (payload_bytes != expect) return fail("extra piece of the wrong size");
       ++stats_.messages_received;
+      disturbed_ = true;
       // extra_posted stays set until the merge is done: the slot is still in use.
       SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
       break;
@@ -1058,8 +1091,20 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
       stats_.steps[n_ - 2].t_end = now;
       uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
       write_header(hdr, Phase::kAllgather, pos_, g, o.acc);
-      post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1, now,
-                out);
+      if (direct_ && disturbed_ && !self_late_) {
+        // A straggler or late rank around: the final segment goes to every rank from us (one
+        // hop instead of n - 1 forwards, none through a late or descheduled rank).
+        write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, kRouteDirect);
+        // All at once: a window on these sends could deadlock against a receiver's window,
+        // which takes segments in another order.
+        for (int k = 1; k < n_; ++k) {
+          post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
+                    now, out, false, p_.ring[(pos_ + k) % n_]);
+        }
+      } else {
+        post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
+                  now, out);
+      }
       for (int late : owner_direct_[g]) {
         // A late rank was bypassed for this segment: it gets the result from us directly.
         post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
@@ -1109,6 +1154,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   SendOp& s = sends_[idx];
   s.done = true;
   --pending_;
+
   stats_.steps[s.step].transfer_s += now - s.t_posted;
   if (s.slot >= 0) {
     free_send_slots_.push_back(s.slot);
@@ -1128,8 +1174,11 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
   if (first_sends_deferred_) {
     if (ctrl_seen_ != ctrl_seen_mark_) {
       ctrl_seen_mark_ = ctrl_seen_;  // notices are still coming in: read them first
+      quiet_polls_ = 0;
+      t_ctrl_seen_ = now;
       return Status::kOk;
     }
+    if (++quiet_polls_ < kQuietPolls || now < t_ctrl_seen_ + kQuietTime) return Status::kOk;
     send_first_pieces(now, out);
   }
   if (pred_silent_ && !pred_absent_ &&

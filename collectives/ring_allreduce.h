@@ -74,6 +74,14 @@ struct RingParams {
   // from alpha * T + T_trans (straggler/step_timer.h).
   bool skip = false;
   double skip_threshold_s = 1e-3;
+  // Skip-ahead's allgather once a collective is disturbed (a rank skipped, was skipped, was
+  // bypassed, received a late or redirected piece): false routes it around a late rank (the
+  // owner sends the late rank each segment, its predecessor forwards past it); true makes
+  // every owner that is not itself late send its final segments to every rank directly. Same
+  // bytes per rank; direct takes one hop instead of n - 1 forwards, which pays on one host (no
+  // owner link to saturate, and on oversubscribed cores every forward waits for its rank to be
+  // scheduled), while routing keeps the owners' links free on a network. Ignored without skip.
+  bool direct_allgather = false;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.
@@ -279,6 +287,17 @@ class RingAllreduce final : public CollectiveCore {
   bool first_sends_deferred_ = false;
   uint64_t ctrl_seen_ = 0;       // control messages read so far
   uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
+  int quiet_polls_ = 0;           // polls in a row without a control message (step-0 deferral)
+  double t_ctrl_seen_ = 0;        // when the last control message was read
+  // Direct allgather (RingParams::direct_allgather with skip-ahead, n >= 3).
+  bool direct_ = false;
+  // This collective met a straggler (we skipped, were skipped or bypassed, got a redirect ack
+  // or a piece straight from another rank): our chunk's segments completed from now on go to
+  // every rank directly (kRouteDirect) when direct_ ...
+  bool disturbed_ = false;
+  // ... unless we are the straggler (our successor skipped us or our predecessor bypassed us):
+  // our own link is the busy one, so our segments still go around the ring (one send each).
+  bool self_late_ = false;
   // Allgather around a bypassed late rank (docs/skip_ahead.md), per segment id:
   std::vector<uint8_t> byp_out_;    // we bypassed our successor for this piece
   std::vector<uint8_t> byp_race_;   // ... but it had skipped us first (its notice came after)

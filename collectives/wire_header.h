@@ -32,6 +32,9 @@ constexpr uint8_t kFlagFarDone = 128;   // control: "no more bypass requests fro
 // rank on what it sends its successor).
 constexpr uint32_t kRouteLateMask = 0x00ffffff;
 constexpr uint32_t kRoutePredBypassed = 1u << 31;
+// On an allgather segment: "the chunk's owner sent this to every rank itself: do not pass it on"
+// (skip-ahead's direct allgather, RingParams::direct_allgather).
+constexpr uint32_t kRouteDirect = 1u << 30;
 
 struct WireHeader {
   uint32_t magic;

@@ -163,6 +163,19 @@ const ParamDesc kParams[] = {
      "Skip ahead past a slow predecessor (1). 0: plain ring, run-to-run identical results.",
      [](const std::string& t, Config* c) { return parse_bool(t, &c->skip); },
      [](const Config& c) { return std::string(bool_str(c.skip)); }},
+    {"SKIPRING_DIRECT_ALLGATHER", "enum", "auto|0|1",
+     "Allgather once skip-ahead met a straggler: 1 each owner sends its final segments to every "
+     "rank, 0 around the ring and past the late rank; auto: 1 when every rank is on one host.",
+     [](const std::string& t, Config* c) {
+       if (lower(t) == "auto") return c->direct_allgather = -1, true;
+       bool b = false;
+       if (!parse_bool(t, &b)) return false;
+       c->direct_allgather = b ? 1 : 0;
+       return true;
+     },
+     [](const Config& c) {
+       return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
+     }},
     {"SKIPRING_ALPHA", "double", "a number > 1 and <= 1000",
      "Skip threshold factor: skip when the wait exceeds alpha * T + T_trans.",
      [](const std::string& t, Config* c) {

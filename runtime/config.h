@@ -44,6 +44,9 @@ struct Config {
   // the whole step (transfer included).
   double skip_t_us = 0;            // SKIPRING_SKIP_T_US
   double skip_ttrans_us = 0;       // SKIPRING_SKIP_TTRANS_US
+  // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
+  // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
+  int direct_allgather = -1;       // SKIPRING_DIRECT_ALLGATHER
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;          // SKIPRING_ALGO
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or

@@ -38,6 +38,7 @@ struct Message {
   bool eager;
   std::vector<uint8_t> data;  // eager: copied at send time
   uint64_t order;
+  bool transferred = false;  // Options::control_eager: crossed the links when sent
 };
 
 struct PostedRecv {
@@ -93,8 +94,16 @@ class FakeNetwork {
   void send(int src, int dst, int tag, const void* header, size_t header_bytes,
             const void* payload, size_t payload_bytes, Token token) {
     auto m = std::make_shared<Message>();
+    const bool control = opt_.control_eager && payload_bytes == 0;
     *m = Message{src, dst, tag, header, header_bytes, payload, payload_bytes, token,
-                 uniform() < opt_.eager_probability, {}, order_++};
+                 control || uniform() < opt_.eager_probability, {}, order_++};
+    double sent = clock_->now();
+    if (control && opt_.links) {
+      // Crosses the links now; matching it later costs nothing more.
+      const double begin = std::max({sent, out_free_[src], in_free_[dst]});
+      sent = out_free_[src] = in_free_[dst] = begin + header_bytes / opt_.bytes_per_s;
+      m->transferred = true;
+    }
     transports_[src]->outstanding_++;
     if (m->eager) {
       m->data.resize(header_bytes + payload_bytes);
@@ -105,7 +114,7 @@ class FakeNetwork {
       });
     }
     // Non-overtaking: a message never arrives before an earlier one with the same envelope.
-    double at = clock_->now() + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
+    double at = sent + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
     auto key = std::make_tuple(src, dst, tag);
     at = std::max(at, last_arrival_[key] + 1e-9);
     last_arrival_[key] = at;
@@ -198,9 +207,10 @@ class FakeNetwork {
       PostedRecv r = *pit;
       ux.erase(mit);
       pit = po.erase(pit);
-      const double dur = (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
+      const double dur =
+          m->transferred ? 0.0 : (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
       double t = clock_->now() + dur;
-      if (opt_.links) {
+      if (opt_.links && !m->transferred) {
         const double begin = std::max({clock_->now(), out_free_[m->src], in_free_[dst]});
         t = begin + dur;
         out_free_[m->src] = in_free_[dst] = t;
@@ -323,6 +333,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       p.seq = static_cast<uint32_t>(rs.next);
       p.skip = opt.skip;
       p.skip_threshold_s = opt.skip_threshold_s;
+      p.direct_allgather = opt.direct_allgather;
       p.tag_span = opt.tag_span;
       if (opt.step_delay) {
         const int coll = rs.next;

@@ -37,12 +37,17 @@ struct Options {
   // freely (only the protocol's ordering is under test).
   bool links = false;
   double eager_probability = 0.5;
+  // Header-only messages (control, acks) are always eager, as MPI sends small messages, and
+  // with `links` their bytes cross the links when sent (buffered at the receiver until it
+  // matches them) rather than after matching.
+  bool control_eager = false;
   std::vector<double> start_time;  // per rank; empty = all at 0
   double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
   std::vector<int> ring;        // ring order; empty = identity
   // Skip-ahead: RingParams::skip and skip_threshold_s for every rank.
   bool skip = false;
   double skip_threshold_s = 20e-6;
+  bool direct_allgather = false;  // RingParams::direct_allgather
   int tag_span = 1 << 28;  // RingParams::tag_span
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;

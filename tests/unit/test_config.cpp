@@ -141,5 +141,27 @@ TEST(Config, AlgorithmAndTopologyParameters) {
   }
 }
 
+// Skip-ahead's allgather after a straggler: auto (one host: direct), 0, 1.
+TEST(Config, DirectAllgather) {
+  Config c;
+  std::string err;
+  ASSERT_EQ(load_config(fake_env({}), &c, &err), Status::kOk);
+  EXPECT_EQ(c.direct_allgather, -1);
+  for (const auto& [value, want] :
+       std::vector<std::pair<std::string, int>>{{"auto", -1}, {"0", 0}, {"1", 1}}) {
+    ASSERT_EQ(load_config(fake_env({{"SKIPRING_DIRECT_ALLGATHER", value}}), &c, &err),
+              Status::kOk)
+        << err;
+    EXPECT_EQ(c.direct_allgather, want) << value;
+  }
+  for (const std::string bad : {"2", "yes please", "", "direct"}) {
+    Config d;
+    EXPECT_EQ(load_config(fake_env({{"SKIPRING_DIRECT_ALLGATHER", bad}}), &d, &err),
+              Status::kErrConfig)
+        << bad;
+    EXPECT_NE(err.find("SKIPRING_DIRECT_ALLGATHER"), std::string::npos) << err;
+  }
+}
+
 }  // namespace
 }  // namespace skipring
