@@ -1689,6 +1689,17 @@ std::vector<std::string> Preamble(const Context& ctx, const std::vector<std::str
   }
   lines.push_back(" environment: " +
                   (env.empty() ? std::string("(no SKIPRING_* variables)") : env));
+  // Open MPI settings that change the figures (mpirun sets many OMPI_MCA_* of its own; these
+  // are the ones a user picks), so a recorded run names them.
+  std::string mca;
+  for (const char* name : {"OMPI_MCA_btl_vader_single_copy_mechanism", "OMPI_MCA_pml",
+                           "OMPI_MCA_btl", "OMPI_MCA_pml_ucx_tls", "OMPI_MCA_op",
+                           "OMPI_MCA_coll"}) {
+    if (const char* v = std::getenv(name)) {
+      mca += fmt::format("{}{}={}", mca.empty() ? "" : " ", name, v);
+    }
+  }
+  lines.push_back(" MPI settings: " + (mca.empty() ? std::string("(Open MPI defaults)") : mca));
   lines.push_back("");
   lines.push_back(" Using ranks");
   for (size_t r = 0; r < hosts.size(); ++r) {
