@@ -1095,6 +1095,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
         // A straggler or late rank around: the final segment goes to every rank from us (one
         // hop instead of n - 1 forwards, none through a late or descheduled rank).
         write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, kRouteDirect);
+        ++stats_.direct_segments;
         // All at once: a window on these sends could deadlock against a receiver's window,
         // which takes segments in another order.
         for (int k = 1; k < n_; ++k) {

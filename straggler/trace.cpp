@@ -89,10 +89,11 @@ void TraceWriter::add(const CollectiveStats& stats) {
   const int pid = rank_;
   event(fmt::format(
       R"({{"name":"allreduce seq={}","ph":"X","pid":{},"tid":0,"ts":{},"dur":{},)"
-      R"("args":{{"bytes":{},"skips":{},"late":{},"wait_s":{},"slowest_neighbour":{}}}}})",
+      R"("args":{{"bytes":{},"skips":{},"late":{},"direct_segments":{},"wait_s":{},)"
+      R"("slowest_neighbour":{}}}}})",
       stats.seq, pid, us(stats.start),
       us(stats.end > stats.start ? stats.end - stats.start : 0.0), stats.bytes, stats.skips,
-      stats.late_pieces, secs(stats.wait_s), stats.slowest_neighbour));
+      stats.late_pieces, stats.direct_segments, secs(stats.wait_s), stats.slowest_neighbour));
   for (const StepRecord& s : stats.steps) {
     if (s.t_end > s.t_start) {
       event(fmt::format(

@@ -3,7 +3,8 @@
 // PMPI_Allreduce exactly, float results must be bitwise identical on every rank and close to
 // MPI's; no message may be left on the internal communicator after any collective; and the
 // skip counters must be > 0 (--expect-skips) or exactly 0 (--expect-no-skips), summed over
-// ranks. Prints "N passed, M failed".
+// ranks; with --expect-direct / --expect-routed the last collective's allgather must (not) have
+// gone straight from the owners. Prints "N passed, M failed".
 #include <mpi.h>
 #include <skipring/skipring.h>
 
@@ -30,13 +31,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   // Skip-ahead lives in the ring: run it whatever SKIPRING_ALGO=auto would pick for this size.
   check(skipring_set_algo("skipring") == MPI_SUCCESS, "skipring_set_algo");
-  bool expect_skips = false, expect_none = false;
+  bool expect_skips = false, expect_none = false, expect_direct = false, expect_routed = false;
   int iters = 12;
   size_t count = 1 << 17;  // 1 MiB of int64: the ring, several segments per chunk
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     expect_skips = expect_skips || a == "--expect-skips";
     expect_none = expect_none || a == "--expect-no-skips";
+    expect_direct = expect_direct || a == "--expect-direct";
+    expect_routed = expect_routed || a == "--expect-routed";
     if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
   }
   std::vector<int64_t> in(count), out(count), ref(count);
@@ -82,6 +85,12 @@ int main(int argc, char** argv) {
   check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS, "last stats");
   if (expect_skips) check(st.skip_threshold_s > 0, "skip threshold reported");
   if (expect_none) check(st.skip_threshold_s == 0, "no threshold with skip-ahead off");
+  // The allgather after the straggler (last collective, every rank's view summed): direct from
+  // the owners (one host, SKIPRING_DIRECT_ALLGATHER auto or 1) or routed (0).
+  uint64_t direct_mine = st.direct_segments, direct_all = 0;
+  PMPI_Allreduce(&direct_mine, &direct_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (expect_direct) check(direct_all > 0, "owners sent segments straight to every rank");
+  if (expect_routed) check(direct_all == 0, "no direct allgather with it off");
   skipring_totals_t t;
   skipring_get_totals(&t);
   uint64_t mine[2] = {t.skips, t.late}, all[2] = {0, 0};

@@ -72,6 +72,8 @@ typedef struct skipring_stats {
                                 ended (its own chunk complete); 0: no reduce-scatter phase */
   char algo[16];             /* algorithm that ran: "ring", "skipring", "rd", "rabenseifner",
                                 "tree", "multitree", "hier" ("" before any all-reduce) */
+  uint32_t direct_segments;  /* segments of its own chunk this rank sent straight to every
+                                rank after a straggler (SKIPRING_DIRECT_ALLGATHER) */
 } skipring_stats_t;
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
