@@ -1155,7 +1155,6 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   SendOp& s = sends_[idx];
   s.done = true;
   --pending_;
-
   stats_.steps[s.step].transfer_s += now - s.t_posted;
   if (s.slot >= 0) {
     free_send_slots_.push_back(s.slot);
