@@ -31,13 +31,6 @@ constexpr double kBypassFactor = 4.0;
 // late rank of 4, all four ranks skipped each other). Step s therefore waits
 // threshold * (1 + s * kStepGrace).
 constexpr double kStepGrace = 0.5;
-// With skip-ahead on, a rank's step-0 sends wait until its control channels are quiet: for
-// kQuietPolls polls in a row and kQuietTime seconds, no control message. A rank that arrives
-// late finds its successor's skip notices queued, but Open MPI moves them from the shared-memory
-// queue to the matching engine a few dozen fragments per poll, so one quiet poll is not enough
-// (measured: the late rank read none of 128 queued notices with one, 127 with four).
-constexpr int kQuietPolls = 4;
-constexpr double kQuietTime = 1e-6;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -214,11 +207,7 @@ double RingAllreduce::skip_deadline(const RecvOp& r) const {
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
-  if (first_sends_deferred_) {
-    // At the next poll until kQuietPolls polls brought no control message, then once the
-    // control channels have also been quiet for kQuietTime.
-    return quiet_polls_ < kQuietPolls ? -t : t_ctrl_seen_ + kQuietTime;
-  }
+  if (first_sends_deferred_) return -t;  // at the next poll
   if (pred_silent_ && !pred_absent_) {
     t = std::min(t, t_pred_heard_ + kBypassFactor * p_.skip_threshold_s);
   }
@@ -238,7 +227,6 @@ double RingAllreduce::next_deadline() const {
 Status RingAllreduce::start(double now, ActionList* out) {
   stats_.start = now;
   wait_clock_ = now;
-  t_ctrl_seen_ = now;
   t_pred_heard_ = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
@@ -1175,10 +1163,9 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
     if (ctrl_seen_ != ctrl_seen_mark_) {
       ctrl_seen_mark_ = ctrl_seen_;  // notices are still coming in: read them first
       quiet_polls_ = 0;
-      t_ctrl_seen_ = now;
       return Status::kOk;
     }
-    if (++quiet_polls_ < kQuietPolls || now < t_ctrl_seen_ + kQuietTime) return Status::kOk;
+    if (++quiet_polls_ < p_.quiet_polls) return Status::kOk;
     send_first_pieces(now, out);
   }
   if (pred_silent_ && !pred_absent_ &&

@@ -82,6 +82,15 @@ struct RingParams {
   // owner link to saturate, and on oversubscribed cores every forward waits for its rank to be
   // scheduled), while routing keeps the owners' links free on a network. Ignored without skip.
   bool direct_allgather = false;
+  // With skip: step-0 sends wait until this many polls in a row brought no control message, so
+  // that a late rank reads the skip notices queued for it first and sends those pieces straight
+  // to their owners. On one host Open MPI moves queued shared-memory fragments into its matching
+  // engine a few dozen per poll: with 1, a rank arriving 50 ms late read none of the 128 notices
+  // waiting for it (all its step-0 pieces then went through its successor); with 4, 127. On a
+  // network each further read costs a round of polling in which the late rank sends nothing
+  // (SimGrid, n = 16: 14.4 -> 24.4 ms after the late arrival with 4), so the driver asks for 4
+  // only when every rank is on one host.
+  int quiet_polls = 1;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.
@@ -287,8 +296,7 @@ class RingAllreduce final : public CollectiveCore {
   bool first_sends_deferred_ = false;
   uint64_t ctrl_seen_ = 0;       // control messages read so far
   uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
-  int quiet_polls_ = 0;           // polls in a row without a control message (step-0 deferral)
-  double t_ctrl_seen_ = 0;        // when the last control message was read
+  int quiet_polls_ = 0;           // timer calls in a row without a new control message
   // Direct allgather (RingParams::direct_allgather with skip-ahead, n >= 3).
   bool direct_ = false;
   // This collective met a straggler (we skipped, were skipped or bypassed, got a redirect ack

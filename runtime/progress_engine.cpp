@@ -193,10 +193,8 @@ Status ProgressEngine::progress(bool* progressed) {
   const double deadline = core_->next_deadline();
   if (deadline != std::numeric_limits<double>::infinity() && deadline <= clock_->now()) {
     SKIPRING_CHECK(core_->on_time(clock_->now(), &actions_));
-    // A timer call that only looked (e.g. still waiting for quiet control channels) is not
-    // progress: the caller may back off, and a virtual clock may advance.
-    if (!actions_.empty()) *progressed = true;
     SKIPRING_CHECK(execute(&actions_));
+    *progressed = true;
   }
   return Status::kOk;
 }

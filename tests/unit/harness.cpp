@@ -334,6 +334,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       p.skip = opt.skip;
       p.skip_threshold_s = opt.skip_threshold_s;
       p.direct_allgather = opt.direct_allgather;
+      p.quiet_polls = opt.quiet_polls;
       p.tag_span = opt.tag_span;
       if (opt.step_delay) {
         const int coll = rs.next;

@@ -48,6 +48,7 @@ struct Options {
   bool skip = false;
   double skip_threshold_s = 20e-6;
   bool direct_allgather = false;  // RingParams::direct_allgather
+  int quiet_polls = 1;            // RingParams::quiet_polls
   int tag_span = 1 << 28;  // RingParams::tag_span
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;

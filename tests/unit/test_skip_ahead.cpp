@@ -126,6 +126,7 @@ TEST(SkipAhead, LateArrival) {
       o.start_time[late % n] = 5e-3;
       o.collectives = 2;
       o.direct_allgather = late >= n;
+      o.quiet_polls = o.direct_allgather ? 4 : 1;  // what the driver sets on one host
       const Outcome r = run_exact(o, "n=" + std::to_string(n) + " late=" +
                                          std::to_string(late % n) +
                                          " direct=" + std::to_string(o.direct_allgather));
@@ -149,6 +150,7 @@ TEST(SkipAhead, ExhaustiveSmallRings) {
           harness::Options o = base(n, 10000 + mask * 31 + static_cast<int>(factor * 10) + n);
           o.eager_probability = eager;
           o.direct_allgather = (mask + static_cast<int>(eager * 2)) % 2 == 1;
+          o.quiet_polls = o.direct_allgather ? 4 : 1;
           const double d = factor * o.skip_threshold_s;
           o.step_delay = [mask, d](int rank, int, Phase ph, int) {
             return (mask >> rank & 1) && ph == Phase::kReduceScatter ? d : 0.0;
@@ -187,6 +189,7 @@ TEST(SkipAhead, RandomSchedules) {
     o.latency_max = 1e-6 * (1 + rng() % 10);
     o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
     o.direct_allgather = i % 2 == 1;  // not drawn: the other draws stay as they were
+    o.quiet_polls = 1 + i % 4;
     if (rng() % 4 == 0) {
       o.start_time.assign(n, 0.0);
       o.start_time[rng() % n] = 1e-6 * (rng() % 500);
@@ -250,6 +253,7 @@ LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links 
     o.control_eager = true;
     o.skip = skip;
     o.direct_allgather = direct;
+    o.quiet_polls = direct ? 4 : 1;  // what the driver sets on one host / across hosts
     o.skip_threshold_s = 30e-6;
     const double arrive = 20e-3;  // long after the others are done with what they can do
     o.start_time.assign(n, 0.0);
