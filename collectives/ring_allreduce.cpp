@@ -486,8 +486,7 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       // owner, so each is received as soon as it is sent instead of through a window that
       // would advance at the pace of the slowest chunk. Not on the late rank itself: there
       // the final segments would crowd out the partials it still needs.
-      const bool open_window = direct_ && disturbed_ && !self_late_;
-      if ((ag_posted_ >= p_.depth && !open_window) || !local_done_[r.seg_id]) break;
+      if ((ag_posted_ >= p_.depth && !goes_direct()) || !local_done_[r.seg_id]) break;
       if (direct_) {
         // From the predecessor (ring) or the owner (direct): exactly one per segment, and the
         // header says which.
@@ -1078,11 +1077,11 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
       }
       stats_.steps[n_ - 2].t_end = now;
       uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
-      write_header(hdr, Phase::kAllgather, pos_, g, o.acc);
-      if (direct_ && disturbed_ && !self_late_) {
+      const bool direct = goes_direct();
+      write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, direct ? kRouteDirect : 0);
+      if (direct) {
         // A straggler or late rank around: the final segment goes to every rank from us (one
         // hop instead of n - 1 forwards, none through a late or descheduled rank).
-        write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, kRouteDirect);
         ++stats_.direct_segments;
         // All at once: a window on these sends could deadlock against a receiver's window,
         // which takes segments in another order.

@@ -306,6 +306,9 @@ class RingAllreduce final : public CollectiveCore {
   // ... unless we are the straggler (our successor skipped us or our predecessor bypassed us):
   // our own link is the busy one, so our segments still go around the ring (one send each).
   bool self_late_ = false;
+  // Our completed segments go to every rank directly, and (not being the late rank) we take
+  // every allgather segment as soon as it comes rather than through a window of `depth`.
+  bool goes_direct() const { return direct_ && disturbed_ && !self_late_; }
   // Allgather around a bypassed late rank (docs/skip_ahead.md), per segment id:
   std::vector<uint8_t> byp_out_;    // we bypassed our successor for this piece
   std::vector<uint8_t> byp_race_;   // ... but it had skipped us first (its notice came after)

@@ -308,9 +308,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   // Skip-ahead runs in the ring only; "ring" is the ring with skipping off.
   p.skip = cfg_.skip && (algo == Algo::kSkipRing || algo == Algo::kHier);
   if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
-  p.direct_allgather = cfg_.direct_allgather < 0 ? topo_summary_.hosts == 1
-                                                 : cfg_.direct_allgather == 1;
-  p.quiet_polls = topo_summary_.hosts == 1 ? 4 : 1;
+  const bool one_host = topo_summary_.hosts == 1;
+  p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
+  p.quiet_polls = one_host ? 4 : 1;
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);
   // Straggler injection: late arrival here, slow steps through the engine.
