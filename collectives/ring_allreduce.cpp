@@ -258,31 +258,34 @@ Status RingAllreduce::start(double now, ActionList* out) {
     ag.to = (pos_ + 1) % n_ == ag.chunk ? -1 : succ_;
   }
 
-  // The expected receive sequence, segment-major: segment g of every step before segment g+1
-  // of any step. The receive window then always holds pieces of every step in flight, which is
-  // what makes the bounded window deadlock-free under rendezvous sends (a piece only ever
-  // waits for pieces earlier in this order, on this rank or its neighbours) and pipelines the
-  // steps. Reduce-scatter pieces come before allgather pieces.
+  // The expected receive sequence, in blocks of `depth / 2` segments: block b holds segments
+  // [b·k, (b+1)·k) of step 0, then the same segments of step 1, ... of step n-2. A piece of
+  // step s then follows the piece of step s-1 it depends on by k receives, so k pieces are in
+  // flight on every link (segment-major order, k = 1, made the posted receives a dependency
+  // chain: one piece in flight per link, 2.9 L after a late arrival under SimGrid). Deadlock-
+  // free with a bounded window as long as k < depth: the piece a rank produces from its
+  // receive i is receive i + k of its successor, inside the successor's window. Reduce-scatter
+  // pieces come before allgather pieces, which are step-major (chunk by chunk: they need no
+  // slots, so nothing bounds how far a chunk runs ahead).
   const int start_chunk = (pos_ - 1 + n_) % n_;
   size_t ag_recvs = 0;
   int max_segs = 0;
   for (int c = 0; c < n_; ++c) max_segs = std::max(max_segs, layout_.segments(c));
-  for (int g = 0; g < max_segs; ++g) {
+  const int block = std::max(1, p_.depth / 2);
+  for (int g0 = 0; g0 < max_segs; g0 += block) {
     for (int s = 0; s < n_ - 1; ++s) {
       const int c = (pos_ - 2 - s + 2 * n_) % n_;
-      if (g < layout_.segments(c)) {
+      for (int g = g0; g < std::min(g0 + block, layout_.segments(c)); ++g) {
         recvs_.push_back(RecvOp{Phase::kReduceScatter, s, c, g, layout_.first_segment(c) + g});
       }
     }
   }
   rs_unresolved_ = static_cast<int>(recvs_.size());
-  for (int g = 0; g < max_segs; ++g) {
-    for (int s = 0; s < n_ - 1; ++s) {
-      const int c = (pos_ - 1 - s + 2 * n_) % n_;
-      if (g < layout_.segments(c)) {
-        recvs_.push_back(RecvOp{Phase::kAllgather, s, c, g, layout_.first_segment(c) + g});
-        ++ag_recvs;
-      }
+  for (int s = 0; s < n_ - 1; ++s) {
+    const int c = (pos_ - 1 - s + 2 * n_) % n_;
+    for (int g = 0; g < layout_.segments(c); ++g) {
+      recvs_.push_back(RecvOp{Phase::kAllgather, s, c, g, layout_.first_segment(c) + g});
+      ++ag_recvs;
     }
   }
 

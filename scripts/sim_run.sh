@@ -25,6 +25,10 @@
 #       platforms' loopback links time it) or sleeps SKIPRING_SIM_POLL_NS of simulated time
 #       between polls (SKIPRING_SIM_WAIT=poll: a message is seen at most that late; about
 #       30 times slower at 256 ranks).
+#   smpi/async-small-thresh:65536   messages up to 64 KiB go out when sent and wait in the
+#       receiver's queue, as real MPI's eager protocol does (SMPI's default, 0, moves a small
+#       message only once its receive is posted: a control message then costs a latency at
+#       the reader, which no real MPI charges). Segments above 64 KiB stay rendezvous.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -64,7 +68,7 @@ fi
 cfg=(--cfg=network/model:CM02 --cfg=network/crosstraffic:0
      --cfg=smpi/simulate-computation:no --cfg=smpi/host-speed:1Gf
      --cfg=smpi/test:0 --cfg=smpi/iprobe:0 --cfg=smpi/grow-injected-times:no
-     --cfg=smpi/wtime:0)
+     --cfg=smpi/wtime:0 --cfg=smpi/async-small-thresh:65536)
 # shellcheck disable=SC2206  # SIM_CFG / SIM_LOG are option lists: split on purpose
 extra=(${SIM_CFG:-} ${SIM_LOG:---log=root.thres:warning})
 
