@@ -6,6 +6,7 @@
 #   simgrid     also SimGrid (simulated clusters)
 #   plots       also matplotlib (plotting benchmark results)
 #   lint        also shellcheck and clang-format
+#   cluster     also iproute2 (ip, tc: scripts/vcluster.sh, the emulated cluster)
 #   all         every group above
 # The base group is always included: no other group is useful without it.
 set -euo pipefail
@@ -18,8 +19,9 @@ base=(build-essential cmake pkg-config gfortran libopenmpi-dev openmpi-bin libuc
 group_simgrid=(libsimgrid-dev)
 group_plots=(python3-matplotlib)
 group_lint=(shellcheck clang-format)
+group_cluster=(iproute2)
 
-usage() { sed -n '2,11s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 
 wanted=("${base[@]}")
 for group in "$@"; do
@@ -28,7 +30,9 @@ for group in "$@"; do
     simgrid) wanted+=("${group_simgrid[@]}") ;;
     plots) wanted+=("${group_plots[@]}") ;;
     lint) wanted+=("${group_lint[@]}") ;;
-    all) wanted+=("${group_simgrid[@]}" "${group_plots[@]}" "${group_lint[@]}") ;;
+    cluster) wanted+=("${group_cluster[@]}") ;;
+    all) wanted+=("${group_simgrid[@]}" "${group_plots[@]}" "${group_lint[@]}"
+                  "${group_cluster[@]}") ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
   esac
