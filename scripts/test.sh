@@ -8,8 +8,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite.
-bash scripts/setup.sh simgrid
+# simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite;
+# cluster: iproute2 for the emulated-cluster tests (label cluster).
+bash scripts/setup.sh simgrid cluster
 
 # mpirun (from ctest, and from gtest discovery at build time) as root, oversubscribed; same
 # values as scripts/mpirun.sh.
@@ -30,12 +31,16 @@ cmake --build "$build_dir" -j "$jobs"
 # The SimGrid SMPI build (build-sim/) whose driver the sim-labelled tests run.
 SIM_BUILD_DIR="$sim_dir" bash scripts/sim_build.sh
 
-# Two passes. Tests labelled "mpi" start several ranks each with mpirun, usually more ranks than
-# cores, and Open MPI ranks busy-poll: two such tests side by side on a 2-core machine starve
-# each other and their timing (straggler detection, timeouts) goes wrong, so they run one at a
-# time. Everything else (in-process unit tests) is cheap and independent, so it runs in
-# parallel.
+# Three passes. Tests labelled "mpi" start several ranks each with mpirun, usually more ranks
+# than cores, and Open MPI ranks busy-poll: two such tests side by side on a 2-core machine
+# starve each other and their timing (straggler detection, timeouts) goes wrong, so they run one
+# at a time. Tests labelled "cluster" do the same across emulated hosts (scripts/vcluster.sh),
+# each bringing up and tearing down its own network namespaces: one at a time too, after the mpi
+# tests (skipped, exit 77, where namespaces are not permitted). Everything else (in-process
+# unit tests) is cheap and independent, so it runs in parallel.
 status=0
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^mpi$' "$@" || status=$?
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^(mpi|cluster)$' "$@" ||
+  status=$?
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status=$?
+ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^cluster$' "$@" || status=$?
 exit "$status"
