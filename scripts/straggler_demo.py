@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Straggler demo: skip-ahead vs plain ring vs MPI_Allreduce under three scenarios.
+"""Straggler demo: skip-ahead vs plain ring vs MPI_Allreduce under four scenarios.
 
 Runs skipring_bench under mpirun (scripts/mpirun.sh) once per scenario:
 
   none   no straggler                                  (skipring_bench --overhead --compare mpi)
   slow   one rank slow at every reduce-scatter step    (--inject "rank=R,delay=D,at=rs")
   late   one rank arriving late at every call          (--late-rank R --late-ms L)
+  hosts  the late arrival across emulated hosts        (scripts/vcluster.sh: H network
+         namespaces with their own hostnames and NICs shaped to RATE, one rank each, TCP)
 
 In each run skipring_bench interleaves the three variants per iteration (skip-ahead, plain
 ring, PMPI_Allreduce), so machine noise hits all of them alike. The time reported is the
@@ -14,12 +16,19 @@ over ranks of the entry time). Prints a table, writes a grouped bar chart (PNG) 
 non-zero if any variant returned a wrong element, if the plain ring skipped, or if a run
 failed.
 
+The slow rank's delay (default 20 ms) is above skipring's skip-threshold floor: with more
+ranks than cores (4 ranks on a 2-core machine) a healthy rank is regularly descheduled for a
+few ms, so skipring waits at least 5 ms (SKIPRING_SKIP_MIN_WAIT_US) before skipping anyone;
+a smaller delay is never skipped. The hosts scenario needs root and network namespaces; where
+they are unavailable it prints why and is left out (--hosts 0 leaves it out anyway).
+
 Python 3 standard library + matplotlib (Agg) only. scripts/real_sweep.py imports the run and
 check helpers below.
 
 Usage: scripts/straggler_demo.py --bench build-release/apps/skipring_bench
            [--np 4] [--size 16M] [--iters 20] [--warmup 3] [--repeat 1]
-           [--slow-rank 1] [--delay-ms 2] [--late-ms 50] [--out-dir build-release/demo]
+           [--slow-rank 1] [--delay-ms 20] [--late-ms 50] [--hosts 4] [--host-rate 1gbit]
+           [--host-late-ms 200] [--host-iters 5] [--out-dir build-release/demo]
 """
 import argparse
 import json
@@ -33,6 +42,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEBIAN_PYTHON = "/usr/bin/python3"
+VCLUSTER = os.path.join(HERE, "vcluster.sh")
+# skipring's skip-threshold floor when a host has more ranks than cores (runtime/communicator.cpp).
+OVERSUBSCRIBED_FLOOR_MS = 5.0
 
 VARIANTS = ("skip", "ring", "mpi")
 VARIANT_LABELS = {"skip": "skip-ahead", "ring": "plain ring", "mpi": "MPI_Allreduce"}
@@ -208,6 +220,33 @@ class Progress:
 
 
 # --------------------------------------------------------------------------------------------
+# Emulated hosts (scripts/vcluster.sh)
+
+
+def vcluster_up(hosts, rate):
+    """Brings up `hosts` emulated hosts; returns None, or why they are unavailable (exit 77)."""
+    proc = subprocess.run(["bash", VCLUSTER, "up", str(hosts), rate], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    if proc.returncode == 77:
+        reason = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "exit 77"
+        return reason.replace("vcluster: network namespaces unavailable: ", "")
+    if proc.returncode != 0:
+        raise DemoError(f"scripts/vcluster.sh up {hosts} {rate} failed:\n{proc.stdout}")
+    return None
+
+
+def vcluster_down():
+    subprocess.run(["bash", VCLUSTER, "down"], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+
+
+def hosts_bench_command(bench, size, iters, warmup, scenario_args):
+    """skipring_bench across the emulated hosts, one rank per host."""
+    return (["bash", VCLUSTER, "run", "-p", "1", bench, "-b", str(size), "-e", str(size),
+             "-n", str(iters), "-w", str(warmup)] + list(scenario_args))
+
+
+# --------------------------------------------------------------------------------------------
 # The demo
 
 
@@ -260,9 +299,37 @@ def print_table(results, labels):
         print(fmt(row))
 
 
-def plot(results, labels, args, path):
+def plot(results, labels, args, path, host_labels=()):
+    """Grouped bars per scenario; the cross-host scenario (host_labels), on another time
+    scale, in a panel of its own."""
     plt = import_pyplot()
-    fig, ax = plt.subplots(figsize=(10.5, 5.2), dpi=110)
+    if host_labels:
+        fig, (ax, hax) = plt.subplots(1, 2, figsize=(13, 5.2), dpi=110,
+                                      gridspec_kw={"width_ratios": [3, 1.25]})
+    else:
+        fig, ax = plt.subplots(figsize=(10.5, 5.2), dpi=110)
+    draw_groups(ax, results, labels)
+    ax.set_ylabel("time after last arrival, p50 (ms)")
+    ax.set_title(f"{args.np} ranks on this machine, {fmt_size(args.size)} float sum, "
+                 f"{args.iters} iterations x {args.repeat} run(s)", fontsize=10.5)
+    if host_labels:
+        draw_groups(hax, results, host_labels)
+        hax.set_title(f"{args.hosts} emulated hosts x 1 rank, {args.host_rate} NICs, "
+                      f"{fmt_size(args.size)}", fontsize=10.5)
+        hax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+    fig.suptitle("skipring straggler demo", fontsize=11.5)
+    fig.text(0.01, 0.01,
+             "bars: p50 over iterations (median over runs); whiskers: p99. Variants interleaved "
+             "per iteration in one mpirun.\nMPI_Allreduce cannot be slowed per step: in the "
+             "'slow' group it is the undisturbed reference.", fontsize=7.5, color="#444444")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def draw_groups(ax, results, labels):
     width = 0.26
     xs = list(range(len(labels)))
     top = 0.0
@@ -284,19 +351,8 @@ def plot(results, labels, args, path):
     ax.set_ylim(0, top * 1.2 if top > 0 else 1)
     ax.set_xticks(xs)
     ax.set_xticklabels([label for _, label in labels], fontsize=9)
-    ax.set_ylabel("time after last arrival, p50 (ms)")
-    ax.set_title(f"skipring straggler demo: {args.np} ranks, {fmt_size(args.size)} float sum, "
-                 f"{args.iters} iterations x {args.repeat} run(s)", fontsize=10.5)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    fig.text(0.01, 0.01,
-             "bars: p50 over iterations (median over runs); whiskers: p99. Variants interleaved "
-             "per iteration in one mpirun.\nMPI_Allreduce cannot be slowed per step: in the "
-             "middle group it is the undisturbed reference.", fontsize=7.5, color="#444444")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def main():
@@ -312,10 +368,19 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations per run")
     ap.add_argument("--repeat", type=int, default=1, help="runs per scenario (medians)")
     ap.add_argument("--slow-rank", type=int, default=1, help="the straggler's rank")
-    ap.add_argument("--delay-ms", type=float, default=2.0,
-                    help="'slow' scenario: delay at every reduce-scatter step (ms)")
+    ap.add_argument("--delay-ms", type=float, default=20.0,
+                    help="'slow' scenario: delay at every reduce-scatter step (ms); above the "
+                    f"{OVERSUBSCRIBED_FLOOR_MS:g} ms skip-threshold floor of an oversubscribed "
+                    "machine")
     ap.add_argument("--late-ms", type=float, default=50.0,
                     help="'late' scenario: how late the straggler arrives (ms)")
+    ap.add_argument("--hosts", type=int, default=4,
+                    help="'hosts' scenario: emulated hosts, one rank each (0: leave it out)")
+    ap.add_argument("--host-rate", default="1gbit", help="'hosts' scenario: NIC rate (tc syntax)")
+    ap.add_argument("--host-late-ms", type=float, default=200.0,
+                    help="'hosts' scenario: how late the straggler arrives (ms)")
+    ap.add_argument("--host-iters", type=int, default=5,
+                    help="'hosts' scenario: timed iterations per run (1 untimed)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "build-release", "demo"),
                     help="PNG, JSON rows and logs go here")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per mpirun")
@@ -324,8 +389,10 @@ def main():
         ap.error("--np must be at least 3 (skip-ahead needs a rank to go around)")
     if not 0 <= args.slow_rank < args.np:
         ap.error("--slow-rank must be a rank of --np")
-    if args.iters < 1 or args.warmup < 0 or args.repeat < 1:
-        ap.error("--iters and --repeat must be positive, --warmup non-negative")
+    if args.iters < 1 or args.warmup < 0 or args.repeat < 1 or args.host_iters < 1:
+        ap.error("--iters, --host-iters and --repeat must be positive, --warmup non-negative")
+    if args.hosts != 0 and not (3 <= args.hosts <= 200 and args.slow_rank < args.hosts):
+        ap.error("--hosts must be 0 or 3..200, with --slow-rank one of them")
     if not os.access(args.bench, os.X_OK):
         raise DemoError(f"no benchmark at {args.bench}: build it first "
                         "(cmake --build build-release --target skipring_bench)")
@@ -341,11 +408,20 @@ def main():
           "turn;\ntimes are p50 after the last rank arrived (every output element checked).")
     cores = os.cpu_count() or 0
     if args.np > cores:
+        floor_env = os.environ.get("SKIPRING_SKIP_MIN_WAIT_US")
+        floor_ms = float(floor_env) / 1e3 if floor_env else OVERSUBSCRIBED_FLOOR_MS
         print(f"{args.np} ranks on {cores} cores are oversubscribed: a descheduled rank is a "
-              "straggler too.")
+              f"straggler too, so skipring waits at least {floor_ms:g} ms before skipping a rank"
+              + (" (SKIPRING_SKIP_MIN_WAIT_US)." if floor_env else
+                 " (its floor there; SKIPRING_SKIP_MIN_WAIT_US sets it)."))
+        if args.delay_ms <= floor_ms:
+            print(f"warning: --delay-ms {args.delay_ms:g} is not above that floor: the slow "
+                  "rank will not be skipped.")
+        else:
+            print(f"The slow rank's {args.delay_ms:g} ms per step is above it.")
     sys.stdout.flush()
 
-    progress = Progress(len(scen) * args.repeat)
+    progress = Progress(len(scen) * args.repeat + (args.repeat if args.hosts else 0))
     rows = {key: [] for key, _, _, _ in scen}
     problems = []
     for rep in range(args.repeat):
@@ -363,22 +439,70 @@ def main():
             problems += [f"{label}: {p}" for p in bad]
             rows[key].append(row)
             progress.end("  FAILED: " + "; ".join(bad) if bad else "")
+    # The late arrival across emulated hosts (scripts/vcluster.sh), when namespaces allow.
+    host_labels = []
+    hosts_skipped = None
+    if args.hosts:
+        key = "hosts"
+        r = args.slow_rank
+        label = (f"rank {r} arrives {args.host_late_ms:g} ms late, {args.hosts} hosts "
+                 f"at {args.host_rate}")
+        short_label = (f"rank {r} arrives {args.host_late_ms:g} ms late\n"
+                       f"({args.hosts} hosts, {args.host_rate})")
+        hosts_skipped = vcluster_up(args.hosts, args.host_rate)
+        if hosts_skipped is None:
+            rows[key] = []
+            try:
+                for rep in range(args.repeat):
+                    tag = key + (f"-run{rep + 1}" if args.repeat > 1 else "")
+                    progress.begin(label + (f" (run {rep + 1}/{args.repeat})"
+                                            if args.repeat > 1 else ""))
+                    cmd = hosts_bench_command(args.bench, args.size, args.host_iters, 1,
+                                              ["--late-rank", str(r),
+                                               "--late-ms", f"{args.host_late_ms:g}"])
+                    try:
+                        row = run_bench(cmd, os.path.join(args.out_dir, f"{tag}.json"),
+                                        os.path.join(args.out_dir, f"{tag}.log"), args.timeout)
+                    except DemoError:
+                        progress.end("  FAILED")
+                        raise
+                    bad = row_problems(row)
+                    problems += [f"{label}: {p}" for p in bad]
+                    rows[key].append(row)
+                    progress.end("  FAILED: " + "; ".join(bad) if bad else "")
+            finally:
+                vcluster_down()
+            labels.append((key, label))
+            host_labels.append((key, short_label))
     results = {key: summarize(rows[key]) for key in rows}
 
     print()
     print_table(results, labels)
+    if hosts_skipped is not None:
+        print(f"cross-host scenario skipped: network namespaces unavailable ({hosts_skipped})")
     print()
     total_wrong = sum(s["wrong"] for s in results.values())
     print(f"wrong result elements (all variants, all ranks, all runs): {total_wrong}")
     print("skip/ring, skip/MPI: ratio of p50 times in the same run (< 1: skip-ahead faster); "
           "skips/iter: skip-ahead decisions per all-reduce, all ranks.")
     print(f"In '{labels[1][1]}' MPI_Allreduce is not slowed (it cannot be): not like for like.")
+    print(f"A skip saves at most T + T_trans per slow step (the paper's eq. 1: T the step's own "
+          f"time), and\nthe slow rank's delayed steps still bound the end: with a delay of "
+          f"{args.delay_ms:g} ms >> T the gain is modest.")
+    if "hosts" in results:
+        print(f"'{labels[-1][1]}': {args.hosts} network namespaces with their own hostnames on "
+              f"a bridge, NICs shaped to\n{args.host_rate} both ways (scripts/vcluster.sh), "
+              "Open MPI over TCP; the hosts share this machine's cores.")
     png = os.path.join(args.out_dir, "straggler_demo.png")
-    plot(results, short, args, png)
+    plot(results, short, args, png, host_labels)
     print(f"Plot: {shown_path(png)}   (JSON rows and logs of the runs: {shown_path(args.out_dir)}/)")
     if results["slow"]["skips_per_iter"] == 0:
         print("note: skip-ahead never skipped the slow rank (its delay stayed under the "
-              "learnt skip threshold)")
+              "skip threshold; raise --delay-ms)")
+    for key in ("late", "hosts"):
+        if key in results and not results[key]["skip_over_ring"] < 1:
+            print(f"note: in '{dict(labels)[key]}' skip-ahead was not faster than the plain "
+                  f"ring (skip/ring {fmt_ratio(results[key]['skip_over_ring'])})")
     if problems:
         raise DemoError("the demo found problems:\n  " + "\n  ".join(problems))
 
