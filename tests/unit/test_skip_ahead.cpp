@@ -298,11 +298,19 @@ TEST(SkipAhead, LateArrivalCost) {
     print_cost("routed allgather, links", n, c);
     // Only the late rank's successor skips it, and asks for one bypass: no cascade (before the
     // channel timer and the on-demand window every rank ended up skipping its predecessor).
-    EXPECT_EQ(c.skips_elsewhere, 0u) << "n=" << n;
+    // With the block receive order two ranks downstream skip one block (4 pieces) each at
+    // n = 8 while the successor's own pieces wait on its threshold, before the late arrival
+    // (0 with segment-major windows); the cascade this guards against skipped every rank.
+    EXPECT_LE(c.skips_elsewhere, 8u) << "n=" << n;
     EXPECT_EQ(c.bypass_requests, 1u) << "n=" << n;
-    // Measured 1.20 (n=4) and 0.91 (n=8) of plain ring (1.17 / 0.96 while the successor still
-    // relayed the late rank's pieces; 1.37 / 1.31 with the skip cascade).
-    EXPECT_LE(c.skip_after, (n == 4 ? 1.25 : 1.0) * c.ring_after) << "n=" << n;
+    // Measured 1.23 (n=4) and 1.18 (n=8) of plain ring, 2.58 / 2.46 L. With segment-major
+    // receive windows it was 1.20 / 0.91 of plain ring, 2.48 / 2.37 L: the block order (k
+    // pieces in flight per link) sped the plain ring up (n=8: 596 -> 478 us) far more than
+    // skip-ahead (545 -> 564 us), whose time after the arrival is the late rank's link carrying
+    // its pieces, its own chunk's allgather and the allgather forwards routed through it
+    // (docs/skip_ahead.md, "Not done: reaching L"). The bounds guard both against regressions.
+    EXPECT_LE(c.skip_after, 1.3 * c.ring_after) << "n=" << n;
+    EXPECT_LE(c.skip_after, 2.7 * c.lower_bound) << "n=" << n;
   }
 }
 
@@ -319,9 +327,12 @@ TEST(SkipAhead, LateArrivalCostDirect) {
     print_cost("direct allgather, no links", n, direct);
     EXPECT_EQ(direct.skips_elsewhere, 0u) << "n=" << n;
     EXPECT_EQ(direct.bypass_requests, 1u) << "n=" << n;
-    // Measured 0.21 (n=4) and 0.09 (n=8) of plain ring, routed 0.39 and 0.32.
-    EXPECT_LT(direct.skip_after, routed.skip_after) << "n=" << n;
-    EXPECT_LE(direct.skip_after, 0.3 * direct.ring_after) << "n=" << n;
+    // Measured 0.56 (n=4) and 0.33 (n=8) of plain ring, routed 0.59 and 0.33 (0.21 / 0.09 and
+    // 0.39 / 0.32 against the segment-major plain ring, which took 100 / 475 us here against
+    // 37.5 / 119 us now; skip-ahead's own time is unchanged: 21 / 39 us).
+    EXPECT_LE(direct.skip_after, routed.skip_after) << "n=" << n;
+    EXPECT_LE(direct.skip_after, 0.6 * direct.ring_after) << "n=" << n;
+    EXPECT_LE(direct.skip_after, 0.3 * direct.lower_bound) << "n=" << n;
   }
 }
 
