@@ -7,7 +7,7 @@ network, 100 Gbit/s links, 5 us latency; every time is simulated). Medians over 
 iterations. CSVs go to docs/data/sim_*.csv, PNGs to docs/figures/sim_*.png.
 
     python3 scripts/sim_sweep.py                 # every sweep (installs SimGrid, builds build-sim/)
-    python3 scripts/sim_sweep.py --only paper    # paper | alpha | late | scaling (comma list)
+    python3 scripts/sim_sweep.py --only paper    # paper | alpha | late | scaling | scaling_big
     python3 scripts/sim_sweep.py --quick         # fewer points, smaller rings (smoke run)
 """
 import argparse
@@ -128,47 +128,83 @@ def parse_size(text):
     return int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
 
 
+# SMPI's own MPI_Allreduce algorithms, next to skipring on the same platform (SIM_CFG, read by
+# scripts/sim_run.sh): "mpi" = SMPI's default, "lr" = its logical ring, "ompi" = Open MPI's
+# decision table (coll-selector:ompi).
+SMPI_ALGOS = {"mpi": "", "lr": "--cfg=smpi/allreduce:lr", "ompi": "--cfg=smpi/coll-selector:ompi"}
+
+
+def run_smpi(n, base_args, algo, iters):
+    """One SMPI MPI_Allreduce algorithm (mode mpi under SIM_CFG); returns (rows, wall)."""
+    args = list(base_args) + ["--mode", "mpi", "--iters", str(iters), "--warmup", "1"]
+    env = {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST}
+    cfg = (os.environ.get("SIM_CFG", "") + " " + SMPI_ALGOS[algo]).strip()
+    if cfg:
+        env["SIM_CFG"] = cfg
+    return run_driver(n, args, env)
+
+
 def sweep_late(a, ns, big):
-    """One rank arriving late: time from the last arrival to completion, against L."""
+    """One rank arriving late: time from the last arrival to completion, against L; next to it
+    SMPI's own MPI_Allreduce (default, lr ring, ompi selector) up to --smpi-max-n ranks."""
     out = []
     for i, n in enumerate(ns):
         size = big if n <= 64 else min(big, 8 << 20)
-        progress(f"[late {i + 1}/{len(ns)}] n={n}")
         late_us = 20000
-        # SMPI's own MPI_Allreduce takes minutes of real time at 256 ranks: skipped there.
-        modes = "skip,ring,mpi" if n <= 64 else "skip,ring"
-        args = ["--bytes", str(size), "--mode", modes, "--iters", str(a.iters),
-                "--warmup", "3", "--late-rank", "1", "--late-us", str(late_us)]
-        rows, wall = run_driver(n, args, {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST})
+        base = ["--bytes", str(size), "--late-rank", "1", "--late-us", str(late_us)]
+        progress(f"[late {i + 1}/{len(ns)}] n={n} skip,ring")
+        rows, wall = run_driver(n, base + ["--mode", "skip,ring", "--iters", str(a.iters),
+                                           "--warmup", "3"],
+                                {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST})
         L = (n - 1) / n * size / LINK_BPS * 1e6
-        skip, ring, mpi = (med(rows, m, "t_after_last_arrival_us") for m in ("skip", "ring", "mpi"))
-        out.append([n, size, late_us, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{L:.1f}",
-                    f"{skip / L:.3f}", f"{ring / L:.3f}", f"{skip / ring:.3f}",
-                    f"{med(rows, 'skip', 'skips'):g}", f"{wall:.1f}"])
+        skip, ring = (med(rows, m, "t_after_last_arrival_us") for m in ("skip", "ring"))
+        smpi = {}
+        for algo in a.smpi_algos:
+            # SMPI's default MPI_Allreduce (reduce + bcast) takes minutes of real time at 64
+            # ranks with 64 MiB: only up to --smpi-default-max-n.
+            limit = a.smpi_default_max_n if algo == "mpi" else a.smpi_max_n
+            if n > limit:
+                smpi[algo] = (float("nan"), 0.0)
+                continue
+            progress(f"[late {i + 1}/{len(ns)}] n={n} SMPI {algo}")
+            r, w = run_smpi(n, base, algo, a.smpi_iters)
+            smpi[algo] = (med(r, "mpi", "t_after_last_arrival_us"), w)
+        row = [n, size, late_us, f"{skip:.1f}", f"{ring:.1f}"]
+        row += [f"{smpi[x][0]:.1f}" for x in SMPI_ALGOS if x in smpi]
+        row += [f"{L:.1f}", f"{skip / L:.3f}", f"{ring / L:.3f}"]
+        row += [f"{smpi[x][0] / L:.3f}" for x in SMPI_ALGOS if x in smpi]
+        row += [f"{skip / ring:.3f}", f"{med(rows, 'skip', 'skips'):g}",
+                f"{wall + sum(v[1] for v in smpi.values()):.1f}"]
+        out.append(row)
     progress("[late] done\n")
-    header = ["n", "bytes", "late_us", "skip_after_us", "ring_after_us", "mpi_after_us", "L_us",
-              "skip_over_L", "ring_over_L", "skip_over_ring", "skips", "wall_s"]
+    algos = [x for x in SMPI_ALGOS if x in a.smpi_algos]
+    header = (["n", "bytes", "late_us", "skip_after_us", "ring_after_us"]
+              + [f"{x}_after_us" for x in algos] + ["L_us", "skip_over_L", "ring_over_L"]
+              + [f"{x}_over_L" for x in algos] + ["skip_over_ring", "skips", "wall_s"])
     write_csv(os.path.join(a.data, "sim_late.csv"), header, out)
     return header, out
 
 
-def sweep_scaling(a, ns, size):
-    """No straggler: all-reduce time against the alpha-beta model of the ring."""
+def sweep_scaling(a, ns, size, name="scaling", big_n=None, mpi_max_n=256):
+    """No straggler: all-reduce time against the alpha-beta model of the ring,
+    2(n-1)/n*S/B + 2(n-1)*latency. big_n: from this ring size on, S = 8 MiB (memory: every
+    simulated rank holds its buffers). SMPI's MPI_Allreduce only up to mpi_max_n ranks."""
     out = []
     for i, n in enumerate(ns):
-        progress(f"[scaling {i + 1}/{len(ns)}] n={n}")
-        args = ["--bytes", str(size), "--mode", "skip,ring,mpi", "--iters", str(a.iters),
-                "--warmup", "3"]
+        sz = min(size, 8 << 20) if big_n is not None and n >= big_n else size
+        modes = "skip,ring,mpi" if n <= mpi_max_n else "skip,ring"
+        progress(f"[{name} {i + 1}/{len(ns)}] n={n} {sz} B {modes}")
+        args = ["--bytes", str(sz), "--mode", modes, "--iters", str(a.iters), "--warmup", "3"]
         rows, wall = run_driver(n, args, {"SKIPRING_SIM_REDUCE_GBPS": REDUCE_GBPS_FAST})
-        model = (2 * (n - 1) * LATENCY + 2 * (n - 1) / n * size / LINK_BPS) * 1e6
+        model = (2 * (n - 1) * LATENCY + 2 * (n - 1) / n * sz / LINK_BPS) * 1e6
         skip, ring, mpi = (med(rows, m, "t_total_us") for m in ("skip", "ring", "mpi"))
-        out.append([n, size, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{model:.1f}",
+        out.append([n, sz, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{model:.1f}",
                     f"{skip / model:.3f}", f"{ring / model:.3f}", f"{skip / ring:.3f}",
                     f"{med(rows, 'skip', 'skips'):g}", f"{wall:.1f}"])
-    progress("[scaling] done\n")
+    progress(f"[{name}] done\n")
     header = ["n", "bytes", "skip_us", "ring_us", "mpi_us", "model_us", "skip_over_model",
               "ring_over_model", "skip_over_ring", "skips", "wall_s"]
-    write_csv(os.path.join(a.data, "sim_scaling.csv"), header, out)
+    write_csv(os.path.join(a.data, f"sim_{name}.csv"), header, out)
     return header, out
 
 
@@ -227,42 +263,56 @@ def plots(a, results):
                    title="Fig. 9: optimisation ratio over alpha", name="sim_fig9_ratio_vs_alpha.png")
     if "late" in results:
         h, rows = results["late"]
+        col = {k: j for j, k in enumerate(h)}
         fig, ax = plt.subplots(figsize=(6, 4))
         ns = [int(r[0]) for r in rows]
-        for col, lab in ((7, "skip-ahead"), (8, "plain ring")):
-            ax.plot(ns, [float(r[col]) for r in rows], "o-", label=lab)
-        ax.plot(ns, [float(r[5]) / float(r[6]) for r in rows], "^-", label="SMPI MPI_Allreduce")
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(1.25, color="k", lw=0.8, ls=":", label="target 1.25 L")
+        for key, lab, mk in (("skip_over_L", "skip-ahead", "o-"), ("ring_over_L", "plain ring", "s-"),
+                             ("mpi_over_L", "SMPI MPI_Allreduce (default)", "^-"),
+                             ("lr_over_L", "SMPI lr ring", "v-"),
+                             ("ompi_over_L", "SMPI ompi selector", "d-")):
+            if key not in col:
+                continue
+            pts = [(n, float(r[col[key]])) for n, r in zip(ns, rows) if r[col[key]] != "nan"]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], mk, label=lab)
+        ax.axhline(1.0, color="k", lw=0.8, label="bound L")
+        ax.axhline(1.3, color="k", lw=0.8, ls=":", label="skip-ahead target 1.3 L")
+        ax.axhline(2.2, color="k", lw=0.8, ls="--", label="plain ring target 2.2 L")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("ranks")
         ax.set_ylabel("time after last arrival / L")
         ax.set_title("Late arrival (S = " + ", ".join(sorted({f"{int(r[1]) >> 20} MiB"
                                                               for r in rows})) + ")")
-        ax.legend()
+        ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         save(fig, "sim_late_arrival.png")
-    if "scaling" in results:
-        h, rows = results["scaling"]
+    for name in ("scaling", "scaling_big"):
+        if name not in results:
+            continue
+        h, rows = results[name]
         fig, ax = plt.subplots(figsize=(6, 4))
         ns = [int(r[0]) for r in rows]
-        for col, lab in ((2, "skip-ahead"), (3, "plain ring"), (4, "SMPI MPI_Allreduce"),
-                         (5, "alpha-beta ring model")):
-            ax.plot(ns, [float(r[col]) for r in rows], "o-" if col < 5 else "k--", label=lab)
+        for col, lab in ((6, "skip-ahead"), (7, "plain ring")):
+            ax.plot(ns, [float(r[col]) for r in rows], "o-", label=lab)
+        mp = [(n, float(r[4]) / float(r[5])) for n, r in zip(ns, rows) if r[4] != "nan"]
+        if mp:
+            ax.plot([p[0] for p in mp], [p[1] for p in mp], "^-", label="SMPI MPI_Allreduce")
+        ax.axhline(1.0, color="k", lw=0.8, label="alpha-beta ring time")
+        ax.axhline(1.10, color="k", lw=0.8, ls=":", label="target 1.10x")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel("ranks")
-        ax.set_ylabel("all-reduce time (us)")
-        ax.set_title(f"No straggler, S = {int(rows[0][1]) >> 20} MiB")
-        ax.legend()
+        ax.set_ylabel("time / (2(n-1)/n S/B + 2(n-1) lat)")
+        sizes = ", ".join(f"{int(r[1]) >> 20} MiB at n={r[0]}" for r in rows)
+        ax.set_title(f"No straggler ({sizes})", fontsize=8)
+        ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-        save(fig, "sim_scaling.png")
+        save(fig, f"sim_{name}.png")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="paper,alpha,late,scaling")
+    ap.add_argument("--only", default="paper,alpha,late,scaling,scaling_big")
     ap.add_argument("--quick", action="store_true", help="few points, small rings")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--data", default=os.path.join(REPO, "docs", "data"))
@@ -274,6 +324,19 @@ def main():
     ap.add_argument("--late-bytes", default="64M",
                     help="message size of the late-arrival sweep (K/M suffix); 256 ranks use "
                          "8M (memory: every simulated rank holds its buffers)")
+    ap.add_argument("--scaling-bytes", default="64M",
+                    help="message size of the scaling_big sweep (no straggler, n = 8, 16, 64 "
+                         "at this size, 256 at 8M)")
+    ap.add_argument("--smpi-algos", default="mpi,lr,ompi",
+                    help="SMPI MPI_Allreduce variants in the late sweep: mpi (SMPI default), "
+                         "lr (--cfg=smpi/allreduce:lr), ompi (--cfg=smpi/coll-selector:ompi)")
+    ap.add_argument("--smpi-max-n", type=int, default=64,
+                    help="largest ring for SMPI's lr/ompi in the late sweep")
+    ap.add_argument("--smpi-default-max-n", type=int, default=16,
+                    help="largest ring for SMPI's default MPI_Allreduce in the late and "
+                         "scaling_big sweeps (minutes of real time per point at 64 x 64 MiB)")
+    ap.add_argument("--smpi-iters", type=int, default=2,
+                    help="iterations of each SMPI algorithm (simulated time is deterministic)")
     ap.add_argument("--plot-only", action="store_true",
                     help="redraw the PNGs from the CSVs already in --data")
     a = ap.parse_args()
@@ -287,9 +350,13 @@ def main():
     if not os.path.exists(DRIVER) and not a.plot_only:
         raise SystemExit(f"sim_sweep: {DRIVER} missing: run scripts/sim_build.sh first")
     only = set(a.only.split(","))
+    a.smpi_algos = [x for x in a.smpi_algos.split(",") if x]
+    for x in a.smpi_algos:
+        if x not in SMPI_ALGOS:
+            raise SystemExit(f"sim_sweep: unknown SMPI algorithm '{x}' ({', '.join(SMPI_ALGOS)})")
     results = {}
     if a.plot_only:
-        for name in ("paper", "alpha", "late", "scaling"):
+        for name in ("paper", "alpha", "late", "scaling", "scaling_big"):
             path = os.path.join(a.data, f"sim_{name}.csv")
             if name in only and os.path.exists(path):
                 with open(path) as f:
@@ -315,6 +382,12 @@ def main():
         results["scaling"] = sweep_scaling(a, [n for n in ([4, 8] if a.quick else [4, 8, 16, 64, 256])
                                                if n <= a.max_n],
                                            1 << 20)
+    if "scaling_big" in only:
+        ns = [8] if a.quick else [8, 16, 64, 256]
+        size = 1 << 20 if a.quick else parse_size(a.scaling_bytes)
+        results["scaling_big"] = sweep_scaling(a, [n for n in ns if n <= a.max_n], size,
+                                               name="scaling_big", big_n=256,
+                                               mpi_max_n=a.smpi_default_max_n)
     if not a.no_plots:
         plots(a, results)
 
