@@ -55,7 +55,7 @@ veth_name() { echo "${PREFIX}-v$1"; }
 
 # Namespaces of ours that exist now (sr-h<digits>), one per line.
 existing_hosts() {
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-h[0-9]+$" || true
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-h[0-9]+$" | sort -V || true
 }
 
 # Serialises up/down (a second `up` waits for the first).
@@ -175,6 +175,10 @@ cmd_up() {
   check_available
   lock
   creating=1
+  # Any other failure while creating (a sandbox that allows namespaces but not bridges, a
+  # read-only /etc/hosts, ...) is the environment's too: exit 77 with the failing command.
+  set -o errtrace
+  trap 'unavailable "failed: $BASH_COMMAND"' ERR
 
   # Hosts beyond N (an earlier, larger cluster) go.
   local old
@@ -212,6 +216,7 @@ cmd_up() {
   write_hosts_entries "$n"
   printf 'hosts=%d\nrate=%s\n' "$n" "$rate" >"$state_dir/config"
   write_agent
+  trap - ERR
   creating=0
 }
 

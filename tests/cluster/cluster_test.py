@@ -44,6 +44,9 @@ class Cluster:
 
     def __enter__(self):
         t0 = time.monotonic()
+        # A fresh cluster: a test killed at its timeout may have left hosts and processes.
+        subprocess.run(["bash", self.vcluster, "down"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
         proc = subprocess.run(["bash", self.vcluster, "up", str(self.hosts), self.rate],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode == SKIP:
