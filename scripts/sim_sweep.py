@@ -148,6 +148,10 @@ def sweep_late(a, ns, big):
     """One rank arriving late: time from the last arrival to completion, against L; next to it
     SMPI's own MPI_Allreduce (default, lr ring, ompi selector) up to --smpi-max-n ranks."""
     out = []
+    algos = [x for x in SMPI_ALGOS if x in a.smpi_algos]
+    header = (["n", "bytes", "late_us", "skip_after_us", "ring_after_us"]
+              + [f"{x}_after_us" for x in algos] + ["L_us", "skip_over_L", "ring_over_L"]
+              + [f"{x}_over_L" for x in algos] + ["skip_over_ring", "skips", "wall_s"])
     for i, n in enumerate(ns):
         size = big if n <= 64 else min(big, 8 << 20)
         late_us = 20000
@@ -170,18 +174,15 @@ def sweep_late(a, ns, big):
             r, w = run_smpi(n, base, algo, a.smpi_iters)
             smpi[algo] = (med(r, "mpi", "t_after_last_arrival_us"), w)
         row = [n, size, late_us, f"{skip:.1f}", f"{ring:.1f}"]
-        row += [f"{smpi[x][0]:.1f}" for x in SMPI_ALGOS if x in smpi]
+        row += [f"{smpi[x][0]:.1f}" for x in algos]
         row += [f"{L:.1f}", f"{skip / L:.3f}", f"{ring / L:.3f}"]
-        row += [f"{smpi[x][0] / L:.3f}" for x in SMPI_ALGOS if x in smpi]
+        row += [f"{smpi[x][0] / L:.3f}" for x in algos]
         row += [f"{skip / ring:.3f}", f"{med(rows, 'skip', 'skips'):g}",
                 f"{wall + sum(v[1] for v in smpi.values()):.1f}"]
         out.append(row)
+        # Written after every ring size: the 64-rank points take many minutes of real time.
+        write_csv(os.path.join(a.data, "sim_late.csv"), header, out)
     progress("[late] done\n")
-    algos = [x for x in SMPI_ALGOS if x in a.smpi_algos]
-    header = (["n", "bytes", "late_us", "skip_after_us", "ring_after_us"]
-              + [f"{x}_after_us" for x in algos] + ["L_us", "skip_over_L", "ring_over_L"]
-              + [f"{x}_over_L" for x in algos] + ["skip_over_ring", "skips", "wall_s"])
-    write_csv(os.path.join(a.data, "sim_late.csv"), header, out)
     return header, out
 
 
@@ -190,6 +191,8 @@ def sweep_scaling(a, ns, size, name="scaling", big_n=None, mpi_max_n=256):
     2(n-1)/n*S/B + 2(n-1)*latency. big_n: from this ring size on, S = 8 MiB (memory: every
     simulated rank holds its buffers). SMPI's MPI_Allreduce only up to mpi_max_n ranks."""
     out = []
+    header = ["n", "bytes", "skip_us", "ring_us", "mpi_us", "model_us", "skip_over_model",
+              "ring_over_model", "skip_over_ring", "skips", "wall_s"]
     for i, n in enumerate(ns):
         sz = min(size, 8 << 20) if big_n is not None and n >= big_n else size
         modes = "skip,ring,mpi" if n <= mpi_max_n else "skip,ring"
@@ -201,10 +204,8 @@ def sweep_scaling(a, ns, size, name="scaling", big_n=None, mpi_max_n=256):
         out.append([n, sz, f"{skip:.1f}", f"{ring:.1f}", f"{mpi:.1f}", f"{model:.1f}",
                     f"{skip / model:.3f}", f"{ring / model:.3f}", f"{skip / ring:.3f}",
                     f"{med(rows, 'skip', 'skips'):g}", f"{wall:.1f}"])
+        write_csv(os.path.join(a.data, f"sim_{name}.csv"), header, out)
     progress(f"[{name}] done\n")
-    header = ["n", "bytes", "skip_us", "ring_us", "mpi_us", "model_us", "skip_over_model",
-              "ring_over_model", "skip_over_ring", "skips", "wall_s"]
-    write_csv(os.path.join(a.data, f"sim_{name}.csv"), header, out)
     return header, out
 
 
