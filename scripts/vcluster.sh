@@ -168,7 +168,8 @@ cmd_up() {
   if ! [[ "$n" =~ ^[0-9]+$ ]] || ((n < 1 || n > MAX_HOSTS)); then
     die "N must be 1..$MAX_HOSTS, got '$n'"
   fi
-  bps="$(rate_bytes_per_s "$rate")" || die "RATE must be a tc rate such as 1gbit or 500mbit, got '$rate'"
+  bps="$(rate_bytes_per_s "$rate")" ||
+    die "RATE must be a tc rate such as 1gbit or 500mbit, got '$rate'"
   ((bps > 0)) || die "RATE must be positive, got '$rate'"
   burst=$((bps / 1000))
   ((burst >= 65536)) || burst=65536
@@ -282,7 +283,8 @@ cmd_run() {
   # The hosts share this machine's cores, which Open MPI cannot see: with more ranks than
   # cores, ranks that busy-poll without yielding wait for the scheduler (measured: 8 ms per
   # 8-byte all-reduce at 2 hosts x 2 ranks on 2 cores, 70 us with yielding).
-  if ((np > $(nproc))) && [[ -z "${OMPI_MCA_mpi_yield_when_idle:-}" && " $* " != *yield_when_idle* ]]; then
+  if ((np > $(nproc))) && [[ -z "${OMPI_MCA_mpi_yield_when_idle:-}" &&
+        " $* " != *yield_when_idle* ]]; then
     args+=(--mca mpi_yield_when_idle 1)
   fi
   while IFS= read -r name; do

@@ -78,8 +78,8 @@ class Cluster:
                                   text=True, env=full_env, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-            print(out, end="")
+            out = e.stdout or ""
+            print(out.decode(errors="replace") if isinstance(out, bytes) else out, end="")
             raise SystemExit(f"cluster_test: FAIL: timed out after {timeout} s")
         print(proc.stdout, end="", flush=True)
         log(f"exit status {proc.returncode} after {time.monotonic() - t0:.1f} s")
@@ -119,7 +119,13 @@ def test_topology(cluster, a):
     ring = [int(x) for x in rm.group(1).split()] if rm else []
     check(sorted(ring) == list(range(n * k)), f"the ring holds every rank once: {ring}")
     host_of = {r: h for h, ranks in hosts.items() for r in ranks}
-    blocks = [host_of.get(r) for i, r in enumerate(ring) if i == 0 or host_of.get(r) != host_of.get(ring[i - 1])]
+    # The ring is a cycle: start it where the host changes, then list the host of each run of
+    # consecutive positions on one host; each host must appear exactly once.
+    start = next((i for i in range(len(ring))
+                  if host_of.get(ring[i]) != host_of.get(ring[i - 1])), 0)
+    cyc = ring[start:] + ring[:start]
+    blocks = [host_of.get(r) for i, r in enumerate(cyc)
+              if i == 0 or host_of.get(r) != host_of.get(cyc[i - 1])]
     check(len(blocks) == n and len(set(blocks)) == n,
           f"the ranks of one host are adjacent in the ring (host sequence {blocks})")
     hm = re.search(r"^inter-host hops: (\d+) \(hosts: (\d+)\)$", out, re.M)
