@@ -318,8 +318,8 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3,
                     help="warm-up calls before the measured ones in the late and scaling sweeps "
-                         "(simulated time is deterministic: --iters 1 --warmup 2 gives the same "
-                         "medians in a fraction of the real time)")
+                         "(simulated time is deterministic; --iters 1 --warmup 2 cuts the real "
+                         "time of a 64-rank 64 MiB point to about 10 min here)")
     ap.add_argument("--data", default=os.path.join(REPO, "docs", "data"))
     ap.add_argument("--figures", default=os.path.join(REPO, "docs", "figures"))
     ap.add_argument("--no-plots", action="store_true")
