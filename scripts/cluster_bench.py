@@ -265,11 +265,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except sd.DemoError as e:
-        sys.stdout.flush()
-        print(f"cluster_bench: FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sd.run_main(main, "cluster_bench")

@@ -378,11 +378,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except sd.DemoError as e:
-        sys.stdout.flush()
-        print(f"real_sweep: FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    sd.run_main(main, "real_sweep")

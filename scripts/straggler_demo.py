@@ -355,6 +355,35 @@ def draw_groups(ax, results, labels):
     ax.set_axisbelow(True)
 
 
+def run_repeat(progress, args, rep, label, tag, cmd, problems):
+    """One benchmark run of a scenario: progress line, JSON and log under --out-dir, the row's
+    problems appended to `problems`. Returns the row."""
+    progress.begin(label + (f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""))
+    try:
+        row = run_bench(cmd, os.path.join(args.out_dir, f"{tag}.json"),
+                        os.path.join(args.out_dir, f"{tag}.log"), args.timeout)
+    except DemoError:
+        progress.end("  FAILED")
+        raise
+    bad = row_problems(row)
+    problems += [f"{label}: {p}" for p in bad]
+    progress.end("  FAILED: " + "; ".join(bad) if bad else "")
+    return row
+
+
+def run_main(main_fn, name):
+    """Entry point of the demo and the scripts built on it: a DemoError is one FAILED line on
+    stderr and exit 1, Ctrl-C exit 130."""
+    try:
+        main_fn()
+    except DemoError as e:
+        sys.stdout.flush()
+        print(f"{name}: FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
 def main():
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -427,18 +456,8 @@ def main():
     for rep in range(args.repeat):
         for key, label, _, extra in scen:
             tag = f"{key}" + (f"-run{rep + 1}" if args.repeat > 1 else "")
-            progress.begin(label + (f" (run {rep + 1}/{args.repeat})" if args.repeat > 1 else ""))
             cmd = bench_command(args.bench, args.np, args.size, args.iters, args.warmup, extra)
-            try:
-                row = run_bench(cmd, os.path.join(args.out_dir, f"{tag}.json"),
-                                os.path.join(args.out_dir, f"{tag}.log"), args.timeout)
-            except DemoError:
-                progress.end("  FAILED")
-                raise
-            bad = row_problems(row)
-            problems += [f"{label}: {p}" for p in bad]
-            rows[key].append(row)
-            progress.end("  FAILED: " + "; ".join(bad) if bad else "")
+            rows[key].append(run_repeat(progress, args, rep, label, tag, cmd, problems))
     # The late arrival across emulated hosts (scripts/vcluster.sh), when namespaces allow.
     host_labels = []
     hosts_skipped = None
@@ -455,21 +474,11 @@ def main():
             try:
                 for rep in range(args.repeat):
                     tag = key + (f"-run{rep + 1}" if args.repeat > 1 else "")
-                    progress.begin(label + (f" (run {rep + 1}/{args.repeat})"
-                                            if args.repeat > 1 else ""))
                     cmd = hosts_bench_command(args.bench, args.size, args.host_iters, 1,
                                               ["--late-rank", str(r),
                                                "--late-ms", f"{args.host_late_ms:g}"])
-                    try:
-                        row = run_bench(cmd, os.path.join(args.out_dir, f"{tag}.json"),
-                                        os.path.join(args.out_dir, f"{tag}.log"), args.timeout)
-                    except DemoError:
-                        progress.end("  FAILED")
-                        raise
-                    bad = row_problems(row)
-                    problems += [f"{label}: {p}" for p in bad]
-                    rows[key].append(row)
-                    progress.end("  FAILED: " + "; ".join(bad) if bad else "")
+                    rows[key].append(run_repeat(progress, args, rep, label, tag, cmd,
+                                                problems))
             finally:
                 vcluster_down()
             labels.append((key, label))
@@ -508,11 +517,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DemoError as e:
-        sys.stdout.flush()
-        print(f"straggler_demo: FAILED: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main, "straggler_demo")
