@@ -31,6 +31,8 @@ constexpr double kBypassFactor = 4.0;
 // late rank of 4, all four ranks skipped each other). Step s therefore waits
 // threshold * (1 + s * kStepGrace).
 constexpr double kStepGrace = 0.5;
+// The late rank's pieces to the owners in flight at once (RingAllreduce::send_paced).
+constexpr int kPacedInFlight = 8;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -329,16 +331,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
   // ranks also from the predecessor (bypassed pieces) and from the rank two ahead (bypass
   // requests).
   bypassed_.assign(layout_.total_segments(), 0);
-  byp_out_.assign(layout_.total_segments(), 0);
-  byp_race_.assign(layout_.total_segments(), 0);
-  pred_byp_.assign(layout_.total_segments(), 0);
-  sent_pred_bypassed_.assign(layout_.total_segments(), 0);
-  owner_direct_.assign(layout_.segments(pos_), {});
-  deferred_ag_.clear();
-  rs_recv_of_seg_.assign(layout_.total_segments(), -1);
-  for (size_t i = 0; i < recvs_.size(); ++i) {
-    if (recvs_[i].phase == Phase::kReduceScatter) rs_recv_of_seg_[recvs_[i].seg_id] = static_cast<int>(i);
-  }
   // Every piece we send in the reduce-scatter: the relayed ones and our step-0 ones (those may
   // be sent after relayed ones: send_first_pieces waits for queued notices). fwd-done follows
   // the last of them, after any "bypassed" message.
@@ -425,23 +417,53 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
   ++stats_.messages_sent;
 }
 
+int RingAllreduce::ag_next(int from, int chunk, int around) const {
+  int to = (from + 1) % n_;
+  if (p_.ring[to] == around) to = (to + 1) % n_;
+  return to == chunk ? -1 : to;
+}
+
 void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
   const RecvOp& r = recvs_[idx];
+  const uint32_t route = wire_route(r.header);
   // Sent by the owner to every rank (direct allgather): nothing to pass on.
-  if (wire_route(r.header) & kRouteDirect) return;
-  int to = (pos_ + 1) % n_;
-  if (sent_pred_bypassed_[r.seg_id]) {
-    return;  // our successor takes it from our predecessor
-  }
-  if (byp_out_[r.seg_id]) {
-    // The owner sends the late successor this segment directly. If it had skipped us first
-    // (race), it forwards the segment itself; else we send it around it.
-    if (byp_race_[r.seg_id]) return;
-    to = (pos_ + 2) % n_;
-  }
-  if (to == r.chunk) return;  // the owner has it
+  if (route & kRouteDirect) return;
+  const int around = route & kRouteAround ? static_cast<int>(route & kRouteLateMask) - 1 : -1;
+  if (around == p_.rank) return;  // the late rank: the owner sent it to us directly
+  const int to = ag_next(pos_, r.chunk, around);
+  if (to < 0) return;  // the owner has it
   post_send(Phase::kAllgather, n_ - 1 + r.step, r.chunk, r.seg, r.header,
             seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out, false, p_.ring[to]);
+}
+
+void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
+  const OwnerPiece& o = owner_[g];
+  uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
+  const void* seg = seg_ptr(p_.recvbuf, pos_, g);
+  if (goes_direct()) {
+    // A straggler or late rank around: the final segment goes to every rank from us (one
+    // hop instead of n - 1 forwards, none through a late or descheduled rank). All at once: a
+    // window on these sends could deadlock against a receiver's window, which takes segments
+    // in another order.
+    write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, kRouteDirect);
+    ++stats_.direct_segments;
+    for (int k = 1; k < n_; ++k) {
+      post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg, -1, now, out, false,
+                p_.ring[(pos_ + k) % n_]);
+    }
+    return;
+  }
+  // Around the late rank we know of, which gets the segment from us directly: its link then
+  // carries its own pieces and nothing of the others' allgather. The choice is ours alone
+  // (receivers take allgather segments from any source and forward as the header says).
+  const int around = side_channels_ ? late_rank_ : -1;
+  write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0,
+               around >= 0 ? kRouteAround | static_cast<uint32_t>(around + 1) : 0);
+  const int to = ag_next(pos_, pos_, around);
+  if (to >= 0) post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg, -1, now, out, false,
+                         p_.ring[to]);
+  if (around >= 0) post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg, -1, now, out, false,
+                             around);
 }
 
 void RingAllreduce::post_receives(double now, ActionList* out) {
@@ -489,22 +511,11 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       // owner, so each is received as soon as it is sent instead of through a window that
       // would advance at the pace of the slowest chunk. Not on the late rank itself: there
       // the final segments would crowd out the partials it still needs.
-      if ((ag_posted_ >= p_.depth && !goes_direct()) || !local_done_[r.seg_id]) break;
-      if (direct_) {
-        // From the predecessor (ring) or the owner (direct): exactly one per segment, and the
-        // header says which.
-        a.peer = -1;
-      } else if (side_channels_) {
-        // The source depends on how our predecessor's piece for this segment was resolved
-        // (bypassed or not): wait until it is.
-        const int ri = rs_recv_of_seg_[r.seg_id];
-        if (ri >= 0 && recvs_[ri].state != OpState::kFinished) break;
-        if (bypassed_[r.seg_id]) {
-          a.peer = p_.ring[r.chunk];  // we were bypassed: straight from the owner
-        } else if (pred_byp_[r.seg_id]) {
-          a.peer = p_.ring[(pos_ - 2 + 2 * n_) % n_];  // around our bypassed predecessor
-        }
-      }
+      if ((ag_posted_ >= p_.depth && !ag_unwindowed()) || !local_done_[r.seg_id]) break;
+      // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
+      // exactly one message per segment reaches every rank, from whichever rank the route
+      // names, and its header says where it goes on.
+      if (side_channels_) a.peer = -1;
       ++ag_posted_;
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
@@ -605,14 +616,8 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
   // routed around per segment, which keeps the allgather routes consistent.
   const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_ && !bypassed_[seg_id];
-  // Our predecessor bypassed us for this piece: tell the successor (it then takes the segment's
-  // allgather from our predecessor, and we do not forward it). Not with the direct allgather,
-  // which needs no routes.
-  const bool routes = !direct_;
-  const uint32_t route = routes && bypassed_[seg_id] ? kRoutePredBypassed : 0;
-  sent_pred_bypassed_[seg_id] = routes && bypassed_[seg_id];
   if (!redirect_[seg_id] && !bypass) {
-    write_header(hdr, Phase::kReduceScatter, c, g, set, 0, route);
+    write_header(hdr, Phase::kReduceScatter, c, g, set);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
     piece_emitted(now, out);
     return;
@@ -620,10 +625,9 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   if (bypass) {
     // Our successor is late (the rank after it asked): the piece goes straight to the owner
     // and the successor learns it has only its own input to send for (c, g).
-    // The owner also sends the final segment straight to the late rank.
+    // The route word names the late rank: the owner routes its allgather around it.
     write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
-                 routes ? static_cast<uint32_t>(succ_ + 1) : 0);
-    byp_out_[seg_id] = routes;
+                 static_cast<uint32_t>(succ_ + 1));
     const int extra = add_aux(AuxKind::kExtraSend, c, g);
     aux_[extra].send_slot = slot;
     if (reads_input) aux_[extra].recv_slot = -2;
@@ -636,23 +640,53 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     return;
   }
   // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
-  // successor's ring receive is answered by an ack carrying the set we delivered.
-  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra);
+  // successor's ring receive is answered by an ack carrying the set we delivered. Being the
+  // late rank, we name ourselves in the route word: the owner routes its allgather around us
+  // (its chunk may have reached us before our predecessor started bypassing us).
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
+               self_late_ ? static_cast<uint32_t>(p_.rank + 1) : 0);
   const int extra = add_aux(AuxKind::kExtraSend, c, g);
   aux_[extra].send_slot = slot;
-  post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
-                layout_.segment_count(c, g) * layout_.elem_size(), now, out);
-  out->back().header = hdr;
-  ++stats_.messages_sent;
+  if (self_late_ && reads_input) {
+    // Our own input while we are the late rank: paced, chunk by chunk. Deadlock-free: the
+    // owner keeps a receive posted for every incomplete segment (owner_post_extras), so a
+    // paced piece in flight always completes.
+    aux_[extra].paced = true;
+    paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g,
+                                extra, p_.ring[c], hdr, payload});
+    std::push_heap(paced_.begin(), paced_.end(),
+                   [](const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; });
+    send_paced(now, out);
+  } else {
+    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
+    out->back().header = hdr;
+    ++stats_.messages_sent;
+  }
   const int ack = add_aux(AuxKind::kAckSend, c, g);
   aux_[ack].hdr.assign(hdr_bytes_, 0);
-  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck, route);
+  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
   post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
   if (reads_input) {
     // An own-input piece sent as an extra: the input is read until that send completes.
     aux_[extra].recv_slot = -2;
   }
   piece_emitted(now, out);
+}
+
+void RingAllreduce::send_paced(double now, ActionList* out) {
+  while (paced_in_flight_ < kPacedInFlight && !paced_.empty()) {
+    std::pop_heap(paced_.begin(), paced_.end(),
+                  [](const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; });
+    const PacedPiece p = paced_.back();
+    paced_.pop_back();
+    const AuxOp& op = aux_[p.aux];
+    post_aux_send(p.aux, p.peer, tag_for(kTagExtra, op.seg_id), p.payload,
+                  layout_.segment_count(op.chunk, op.seg) * layout_.elem_size(), now, out);
+    out->back().header = const_cast<uint8_t*>(p.hdr);
+    ++stats_.messages_sent;
+    ++paced_in_flight_;
+  }
 }
 
 void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
@@ -746,7 +780,7 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
       return fail(fmt::format("owner of chunk {} segment {}: bad allgather route {}", pos_, g,
                               late - 1));
     }
-    owner_direct_[g].push_back(static_cast<int>(late - 1));
+    if (late_rank_ < 0) late_rank_ = static_cast<int>(late - 1);
   }
   if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
     return fail(fmt::format("owner of chunk {} segment {}: piece {} overlaps what it holds {}",
@@ -815,20 +849,13 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       const int channel = op.channel;
       if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
         open_[channel] = false;
-        if (channel == kBack) {
-          // Every notice of the successor is in: the bypassed allgather routes are final.
-          for (size_t i : deferred_ag_) {
-            --pending_;
-            forward_ag(i, now, out);
-          }
-          deferred_ag_.clear();
-        }
         break;
       }
       disturbed_ = true;
       if (channel == kFar) {
         if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
         bypass_ = true;
+        if (late_rank_ < 0) late_rank_ = succ_;
         SKIPRING_CHECK(start_reduces(now, out));  // may have been waiting for a send slot
       } else {
         if (h.chunk >= static_cast<uint32_t>(n_) ||
@@ -841,13 +868,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
           self_late_ = true;
           // Not yet sent: it will go straight to the owner. Already sent: the successor gets
           // it on its ring receive and forwards it itself.
-          if (!rs_sent_[seg_id]) {
-            redirect_[seg_id] = 1;
-          } else if (byp_out_[seg_id]) {
-            // The successor skipped us before our bypass message reached it: it sent its piece
-            // without the bypassed mark, so it forwards this segment's allgather itself.
-            byp_race_[seg_id] = 1;
-          }
+          if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
         } else {
           if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
           self_late_ = true;
@@ -877,7 +898,6 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
       SKIPRING_CHECK(check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg,
                                   &scratch_set_));
-      if (wire_route(op.hdr.data()) & kRoutePredBypassed) pred_byp_[recvs_[ri].seg_id] = 1;
       RecvOp& r = recvs_[ri];
       cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
       r.state = OpState::kFinished;
@@ -901,6 +921,10 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
     case AuxKind::kExtraSend: {
       // Copies: post_receives may add aux ops and move aux_ (and `op`) in memory.
       const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
+      if (op.paced) {
+        --paced_in_flight_;
+        send_paced(now, out);
+      }
       if (send_slot >= 0) free_send_slots_.push_back(send_slot);
       if (recv_slot >= 0) {
         free_recv_slots_.push_back(recv_slot);
@@ -942,6 +966,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   r.t_arrived = now;
   if (r.phase == Phase::kReduceScatter) {
     r.t_ready = std::max(r.t_posted, t_pred_heard_);
+    r.timed = true;
     t_pred_heard_ = now;
     pred_silent_ = pred_absent_ = false;
   }
@@ -956,7 +981,6 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     --rs_unresolved_;
     uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
     SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
-    if (wire_route(hdr) & kRoutePredBypassed) pred_byp_[r.seg_id] = 1;
     if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
       return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
                               r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
@@ -989,17 +1013,17 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
       return fail(fmt::format("allgather of chunk {} carries incomplete set {}", r.chunk,
                               scratch_set_.to_string()));
     }
+    const uint32_t route = wire_route(r.header);
+    if ((route & kRouteAround) &&
+        ((route & kRouteLateMask) == 0 || (route & kRouteLateMask) > static_cast<uint32_t>(n_) ||
+         static_cast<int>((route & kRouteLateMask) - 1) == p_.ring[r.chunk])) {
+      return fail(fmt::format("allgather of chunk {} segment {}: bad route {:#x}", r.chunk,
+                              r.seg, route));
+    }
     --ag_posted_;
     r.state = OpState::kFinished;
     rec.t_end = now;
-    if (byp_out_[r.seg_id] && open_[kBack]) {
-      // Bypassed segment: where it goes depends on whether the successor skipped us first,
-      // which only its rs-done settles.
-      deferred_ag_.push_back(idx);
-      ++pending_;
-    } else {
-      forward_ag(idx, now, out);
-    }
+    forward_ag(idx, now, out);
     post_receives(now, out);
   }
   owner_post_extras(now, out);
@@ -1079,28 +1103,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
         o.extra_posted = false;
       }
       stats_.steps[n_ - 2].t_end = now;
-      uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
-      const bool direct = goes_direct();
-      write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0, direct ? kRouteDirect : 0);
-      if (direct) {
-        // A straggler or late rank around: the final segment goes to every rank from us (one
-        // hop instead of n - 1 forwards, none through a late or descheduled rank).
-        ++stats_.direct_segments;
-        // All at once: a window on these sends could deadlock against a receiver's window,
-        // which takes segments in another order.
-        for (int k = 1; k < n_; ++k) {
-          post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
-                    now, out, false, p_.ring[(pos_ + k) % n_]);
-        }
-      } else {
-        post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
-                  now, out);
-      }
-      for (int late : owner_direct_[g]) {
-        // A late rank was bypassed for this segment: it gets the result from us directly.
-        post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg_ptr(p_.recvbuf, pos_, g), -1,
-                  now, out, false, late);
-      }
+      send_own_segment(g, now, out);
     } else {
       SKIPRING_CHECK(owner_merge(g, now, out));
     }
@@ -1227,7 +1230,7 @@ std::string RingAllreduce::describe() const {
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
-  if (done_ || failed_ || pending_ != 0 || next_post_ != recvs_.size() ||
+  if (done_ || failed_ || pending_ != 0 || !paced_.empty() || next_post_ != recvs_.size() ||
       awaiting_reduce_ != 0 || open_[kBack] || open_[kFwd] || open_[kFar]) {
     return;
   }
@@ -1241,8 +1244,10 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   for (const RecvOp& r : recvs_) {
     // Ring pieces this rank could have skipped but did not: their wait (from when the timer
     // started, see skip_deadline) is the normal step time
-    // (the owner's pieces also wait for everything upstream, stragglers included).
-    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && !r.skipped && r.t_arrived > 0) {
+    // (the owner's pieces also wait for everything upstream, stragglers included). Pieces
+    // the predecessor sent straight to the owner never arrive here: they have no wait (counted
+    // as "now" since the clock's epoch, they once set a late rank's threshold to hours).
+    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && !r.skipped && r.timed) {
       piece_waits_.push_back(std::max(0.0, r.t_arrived - r.t_ready));
     }
   }
@@ -1260,3 +1265,4 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
 }
 
 }  // namespace skipring
+

@@ -144,6 +144,7 @@ class RingAllreduce final : public CollectiveCore {
     double t_arrived = 0;
     double t_reduce = 0;
     bool skipped = false;   // RS: we forwarded our own contribution without this piece
+    bool timed = false;     // RS: arrived on the ring receive (t_ready..t_arrived is a wait)
     int ack_aux = -1;       // RS skipped: the receive of the predecessor's redirect ack
   };
   struct SendOp {
@@ -172,8 +173,17 @@ class RingAllreduce final : public CollectiveCore {
     int extra_slot = -1;  // kExtraRecv: owner-side slot
     bool done = false;
     bool cancelled = false;
+    bool paced = false;   // kExtraSend: one of the late rank's paced pieces
     double t = 0;
     std::vector<uint8_t> hdr;  // header-only messages own their header here
+  };
+  // A piece of our own input waiting to go straight to its owner (we are the late rank).
+  struct PacedPiece {
+    int order;  // chunks in the order we reach them (step), then segments
+    int aux;
+    int peer;
+    const uint8_t* hdr;
+    const void* payload;
   };
   // The owner's view of one segment of its own chunk: pieces merge in arrival order.
   struct OwnerPiece {
@@ -196,8 +206,14 @@ class RingAllreduce final : public CollectiveCore {
   void post_receives(double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
                  int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
-  // Passes an allgather segment on (to the successor, or around a bypassed late rank).
+  // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
+  // The ring position an allgather segment of chunk `chunk` goes to from position `from` when
+  // it is routed around rank `around` (-1: none); -1 when that would be the owner.
+  int ag_next(int from, int chunk, int around) const;
+  // Sends a completed segment of our chunk: around the late rank we know of (and to it
+  // directly), to every rank (direct allgather), or to the successor.
+  void send_own_segment(int g, double now, ActionList* out);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   void maybe_done(double now, ActionList* out);
@@ -216,6 +232,8 @@ class RingAllreduce final : public CollectiveCore {
   int ctrl_tag(int channel) const { return p_.tag_span - 1 - channel; }
   // Own contribution for a ring piece we will not get (skip or predecessor bypassed us).
   void forward_own(size_t idx, double now, ActionList* out);
+  // The late rank's pieces to the owners go out chunk by chunk, a few at a time.
+  void send_paced(double now, ActionList* out);
   void piece_emitted(double now, ActionList* out);
   void resolve_bypassed(size_t idx, double now, ActionList* out);
   uint8_t* recv_slot_base(int slot) const;
@@ -309,15 +327,18 @@ class RingAllreduce final : public CollectiveCore {
   // Our completed segments go to every rank directly, and (not being the late rank) we take
   // every allgather segment as soon as it comes rather than through a window of `depth`.
   bool goes_direct() const { return direct_ && disturbed_ && !self_late_; }
-  // Allgather around a bypassed late rank (docs/skip_ahead.md), per segment id:
-  std::vector<uint8_t> byp_out_;    // we bypassed our successor for this piece
-  std::vector<uint8_t> byp_race_;   // ... but it had skipped us first (its notice came after)
-  std::vector<uint8_t> pred_byp_;   // our predecessor was bypassed: allgather from the one before
-  std::vector<uint8_t> sent_pred_bypassed_;  // we told our successor we were bypassed
-  std::vector<int> rs_recv_of_seg_;  // index of the ring receive from the predecessor, or -1
-  // Per own segment: late ranks bypassed in its chain, which get the final segment from us.
-  std::vector<std::vector<int>> owner_direct_;
-  std::vector<size_t> deferred_ag_;  // bypassed allgather forwards waiting for the rs-done
+  // Allgather receives without a window: chunks complete out of ring order once a straggler
+  // is around, and every allgather receive is from any source (the owner routes each segment).
+  bool ag_unwindowed() const { return side_channels_ && disturbed_; }
+  // A late rank we know of (communicator rank, -1: none): our successor once we bypass it, or
+  // the rank a bypassed piece of our chunk names. Our completed segments go around it and to
+  // it directly (docs/skip_ahead.md, "The allgather around the late rank").
+  int late_rank_ = -1;
+  // Being the late rank, our pieces for the owners go out chunk by chunk with at most
+  // kPacedInFlight in flight, so that chunks complete one after another and their allgather
+  // overlaps the rest of our sending (posted at once, every chunk completed at the end).
+  std::vector<PacedPiece> paced_;  // min-heap on order
+  int paced_in_flight_ = 0;
   std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
   int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
   bool fwd_done_sent_ = false;

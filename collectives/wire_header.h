@@ -25,13 +25,14 @@ constexpr uint8_t kFlagBypassed = 32;   // control, to the successor: "my piece 
 constexpr uint8_t kFlagFwdDone = 64;    // control: "no more bypass messages from me"
 constexpr uint8_t kFlagFarDone = 128;   // control: "no more bypass requests from me"
 
-// WireHeader.reserved carries the allgather route of a reduce-scatter piece (late-rank bypass):
-// low 24 bits: 1 + the rank the chunk's owner must also send the final segment to (set by the
-// rank that bypassed its late successor); kRoutePredBypassed: "my predecessor bypassed me for
-// this piece, so I do not forward its allgather: take it from my predecessor" (set by the late
-// rank on what it sends its successor).
+// WireHeader.reserved carries routes. On a reduce-scatter piece sent straight to the owner by a
+// rank that bypassed its late successor: low 24 bits = 1 + that late rank (the owner then routes
+// its allgather around it). On an allgather segment with kRouteAround: the owner chose to route
+// it around the rank in the low 24 bits (1 + rank), which got the segment from the owner
+// directly and passes nothing on; every other rank forwards to the next ring position after it
+// that is not that rank, up to the owner.
 constexpr uint32_t kRouteLateMask = 0x00ffffff;
-constexpr uint32_t kRoutePredBypassed = 1u << 31;
+constexpr uint32_t kRouteAround = 1u << 31;
 // On an allgather segment: "the chunk's owner sent this to every rank itself: do not pass it on"
 // (skip-ahead's direct allgather, RingParams::direct_allgather).
 constexpr uint32_t kRouteDirect = 1u << 30;

@@ -78,11 +78,12 @@ class Communicator {
   // --algo). Collective on first use (measures the parameters).
   std::string describe_selection(size_t max_bytes);
   const TopologySummary& topology_summary() const { return topo_summary_; }
-  // The skip threshold the next ring collective will use (seconds).
-  double skip_threshold(size_t segment_bytes) const;
 
  private:
   Communicator() = default;
+  // The skip threshold of the next ring collective (seconds). Collective on first use when T
+  // is learnt (measures the cost parameters).
+  double skip_threshold(size_t segment_bytes);
   void ensure_cost_params();
   void measure_engine_sigma();
   // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on

@@ -303,14 +303,15 @@ TEST(SkipAhead, LateArrivalCost) {
     // (0 with segment-major windows); the cascade this guards against skipped every rank.
     EXPECT_LE(c.skips_elsewhere, 8u) << "n=" << n;
     EXPECT_EQ(c.bypass_requests, 1u) << "n=" << n;
-    // Measured 1.23 (n=4) and 1.18 (n=8) of plain ring, 2.58 / 2.46 L. With segment-major
-    // receive windows it was 1.20 / 0.91 of plain ring, 2.48 / 2.37 L: the block order (k
-    // pieces in flight per link) sped the plain ring up (n=8: 596 -> 478 us) far more than
-    // skip-ahead (545 -> 564 us), whose time after the arrival is the late rank's link carrying
-    // its pieces, its own chunk's allgather and the allgather forwards routed through it
-    // (docs/skip_ahead.md, "Not done: reaching L"). The bounds guard both against regressions.
-    EXPECT_LE(c.skip_after, 1.3 * c.ring_after) << "n=" << n;
-    EXPECT_LE(c.skip_after, 2.7 * c.lower_bound) << "n=" << n;
+    // Measured 1.83 (n=4) and 1.50 (n=8) of plain ring, 3.83 / 3.13 L. This model gives each
+    // link to one transfer at a time, in the order transfers match, so posting many sends at
+    // once costs nothing and pacing only delays: the owner-routed allgather (every rank takes
+    // every allgather segment as soon as it comes) and the late rank's paced pieces, which cut
+    // SimGrid's time after the arrival (links shared max-min, as TCP flows share a NIC) from
+    // 2.40 / 2.37 L to 1.96 / 2.01 L at n = 8 / 16, cost here what they gain there (before
+    // them: 1.23 / 1.18 of plain ring, 2.58 / 2.46 L). The bounds guard against regressions.
+    EXPECT_LE(c.skip_after, 2.0 * c.ring_after) << "n=" << n;
+    EXPECT_LE(c.skip_after, 4.0 * c.lower_bound) << "n=" << n;
   }
 }
 
