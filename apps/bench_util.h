@@ -17,7 +17,10 @@ namespace skipring_bench {
 
 // Parses a byte count such as "8", "64K", "64M", "1G", "2KB", "4MiB" or "1t" (binary
 // multiples, case-insensitive). Returns nullopt on malformed input or overflow.
-inline std::optional<uint64_t> ParseBytes(const std::string& text) {
+// Kept apart from runtime/config.cpp's parse_size (SKIPRING_SEGMENT_BYTES), which parses the
+// same suffixes but not T nor surrounding blanks: two size parsers exist on purpose until a
+// base layer without MPI (issue 12, item 3) gives the apps and the runtime one to share.
+inline std::optional<uint64_t> parse_bytes(const std::string& text) {
   const size_t end = text.size();
   size_t first = 0;
   while (first < end && std::isspace(static_cast<unsigned char>(text[first]))) ++first;
@@ -57,7 +60,7 @@ inline std::optional<uint64_t> ParseBytes(const std::string& text) {
 
 // The benchmark's message sizes: min, then min*factor (factor > 1) or min+step (factor == 1),
 // up to and including max. Stops early rather than overflow or repeat a size.
-inline std::vector<uint64_t> SizeSequence(uint64_t min_bytes, uint64_t max_bytes, uint64_t factor,
+inline std::vector<uint64_t> size_sequence(uint64_t min_bytes, uint64_t max_bytes, uint64_t factor,
                                           uint64_t step_bytes) {
   std::vector<uint64_t> sizes;
   uint64_t size = min_bytes;
@@ -80,7 +83,7 @@ inline std::vector<uint64_t> SizeSequence(uint64_t min_bytes, uint64_t max_bytes
 }
 
 // Nearest-rank percentile (p in [0, 100]) of an ascending-sorted, non-empty sample.
-inline double Percentile(const std::vector<double>& sorted, double p) {
+inline double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0.0;
   const double rank = std::ceil(p / 100.0 * static_cast<double>(sorted.size()));
   const size_t index = rank < 1.0 ? 0 : static_cast<size_t>(rank) - 1;
@@ -93,7 +96,7 @@ struct SampleSummary {
   size_t n = 0;
 };
 
-inline SampleSummary SummarizeSample(std::vector<double> values) {
+inline SampleSummary summarize_sample(std::vector<double> values) {
   SampleSummary s;
   if (values.empty()) return s;
   std::sort(values.begin(), values.end());
@@ -101,8 +104,8 @@ inline SampleSummary SummarizeSample(std::vector<double> values) {
   for (const double v : values) sum += v;
   s.n = values.size();
   s.mean = sum / static_cast<double>(values.size());
-  s.p50 = Percentile(values, 50);
-  s.p99 = Percentile(values, 99);
+  s.p50 = percentile(values, 50);
+  s.p99 = percentile(values, 99);
   s.min = values.front();
   s.max = values.back();
   return s;
@@ -118,13 +121,13 @@ struct ArrivalStamps {
 
 // The collective's time after the last rank arrived: max t_exit - max t_enter. A straggler's
 // own lateness is not in it, only what the collective adds once everybody is there.
-inline double AfterLastArrival(const ArrivalStamps& s) { return s.last_exit - s.last_enter; }
+inline double after_last_arrival(const ArrivalStamps& s) { return s.last_exit - s.last_enter; }
 
 // Wall time from the first rank's entry to the last rank's exit: max t_exit - min t_enter.
-inline double TotalTime(const ArrivalStamps& s) { return s.last_exit - s.first_enter; }
+inline double total_time(const ArrivalStamps& s) { return s.last_exit - s.first_enter; }
 
 // a / b, or NaN when b is not positive (or either is not finite).
-inline double Ratio(double a, double b) {
+inline double ratio(double a, double b) {
   if (!(b > 0) || !std::isfinite(a) || !std::isfinite(b)) {
     return std::numeric_limits<double>::quiet_NaN();
   }
@@ -134,7 +137,7 @@ inline double Ratio(double a, double b) {
 // Geometric mean of positive finite values added one by one (others are ignored).
 class GeoMean {
  public:
-  void Add(double v) {
+  void add(double v) {
     if (!(v > 0) || !std::isfinite(v)) return;
     log_sum_ += std::log(v);
     ++n_;
@@ -148,14 +151,14 @@ class GeoMean {
 };
 
 // A 64-bit bijective mixer (splitmix64 finalizer); used to make test data look random.
-inline uint64_t Mix64(uint64_t x) {
+inline uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
 }
 
 // Microseconds with a precision that keeps the value within 8 characters.
-inline std::string FormatMicros(double us) {
+inline std::string format_micros(double us) {
   if (!std::isfinite(us)) return "nan";
   if (us >= 1e5) return fmt::format("{:.0f}", us);
   if (us >= 1e4) return fmt::format("{:.1f}", us);
@@ -163,7 +166,7 @@ inline std::string FormatMicros(double us) {
 }
 
 // Bandwidths and ratios with two decimals (nccl-tests style).
-inline std::string FormatRate(double value) {
+inline std::string format_rate(double value) {
   if (!std::isfinite(value)) return "nan";
   if (value >= 1e5) return fmt::format("{:.0f}", value);
   return fmt::format("{:.2f}", value);

@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return rc;
   }
-  const std::optional<uint64_t> parsed = skipring_bench::ParseBytes(size_text);
+  const std::optional<uint64_t> parsed = skipring_bench::parse_bytes(size_text);
   const size_t bytes = parsed ? static_cast<size_t>(*parsed) : 0;
   if (!parsed || n < 2 || late >= n) {
     if (rank == 0) std::fprintf(stderr, "late_bound: bad size, rank count or --late-rank\n");

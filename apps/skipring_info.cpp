@@ -2,6 +2,8 @@
 // the build's optional features. Exits non-zero (naming the variable) on a bad value.
 // --topology: the topology gathered at communicator setup instead (per rank host, package,
 // NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops).
+// --markdown / --markdown-simgrid: README.md's parameter tables (no MPI; the readme_params
+// test checks that the README holds them).
 #include <mpi.h>
 #include <skipring/skipring.h>
 
@@ -13,6 +15,7 @@
 
 #include "runtime/config.h"
 #include "runtime/api_internal.h"
+#include "runtime/params.h"
 #include "topology/discovery.h"
 
 namespace {
@@ -77,7 +80,19 @@ int main(int argc, char** argv) {
                "measure the cost model's parameters and print auto's algorithm per size");
   app.add_flag("--topology", topology,
                "print the topology (hosts, packages, NUMA, cores, GPUs/NICs) and the ring order");
+  bool markdown = false;
+  bool markdown_simgrid = false;
+  auto* md = app.add_flag("--markdown", markdown,
+                          "print README.md's table of the SKIPRING_* parameters (Markdown)");
+  app.add_flag("--markdown-simgrid", markdown_simgrid,
+               "print README.md's table of the SimGrid-only parameters (Markdown)")
+      ->excludes(md);
   CLI11_PARSE(app, argc, argv);
+  if (markdown || markdown_simgrid) {
+    fmt::print("{}", skipring::params_markdown(markdown ? skipring::ParamGroup::kGeneral
+                                                        : skipring::ParamGroup::kSimGrid));
+    return 0;
+  }
 
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;

@@ -126,7 +126,7 @@ class TreeRunner {
       return 1;
     }
     if (rank == 0) fmt::print(stderr, "{}", skipring::plan_to_string(plan_));
-    const auto seg = skipring_bench::ParseBytes(o.tree_seg_text);
+    const auto seg = skipring_bench::parse_bytes(o.tree_seg_text);
     if (!seg || *seg == 0) {
       if (rank == 0) fmt::print(stderr, "skipring_sim: bad --tree-seg\n");
       return 1;
@@ -465,7 +465,7 @@ int parse(int argc, char** argv, Options* o, int rank) {
     if (rank == 0) (app.exit)(e);  // parenthesised: not the exit(x) macro
     return e.get_exit_code() == 0 ? -1 : 1;
   }
-  const auto b = skipring_bench::ParseBytes(o->bytes_text);
+  const auto b = skipring_bench::parse_bytes(o->bytes_text);
   if (!b) {
     if (rank == 0) fmt::print(stderr, "skipring_sim: bad --bytes '{}'\n", o->bytes_text);
     return 1;

@@ -1,5 +1,6 @@
-// The typed registry of SKIPRING_* parameters: one table (name, type, default, range, help)
-// from which the environment is parsed and validated at init and skipring_info prints.
+// The SKIPRING_* configuration: the Config every component reads (its member initializers are
+// the defaults), loaded from the environment and validated at init through the parameter table
+// of runtime/params.h (name, range, meaning), which skipring_info and README.md print.
 #pragma once
 
 #include <cstddef>
@@ -71,11 +72,11 @@ struct Config {
   bool sim_block = true;           // SKIPRING_SIM_WAIT=block|poll
 };
 
-// One row of the registry, for printing.
+// One parameter of the table with its values, for printing.
 struct ParamInfo {
   std::string name;     // e.g. "SKIPRING_SEGMENT_BYTES"
-  std::string type;     // "bool", "int", "size", "enum"
-  std::string accepts;  // human-readable domain, e.g. "1..1024" or "trace|debug|info|warn|error|off"
+  std::string type;     // "bool", "int", "size", "double", "enum", "string", "path", "spec"
+  std::string accepts;  // human-readable domain, e.g. "1..64" or "trace, debug, info, ..."
   std::string default_value;
   std::string current_value;  // in the Config passed to describe_params
   bool set_in_env = false;

@@ -1,9 +1,14 @@
-// SKIPRING_* registry: defaults, valid values, every invalid value names the variable.
+// SKIPRING_* registry: defaults, valid values, every invalid value names the variable; the
+// parameter table: bounds, texts and the README's Markdown.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <map>
+#include <variant>
 
 #include "runtime/config.h"
+#include "runtime/params.h"
 
 namespace skipring {
 namespace {
@@ -160,6 +165,103 @@ TEST(Config, DirectAllgather) {
               Status::kErrConfig)
         << bad;
     EXPECT_NE(err.find("SKIPRING_DIRECT_ALLGATHER"), std::string::npos) << err;
+  }
+}
+
+}  // namespace
+}  // namespace skipring
+
+namespace skipring {
+namespace {
+
+bool is_numeric(const ParamDef& def) {
+  return !std::holds_alternative<bool Config::*>(def.target) &&
+         !std::holds_alternative<CustomParam>(def.target);
+}
+
+// A value of the parameter's kind as text: integers without a fraction.
+std::string number_text(const ParamDef& def, double v) {
+  if (std::holds_alternative<double Config::*>(def.target)) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return buf;
+  }
+  return std::to_string(static_cast<long long>(v));
+}
+
+// The parser applies exactly the bounds the "accepts" text is made from: both ends accepted
+// (the low one unless open), one step beyond either end refused, for every numeric parameter.
+TEST(ParamTable, ParserEnforcesTheDocumentedBounds) {
+  int numeric = 0;
+  for (const ParamDef& def : param_table()) {
+    if (!is_numeric(def)) continue;
+    ++numeric;
+    const ParamBounds& b = def.bounds;
+    const bool integral = !std::holds_alternative<double Config::*>(def.target);
+    const double below = integral ? b.lo - 1 : std::nextafter(b.lo, -INFINITY);
+    const double above = integral ? b.hi + 1 : std::nextafter(b.hi, INFINITY);
+    Config c;
+    EXPECT_EQ(parse_param(def, number_text(def, b.lo), &c), !b.lo_open) << def.name;
+    EXPECT_TRUE(parse_param(def, number_text(def, b.hi), &c)) << def.name;
+    EXPECT_FALSE(parse_param(def, number_text(def, below), &c)) << def.name << " below";
+    EXPECT_FALSE(parse_param(def, number_text(def, above), &c)) << def.name << " above";
+  }
+  EXPECT_GE(numeric, 10);
+}
+
+// The texts follow the bounds (the README shows them; load_config's errors quote them).
+TEST(ParamTable, AcceptsTextComesFromTheBounds) {
+  std::map<std::string, std::string> accepts;
+  for (const ParamDef& def : param_table()) accepts[def.name] = param_accepts(def);
+  EXPECT_EQ(accepts["SKIPRING_PIPELINE_DEPTH"], "1..64");
+  EXPECT_EQ(accepts["SKIPRING_SEGMENT_BYTES"], "1K..1G, K/M/G suffix");
+  EXPECT_EQ(accepts["SKIPRING_ALPHA"], "a number > 1 and <= 1000");
+  EXPECT_EQ(accepts["SKIPRING_MODEL_GBPS"], "a number >= 0 and <= 1e6");
+  Config c;
+  std::string err;
+  EXPECT_EQ(load_config(fake_env({{"SKIPRING_PIPELINE_DEPTH", "65"}}), &c, &err),
+            Status::kErrConfig);
+  EXPECT_NE(err.find("accepts 1..64"), std::string::npos) << err;
+}
+
+// Every default (Config's initializers) lies within its documented bounds, and the
+// documented default text is what the parser reads back as that default.
+TEST(ParamTable, DefaultsAreAcceptedValues) {
+  const Config defaults;
+  for (const ParamDef& def : param_table()) {
+    if (std::holds_alternative<CustomParam>(def.target)) continue;
+    Config c;
+    const std::string text = param_default_text(def);
+    const std::string value = text.substr(0, text.find(' '));
+    ASSERT_TRUE(parse_param(def, value, &c)) << def.name << " default '" << value << "'";
+    EXPECT_EQ(show_param(def, c), show_param(def, defaults)) << def.name;
+  }
+}
+
+// One Markdown row of four cells per parameter of the group, and none of the other group.
+TEST(ParamTable, MarkdownHasOneRowPerParameter) {
+  for (const ParamGroup group : {ParamGroup::kGeneral, ParamGroup::kSimGrid}) {
+    const std::string md = params_markdown(group);
+    for (const ParamDef& def : param_table()) {
+      const bool listed = md.find("| `" + std::string(def.name) + "` |") != std::string::npos;
+      EXPECT_EQ(listed, def.group == group) << def.name;
+    }
+    size_t start = 0;
+    int rows = 0;
+    while (start < md.size()) {
+      const size_t end = md.find('\n', start);
+      ASSERT_NE(end, std::string::npos) << "the table ends with a newline";
+      const std::string line = md.substr(start, end - start);
+      int bars = 0;
+      for (size_t i = 0; i < line.size(); ++i)
+        bars += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
+      EXPECT_EQ(bars, 5) << line;
+      ++rows;
+      start = end + 1;
+    }
+    int expected_rows = 2;  // header and separator
+    for (const ParamDef& def : param_table()) expected_rows += def.group == group ? 1 : 0;
+    EXPECT_EQ(rows, expected_rows);
   }
 }
 

@@ -172,8 +172,8 @@ TEST(SkipAhead, ExhaustiveSmallRings) {
 TEST(SkipAhead, RandomSchedules) {
   std::mt19937_64 rng(2026);
   uint64_t total_skips = 0, total_late = 0;
-  // SKIPRING_TEST_SCHEDULES=k runs only the first k (e.g. under sanitizers, which are slow).
-  const char* limit = std::getenv("SKIPRING_TEST_SCHEDULES");
+  // SR_TEST_SCHEDULES=k runs only the first k (e.g. under sanitizers, which are slow).
+  const char* limit = std::getenv("SR_TEST_SCHEDULES");
   const int kSchedules = limit != nullptr ? std::atoi(limit) : 10000;
   for (int i = 0; i < kSchedules; ++i) {
     const int n = 2 + static_cast<int>(rng() % 15);

@@ -1,0 +1,381 @@
+// The SKIPRING_* parameter table (see params.h): the entries, their parsers and their texts.
+#include "runtime/params.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "topology/multitree.h"
+
+namespace skipring {
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  const std::string t = lower(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return *out = true, true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return *out = false, true;
+  return false;
+}
+
+bool parse_int(const std::string& text, long lo, long hi, int* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// A finite number in (lo, hi] when lo_open, else [lo, hi].
+bool parse_double(const std::string& text, const ParamBounds& b, double* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !(b.lo_open ? v > b.lo : v >= b.lo) || !(v <= b.hi)) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+// Accepts a byte count with an optional K/M/G suffix (powers of 1024), optional trailing B.
+// (apps/bench_util.h has the benchmarks' own size parser.)
+bool parse_size(const std::string& text, size_t lo, size_t hi, size_t* out) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0) return false;
+  std::string suffix = lower(end);
+  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'i') suffix.pop_back();
+  unsigned long long mult = 1;
+  if (suffix == "k") {
+    mult = 1ull << 10;
+  } else if (suffix == "m") {
+    mult = 1ull << 20;
+  } else if (suffix == "g") {
+    mult = 1ull << 30;
+  } else if (!suffix.empty()) {
+    return false;
+  }
+  if (v > std::numeric_limits<unsigned long long>::max() / mult) return false;
+  v *= mult;
+  if (v < lo || v > hi) return false;
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
+// %g without the exponent's '+' and leading zeros: 2.73, 1000, 1e6.
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  std::string s = buf;
+  const size_t e = s.find('e');
+  if (e == std::string::npos) return s;
+  std::string exponent = s.substr(e + 1);
+  const bool negative = exponent[0] == '-';
+  exponent = exponent.substr(exponent.find_first_not_of("+-0"));
+  return s.substr(0, e + 1) + (negative ? "-" : "") + exponent;
+}
+
+// Bytes with the largest K/M/G suffix that divides them exactly: 262144 -> "256K".
+std::string fmt_size(double bytes) {
+  const auto b = static_cast<unsigned long long>(bytes);
+  for (const auto& [shift, suffix] : {std::pair{30, "G"}, std::pair{20, "M"}, std::pair{10, "K"}}) {
+    if (b != 0 && b % (1ull << shift) == 0) return std::to_string(b >> shift) + suffix;
+  }
+  return std::to_string(b);
+}
+
+const char* log_level_name(LogLevel l) {
+  static const char* names[] = {"trace", "debug", "info", "warn", "error", "off"};
+  return names[static_cast<int>(l)];
+}
+
+bool parse_log_level(const std::string& text, Config* c) {
+  const std::string v = lower(text);
+  for (int i = 0; i <= static_cast<int>(LogLevel::kOff); ++i) {
+    if (v == log_level_name(static_cast<LogLevel>(i))) {
+      c->log_level = static_cast<LogLevel>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool parse_clock(const std::string& text, Config* c) {
+  const std::string v = lower(text);
+#ifndef SKIPRING_SIMGRID
+  if (v == "steady") return c->clock = ClockKind::kSteady, true;
+#endif
+  // Under SMPI std::chrono::steady_clock is the host's real time, not the simulated time.
+  if (v == "mpi_wtime") return c->clock = ClockKind::kMpiWtime, true;
+  return false;
+}
+
+bool parse_direct_allgather(const std::string& text, Config* c) {
+  if (lower(text) == "auto") return c->direct_allgather = -1, true;
+  bool b = false;
+  if (!parse_bool(text, &b)) return false;
+  c->direct_allgather = b ? 1 : 0;
+  return true;
+}
+
+// "block:K" (K >= 1) or one non-empty label per rank separated by ','.
+bool parse_host_map(const std::string& text, Config* c) {
+  if (text.rfind("block:", 0) == 0) {
+    int k = 0;
+    if (!parse_int(text.substr(6), 1, 1 << 24, &k)) return false;
+  } else {
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      const size_t len = comma == std::string::npos ? std::string::npos : comma - start;
+      if (text.substr(start, len).empty()) return false;
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  c->host_map = text;
+  return true;
+}
+
+bool parse_tree_graph(const std::string& text, Config* c) {
+  // Read and checked now (its node count against the communicator at setup).
+  LinkGraph g;
+  std::string why;
+  if (!text.empty() && !ok(LinkGraph::load(text, &g, &why))) return false;
+  c->tree_graph = text;
+  return true;
+}
+
+bool parse_sim_wait(const std::string& text, Config* c) {
+  const std::string v = lower(text);
+  if (v == "block") return c->sim_block = true, true;
+  if (v == "poll") return c->sim_block = false, true;
+  return false;
+}
+
+const CustomParam kLogLevel{
+    "enum", "trace, debug, info, warn, error, off", parse_log_level,
+    [](const Config& c) { return std::string(log_level_name(c.log_level)); }};
+const CustomParam kClock{
+    "enum",
+#ifdef SKIPRING_SIMGRID
+    "mpi_wtime (the SimGrid build runs on simulated time only)",
+#else
+    "steady, mpi_wtime",
+#endif
+    parse_clock, [](const Config& c) {
+      return std::string(c.clock == ClockKind::kSteady ? "steady" : "mpi_wtime");
+    }};
+const CustomParam kDirectAllgather{
+    "enum", "auto, 0, 1", parse_direct_allgather, [](const Config& c) {
+      return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
+    }};
+const CustomParam kAlgo{"enum", "auto, ring, skipring, rd, rabenseifner, tree, multitree, hier",
+                        [](const std::string& t, Config* c) { return parse_algo(t, &c->algo); },
+                        [](const Config& c) { return std::string(algo_name(c.algo)); }};
+const CustomParam kHostMap{
+    "string", "`block:K`, or one label per rank (`a,a,b,b`)", parse_host_map,
+    [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }};
+const CustomParam kTreeGraph{
+    "path", "a link-graph file (`docs/multitree.md`)", parse_tree_graph, [](const Config& c) {
+      return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph;
+    }};
+const CustomParam kInject{
+    "spec", "rules separated by `;` (README: Straggler injection)",
+    [](const std::string& t, Config* c) {
+      c->inject = t;
+      return true;  // validated by the injection parser at init (its message names the part)
+    },
+    [](const Config& c) { return c.inject.empty() ? std::string("(none)") : c.inject; }};
+const CustomParam kTrace{
+    "path", "a directory (created if missing)",
+    [](const std::string& t, Config* c) {
+      if (t.empty()) return false;
+      c->trace_dir = t;
+      return true;
+    },
+    [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }};
+const CustomParam kSimWait{"enum", "block, poll", parse_sim_wait, [](const Config& c) {
+                             return std::string(c.sim_block ? "block" : "poll");
+                           }};
+
+}  // namespace
+
+// One entry per variable: name, field (or parser), bounds, default note, meaning[, group].
+// clang-format off
+const std::vector<ParamDef>& param_table() {
+  static const std::vector<ParamDef> kTable = {
+      {"SKIPRING_ENABLE", &Config::enable, {}, "",
+       "use skipring's all-reduce; 0 makes the PMPI library pass every call to `PMPI_Allreduce`"},
+      {"SKIPRING_LOG_LEVEL", kLogLevel, {}, "",
+       "logging to stderr, each line prefixed `[skipring rN]`; debug prints per-step stats of "
+       "every collective"},
+      {"SKIPRING_REPORT", &Config::report, {}, "",
+       "PMPI library: one report line per rank at `MPI_Finalize`"},
+      {"SKIPRING_SEGMENT_BYTES", &Config::segment_bytes, {1024, 1 << 30}, "",
+       "pipelining unit: each chunk moves in segments of at most this size"},
+      {"SKIPRING_PIPELINE_DEPTH", &Config::pipeline_depth, {1, 64}, "",
+       "segments in flight per direction (receive slots / send slots)"},
+      {"SKIPRING_POLL_SPINS", &Config::poll_spins, {0, 1000000}, "",
+       "idle polls before the progress engine starts yielding the core"},
+      {"SKIPRING_IDLE_SLEEP_US", &Config::idle_sleep_us, {0, 100000}, "",
+       "longest back-off sleep when idle (0: only `sched_yield`)"},
+      {"SKIPRING_CLOCK", kClock, {}, "", "time source; `mpi_wtime` under SimGrid SMPI"},
+      {"SKIPRING_CHECK", &Config::check, {}, "",
+       "after each collective, barrier + probe: fail if any message is left unmatched"},
+      {"SKIPRING_SKIP", &Config::skip, {}, "",
+       "skip ahead past a slow predecessor; 0 = plain ring (run-to-run identical results)"},
+      {"SKIPRING_DIRECT_ALLGATHER", kDirectAllgather, {}, "",
+       "allgather once skip-ahead met a straggler: 1 = each owner sends its final segments to "
+       "every rank (one hop), 0 = around the ring and past the late rank; auto = 1 when all "
+       "ranks share one host ([docs/skip_ahead.md](docs/skip_ahead.md))"},
+      {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
+       "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
+      {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},
+       "(5000 when a host runs more ranks than cores)",
+       "floor of the skip threshold; set it to override the oversubscription default"},
+      {"SKIPRING_SKIP_T_US", &Config::skip_t_us, {0, 1e7}, "",
+       "T of the threshold in µs given instead of learnt (0 = learn; the paper's model: the "
+       "reduce time of a step)"},
+      {"SKIPRING_SKIP_TTRANS_US", &Config::skip_ttrans_us, {0, 1e7}, "",
+       "T_trans of the threshold in µs given instead of fitted (0 = fit)"},
+      {"SKIPRING_ALGO", kAlgo, {}, "",
+       "all-reduce algorithm; `auto` picks by the cost model (`skipring_info --algo` prints its "
+       "table), anything else forces one for every size"},
+      {"SKIPRING_HOST_MAP", kHostMap, {}, "",
+       "rank → host override: fakes several hosts (tests, SimGrid); empty: the real hostnames"},
+      {"SKIPRING_TREE_GRAPH", kTreeGraph, {}, "",
+       "the network the multi-tree planner builds its trees on; empty: derived from topology "
+       "and measured costs"},
+      {"SKIPRING_MULTITREE_K", &Config::multitree_k, {1, 16}, "",
+       "most spanning trees of `multitree`"},
+      {"SKIPRING_MODEL_LAT_US", &Config::model_lat_us, {0, 1e6}, "",
+       "cost-model latency per message in µs given instead of measured (0 = measure on the "
+       "first `auto` all-reduce)"},
+      {"SKIPRING_MODEL_GBPS", &Config::model_gbps, {0, 1e6}, "",
+       "cost-model point-to-point bandwidth in GB/s given instead of measured (0 = measure)"},
+      {"SKIPRING_MODEL_REDUCE_GBPS", &Config::model_reduce_gbps, {0, 1e6}, "",
+       "cost-model reduction rate in GB/s given instead of measured (0 = measure)"},
+      {"SKIPRING_INJECT", kInject, {}, "", "straggler injection for experiments"},
+      {"SKIPRING_TRACE", kTrace, {}, "",
+       "per-rank Chrome-trace JSON of every collective (`skipring-trace-rank<R>.json`, opens "
+       "in Perfetto)"},
+      {"SKIPRING_SIM_REDUCE_GBPS", &Config::sim_reduce_gbps, {0, 1e6, /*lo_open=*/true}, "",
+       "reductions cost bytes / rate (GB/s) of simulated time; 2.73 = 8 KiB in 3 µs, the "
+       "paper's T",
+       ParamGroup::kSimGrid},
+      {"SKIPRING_SIM_POLL_NS", &Config::sim_poll_ns, {1, 1000000}, "",
+       "simulated ns between polls when polling (how late a message can be seen)",
+       ParamGroup::kSimGrid},
+      {"SKIPRING_SIM_WAIT", kSimWait, {}, "",
+       "`block`: an idle rank wakes exactly at its next event; `poll`: every "
+       "`SKIPRING_SIM_POLL_NS`",
+       ParamGroup::kSimGrid},
+  };
+  return kTable;
+}
+// clang-format on
+
+bool parse_param(const ParamDef& def, const std::string& text, Config* cfg) {
+  const ParamBounds& b = def.bounds;
+  const ParamTarget& t = def.target;
+  if (const auto* field = std::get_if<bool Config::*>(&t)) return parse_bool(text, &(cfg->**field));
+  if (const auto* field = std::get_if<int Config::*>(&t)) {
+    return parse_int(text, static_cast<long>(b.lo), static_cast<long>(b.hi), &(cfg->**field));
+  }
+  if (const auto* field = std::get_if<size_t Config::*>(&t)) {
+    return parse_size(text, static_cast<size_t>(b.lo), static_cast<size_t>(b.hi), &(cfg->**field));
+  }
+  if (const auto* field = std::get_if<double Config::*>(&t)) {
+    return parse_double(text, b, &(cfg->**field));
+  }
+  return std::get<CustomParam>(t).parse(text, cfg);
+}
+
+std::string show_param(const ParamDef& def, const Config& cfg) {
+  const ParamTarget& t = def.target;
+  if (const auto* field = std::get_if<bool Config::*>(&t)) return cfg.**field ? "1" : "0";
+  if (const auto* field = std::get_if<int Config::*>(&t)) return std::to_string(cfg.**field);
+  if (const auto* field = std::get_if<size_t Config::*>(&t)) return std::to_string(cfg.**field);
+  if (const auto* field = std::get_if<double Config::*>(&t)) return fmt_double(cfg.**field);
+  return std::get<CustomParam>(t).show(cfg);
+}
+
+std::string param_type(const ParamDef& def) {
+  const ParamTarget& t = def.target;
+  if (std::holds_alternative<bool Config::*>(t)) return "bool";
+  if (std::holds_alternative<int Config::*>(t)) return "int";
+  if (std::holds_alternative<size_t Config::*>(t)) return "size";
+  if (std::holds_alternative<double Config::*>(t)) return "double";
+  return std::get<CustomParam>(t).type;
+}
+
+std::string param_accepts(const ParamDef& def) {
+  const ParamBounds& b = def.bounds;
+  const ParamTarget& t = def.target;
+  if (std::holds_alternative<bool Config::*>(t)) return "0/1 (or true/false, yes/no, on/off)";
+  if (std::holds_alternative<int Config::*>(t)) {
+    return std::to_string(static_cast<long>(b.lo)) + ".." + std::to_string(static_cast<long>(b.hi));
+  }
+  if (std::holds_alternative<size_t Config::*>(t)) {
+    return fmt_size(b.lo) + ".." + fmt_size(b.hi) + ", K/M/G suffix";
+  }
+  if (std::holds_alternative<double Config::*>(t)) {
+    return std::string("a number ") + (b.lo_open ? "> " : ">= ") + fmt_double(b.lo) +
+           " and <= " + fmt_double(b.hi);
+  }
+  return std::get<CustomParam>(t).accepts;
+}
+
+std::string param_default_text(const ParamDef& def) {
+  const Config defaults;
+  const auto* size_field = std::get_if<size_t Config::*>(&def.target);
+  std::string text =
+      size_field ? fmt_size(static_cast<double>(defaults.**size_field)) : show_param(def, defaults);
+  if (*def.default_note != '\0') text += std::string(" ") + def.default_note;
+  return text;
+}
+
+namespace {
+
+// A Markdown table cell: '|' would end it.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string params_markdown(ParamGroup group) {
+  std::string out = group == ParamGroup::kSimGrid
+                        ? "| variable (SimGrid build only; accepted and ignored otherwise) "
+                          "| default | accepts | meaning |\n"
+                        : "| variable | default | accepts | meaning |\n";
+  out += "|---|---|---|---|\n";
+  for (const ParamDef& def : param_table()) {
+    if (def.group != group) continue;
+    out += "| `" + std::string(def.name) + "` | " + cell(param_default_text(def)) + " | " +
+           cell(param_accepts(def)) + " | " + cell(def.meaning) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace skipring
