@@ -655,7 +655,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g,
                                 extra, p_.ring[c], hdr, payload});
     std::push_heap(paced_.begin(), paced_.end(),
-                   [](const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; });
+                   paced_later);
     send_paced(now, out);
   } else {
     post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
@@ -677,7 +677,7 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
 void RingAllreduce::send_paced(double now, ActionList* out) {
   while (paced_in_flight_ < kPacedInFlight && !paced_.empty()) {
     std::pop_heap(paced_.begin(), paced_.end(),
-                  [](const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; });
+                  paced_later);
     const PacedPiece p = paced_.back();
     paced_.pop_back();
     const AuxOp& op = aux_[p.aux];

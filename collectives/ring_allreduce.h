@@ -185,6 +185,8 @@ class RingAllreduce final : public CollectiveCore {
     const uint8_t* hdr;
     const void* payload;
   };
+  // Heap order of paced_: the piece reached first comes out first.
+  static bool paced_later(const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; }
   // The owner's view of one segment of its own chunk: pieces merge in arrival order.
   struct OwnerPiece {
     ContributionSet acc;        // ranks summed into recvbuf (own input once started)
