@@ -33,6 +33,8 @@ constexpr double kBypassFactor = 4.0;
 constexpr double kStepGrace = 0.5;
 // The late rank's pieces to the owners in flight at once (RingAllreduce::send_paced).
 constexpr int kPacedInFlight = 8;
+// Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
+constexpr int kAgInFlight = 2;
 
 Token make_token(TokenKind k, size_t idx) {
   return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
@@ -432,8 +434,36 @@ void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
   if (around == p_.rank) return;  // the late rank: the owner sent it to us directly
   const int to = ag_next(pos_, r.chunk, around);
   if (to < 0) return;  // the owner has it
-  post_send(Phase::kAllgather, n_ - 1 + r.step, r.chunk, r.seg, r.header,
-            seg_ptr(p_.recvbuf, r.chunk, r.seg), -1, now, out, false, p_.ring[to]);
+  send_ag(n_ - 1 + r.step, r.chunk, r.seg, r.header, seg_ptr(p_.recvbuf, r.chunk, r.seg),
+          p_.ring[to], now, out);
+}
+
+void RingAllreduce::send_ag(int record, int c, int g, uint8_t* hdr, const void* payload,
+                            int peer, double now, ActionList* out) {
+  if (!ag_queued()) {
+    post_send(Phase::kAllgather, record, c, g, hdr, payload, -1, now, out, false, peer);
+    return;
+  }
+  if (ag_queue_.empty()) {
+    ag_queue_.resize(n_);
+    ag_in_flight_.assign(n_, 0);
+  }
+  ag_queue_[peer].push_back(QueuedSend{record, c, g, hdr, payload});
+  ++ag_waiting_;
+  pump_ag(peer, now, out);
+}
+
+void RingAllreduce::pump_ag(int peer, double now, ActionList* out) {
+  std::deque<QueuedSend>& q = ag_queue_[peer];
+  while (!q.empty() && ag_in_flight_[peer] < kAgInFlight) {
+    const QueuedSend qs = q.front();
+    q.pop_front();
+    --ag_waiting_;
+    ++ag_in_flight_[peer];
+    post_send(Phase::kAllgather, qs.record, qs.chunk, qs.seg, qs.hdr, qs.payload, -1, now, out,
+              false, peer);
+    sends_.back().ag_peer = peer;
+  }
 }
 
 void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
@@ -460,10 +490,8 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
   write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0,
                around >= 0 ? kRouteAround | static_cast<uint32_t>(around + 1) : 0);
   const int to = ag_next(pos_, pos_, around);
-  if (to >= 0) post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg, -1, now, out, false,
-                         p_.ring[to]);
-  if (around >= 0) post_send(Phase::kAllgather, n_ - 2, pos_, g, hdr, seg, -1, now, out, false,
-                             around);
+  if (to >= 0) send_ag(n_ - 2, pos_, g, hdr, seg, p_.ring[to], now, out);
+  if (around >= 0) send_ag(n_ - 2, pos_, g, hdr, seg, around, now, out);
 }
 
 void RingAllreduce::post_receives(double now, ActionList* out) {
@@ -647,10 +675,13 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                self_late_ ? static_cast<uint32_t>(p_.rank + 1) : 0);
   const int extra = add_aux(AuxKind::kExtraSend, c, g);
   aux_[extra].send_slot = slot;
-  if (self_late_ && reads_input) {
-    // Our own input while we are the late rank: paced, chunk by chunk. Deadlock-free: the
-    // owner keeps a receive posted for every incomplete segment (owner_post_extras), so a
-    // paced piece in flight always completes.
+  if (self_late_) {
+    // Being the late rank, every piece we owe an owner (our input alone, or a partial our
+    // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
+    // pieces of a later chunk that are ready earlier (the partials) would otherwise share our
+    // link with the current chunk, and chunks would complete together again. Deadlock-free:
+    // the owner keeps a receive posted for every incomplete segment (owner_post_extras), so a
+    // paced piece in flight always completes (and frees its send slot, if it holds one).
     aux_[extra].paced = true;
     paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g,
                                 extra, p_.ring[c], hdr, payload});
@@ -1149,12 +1180,17 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   s.done = true;
   --pending_;
   stats_.steps[s.step].transfer_s += now - s.t_posted;
-  if (s.slot >= 0) {
-    free_send_slots_.push_back(s.slot);
+  const SendOp sent = s;  // pump_ag appends to sends_
+  if (sent.ag_peer >= 0) {
+    --ag_in_flight_[sent.ag_peer];
+    pump_ag(sent.ag_peer, now, out);
+  }
+  if (sent.slot >= 0) {
+    free_send_slots_.push_back(sent.slot);
     SKIPRING_CHECK(start_reduces(now, out));
-  } else if (s.reads_input) {
+  } else if (sent.reads_input) {
     // A send that read our input directly: only now may allgather overwrite it.
-    local_done_[s.seg_id] = 1;
+    local_done_[sent.seg_id] = 1;
     post_receives(now, out);
   }
   maybe_done(now, out);
@@ -1230,7 +1266,8 @@ std::string RingAllreduce::describe() const {
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
-  if (done_ || failed_ || pending_ != 0 || !paced_.empty() || next_post_ != recvs_.size() ||
+  if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 ||
+      next_post_ != recvs_.size() ||
       awaiting_reduce_ != 0 || open_[kBack] || open_[kFwd] || open_[kFar]) {
     return;
   }

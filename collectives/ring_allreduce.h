@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
@@ -155,6 +156,15 @@ class RingAllreduce final : public CollectiveCore {
     bool done = false;
     double t_posted = 0;
     bool reads_input = false;  // payload is our input: input may change once it completes
+    int ag_peer = -1;  // an allgather send from a per-peer queue (ag_queue_): its peer
+  };
+  // An allgather send waiting for its turn on the link to `peer` (ag_queue_).
+  struct QueuedSend {
+    int record;
+    int chunk;
+    int seg;
+    uint8_t* hdr;
+    const void* payload;
   };
   // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
   enum class AuxKind : uint8_t { kCtrlRecv, kCtrlSend, kAckRecv, kAckSend, kExtraSend,
@@ -177,7 +187,7 @@ class RingAllreduce final : public CollectiveCore {
     double t = 0;
     std::vector<uint8_t> hdr;  // header-only messages own their header here
   };
-  // A piece of our own input waiting to go straight to its owner (we are the late rank).
+  // A piece waiting to go straight to its owner (we are the late rank; emit_piece).
   struct PacedPiece {
     int order;  // chunks in the order we reach them (step), then segments
     int aux;
@@ -208,6 +218,12 @@ class RingAllreduce final : public CollectiveCore {
   void post_receives(double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
                  int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
+  // Sends an allgather segment to `peer`: posted now, or once a straggler is around, queued
+  // behind the segments already going to that peer (at most kAgInFlight in flight per peer).
+  void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer,
+               double now, ActionList* out);
+  void pump_ag(int peer, double now, ActionList* out);
+  bool ag_queued() const { return side_channels_ && disturbed_ && !direct_; }
   // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
   // The ring position an allgather segment of chunk `chunk` goes to from position `from` when
@@ -329,9 +345,12 @@ class RingAllreduce final : public CollectiveCore {
   // Our completed segments go to every rank directly, and (not being the late rank) we take
   // every allgather segment as soon as it comes rather than through a window of `depth`.
   bool goes_direct() const { return direct_ && disturbed_ && !self_late_; }
-  // Allgather receives without a window: chunks complete out of ring order once a straggler
-  // is around, and every allgather receive is from any source (the owner routes each segment).
-  bool ag_unwindowed() const { return side_channels_ && disturbed_; }
+  // Allgather receives without a window whenever skip-ahead is on: chunks complete out of ring
+  // order once a straggler is around, every allgather receive is from any source (the owner
+  // routes each segment), and the senders' per-peer queues (ag_queue_) hold segments back in
+  // their own order, which is deadlock-free only if every receive gets posted regardless of
+  // what arrived before it (a receiver does not know yet that a straggler is around).
+  bool ag_unwindowed() const { return side_channels_; }
   // A late rank we know of (communicator rank, -1: none): our successor once we bypass it, or
   // the rank a bypassed piece of our chunk names. Our completed segments go around it and to
   // it directly (docs/skip_ahead.md, "The allgather around the late rank").
@@ -341,6 +360,13 @@ class RingAllreduce final : public CollectiveCore {
   // overlaps the rest of our sending (posted at once, every chunk completed at the end).
   std::vector<PacedPiece> paced_;  // min-heap on order
   int paced_in_flight_ = 0;
+  // Allgather sends once a straggler is around (ag_queued()), per peer (communicator rank),
+  // in the order they became sendable: the chunk that completed first crosses each link first
+  // instead of sharing it with every segment posted after it (SimGrid, like TCP, shares a link
+  // between all messages in flight on it).
+  std::vector<std::deque<QueuedSend>> ag_queue_;
+  std::vector<int> ag_in_flight_;
+  size_t ag_waiting_ = 0;  // sends in ag_queue_
   std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
   int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
   bool fwd_done_sent_ = false;
