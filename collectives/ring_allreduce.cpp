@@ -675,11 +675,13 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                self_late_ ? static_cast<uint32_t>(p_.rank + 1) : 0);
   const int extra = add_aux(AuxKind::kExtraSend, c, g);
   aux_[extra].send_slot = slot;
-  if (self_late_) {
+  if (self_late_ && (reads_input || !direct_)) {
     // Being the late rank, every piece we owe an owner (our input alone, or a partial our
     // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
     // pieces of a later chunk that are ready earlier (the partials) would otherwise share our
-    // link with the current chunk, and chunks would complete together again. Deadlock-free:
+    // link with the current chunk, and chunks would complete together again. With the direct
+    // allgather (one host: no link to share) only our input is: pacing the partials too made
+    // the harness's shared-memory model slower (n = 8: 34.0 -> 44.2 us after the arrival). Deadlock-free:
     // the owner keeps a receive posted for every incomplete segment (owner_post_extras), so a
     // paced piece in flight always completes (and frees its send slot, if it holds one).
     aux_[extra].paced = true;
