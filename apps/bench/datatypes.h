@@ -8,20 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "collectives/dtype.h"
+
 namespace skipring_bench {
 
-enum class TypeId {
-  kInt8,
-  kUint8,
-  kInt16,
-  kUint16,
-  kInt32,
-  kUint32,
-  kInt64,
-  kUint64,
-  kFloat,
-  kDouble
-};
+// The element types and reductions are the library's own (collectives/dtype.h).
+using TypeId = skipring::DType;
+using OpId = skipring::ROp;
 
 struct TypeDesc {
   TypeId id;
@@ -30,8 +23,6 @@ struct TypeDesc {
   size_t size;
   bool is_float;
 };
-
-enum class OpId { kSum, kProd, kMin, kMax, kBand, kBor, kBxor, kLand, kLor, kLxor };
 
 struct OpDesc {
   OpId id;

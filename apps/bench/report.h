@@ -68,6 +68,8 @@ class Report {
   size_t group_width() const { return opts_.compare_mpi ? 67 : 50; }
 
   // report_files.cpp: the JSON and CSV files.
+  // The columns every row starts with; "algo" only when given (normal mode).
+  Json key_json(const RowKey& key, const std::string& algo) const;
   Json to_json(const Row& row) const;
   Json interleaved_json(const InterleavedRow& row) const;
   void write_csv_row(const Json& row);

@@ -37,14 +37,20 @@ bool Report::open_files(MPI_Comm comm) {
   return ok != 0;
 }
 
-Json Report::interleaved_json(const InterleavedRow& row) const {
+Json Report::key_json(const RowKey& key, const std::string& algo) const {
   Json j;
-  j["size_bytes"] = row.bytes;
-  j["count"] = row.count;
-  j["type"] = row.type;
-  j["redop"] = row.op;
+  j["size_bytes"] = key.bytes;
+  j["count"] = key.count;
+  j["type"] = key.type;
+  j["redop"] = key.op;
+  if (!algo.empty()) j["algo"] = algo;
   j["nranks"] = nranks_;
-  j["skipring_native"] = row.native ? Json(*row.native) : Json(nullptr);
+  j["skipring_native"] = key.native ? Json(*key.native) : Json(nullptr);
+  return j;
+}
+
+Json Report::interleaved_json(const InterleavedRow& row) const {
+  Json j = key_json(row, "");
   j["mode"] = opts_.straggler ? "straggler" : "overhead";
   j["iters"] = opts_.iters;
   j["late_rank"] = opts_.late_rank >= 0 ? Json(opts_.late_rank) : Json(nullptr);
@@ -89,14 +95,7 @@ void Report::close_files() {
 }
 
 Json Report::to_json(const Row& row) const {
-  Json j;
-  j["size_bytes"] = row.bytes;
-  j["count"] = row.count;
-  j["type"] = row.type;
-  j["redop"] = row.op;
-  j["algo"] = row.algo_label();
-  j["nranks"] = nranks_;
-  j["skipring_native"] = row.native ? Json(*row.native) : Json(nullptr);
+  Json j = key_json(row, row.algo_label());
   struct ModeColumns {
     const char* prefix;
     bool enabled;

@@ -46,13 +46,17 @@ struct VariantResult {
   std::optional<double> per_iter(const std::optional<uint64_t>& total) const;
 };
 
-// One size of the interleaved modes (straggler, overhead).
-struct InterleavedRow {
+// What identifies a row of either mode: the size, the datatype and the reduction.
+struct RowKey {
   uint64_t bytes = 0;
   uint64_t count = 0;
   std::string type;
   std::string op;
-  std::optional<bool> native;
+  std::optional<bool> native;  // skipring ran its own algorithm (not a fallback)
+};
+
+// One size of the interleaved modes (straggler, overhead).
+struct InterleavedRow : RowKey {
   std::vector<VariantResult> variants;
 
   const VariantResult* find(Variant v) const;
@@ -61,12 +65,7 @@ struct InterleavedRow {
 };
 
 // One size (and --algo entry) of the normal mode.
-struct Row {
-  uint64_t bytes = 0;
-  uint64_t count = 0;
-  std::string type;
-  std::string op;
-  std::optional<bool> native;
+struct Row : RowKey {
   std::string algo_requested;  // --algo entry ("" without --algo)
   std::optional<ModeResult> oop;
   std::optional<ModeResult> ip;
