@@ -13,49 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
+#include "common/size_parse.h"
+
 namespace skipring_bench {
 
 // Parses a byte count such as "8", "64K", "64M", "1G", "2KB", "4MiB" or "1t" (binary
 // multiples, case-insensitive). Returns nullopt on malformed input or overflow.
-// Kept apart from runtime/config.cpp's parse_size (SKIPRING_SEGMENT_BYTES), which parses the
-// same suffixes but not T nor surrounding blanks: two size parsers exist on purpose until a
-// base layer without MPI (issue 12, item 3) gives the apps and the runtime one to share.
+// Surrounding blanks are ignored; the syntax is common/size_parse.h's (SKIPRING_SEGMENT_BYTES').
 inline std::optional<uint64_t> parse_bytes(const std::string& text) {
-  const size_t end = text.size();
-  size_t first = 0;
-  while (first < end && std::isspace(static_cast<unsigned char>(text[first]))) ++first;
-  size_t last = end;
-  while (last > first && std::isspace(static_cast<unsigned char>(text[last - 1]))) --last;
-  size_t pos = first;
-  uint64_t value = 0;
-  const size_t digits_begin = pos;
-  while (pos < last && std::isdigit(static_cast<unsigned char>(text[pos]))) {
-    const uint64_t digit = static_cast<uint64_t>(text[pos] - '0');
-    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-    ++pos;
-  }
-  if (pos == digits_begin) return std::nullopt;
-  std::string suffix;
-  for (; pos < last; ++pos) {
-    suffix.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(text[pos]))));
-  }
-  int shift = 0;
-  if (suffix.empty() || suffix == "b") {
-    shift = 0;
-  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
-    shift = 10;
-  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
-    shift = 20;
-  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
-    shift = 30;
-  } else if (suffix == "t" || suffix == "tb" || suffix == "tib") {
-    shift = 40;
-  } else {
-    return std::nullopt;
-  }
-  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
-  return value << shift;
+  return skipring::parse_size(skipring::trim_blanks(text));
 }
 
 // The benchmark's message sizes: min, then min*factor (factor > 1) or min+step (factor == 1),
@@ -151,11 +118,7 @@ class GeoMean {
 };
 
 // A 64-bit bijective mixer (splitmix64 finalizer); used to make test data look random.
-inline uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+inline uint64_t mix64(uint64_t x) { return skipring::splitmix64_mix(x); }
 
 // Microseconds with a precision that keeps the value within 8 characters.
 inline std::string format_micros(double us) {

@@ -16,7 +16,7 @@
 #include "runtime/config.h"
 #include "runtime/api_internal.h"
 #include "runtime/params.h"
-#include "topology/discovery.h"
+#include "runtime/topology_gather.h"
 
 namespace {
 

@@ -47,6 +47,7 @@
 
 #include "apps/bench_util.h"
 #include "collectives/tree_allreduce.h"
+#include "common/hash.h"
 #include "runtime/clock.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
@@ -134,8 +135,8 @@ class TreeRunner {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     transport_ = std::make_unique<skipring::MpiTransport>(comm_);
     clock_ = skipring::make_clock(skipring::ClockKind::kMpiWtime);
-    engine_ = std::make_unique<skipring::ProgressEngine>(transport_.get(), clock_.get(),
-                                                         skipring::EngineOptions{});
+    engine_ = std::make_unique<skipring::ProgressEngine>(
+        transport_.get(), clock_.get(), skipring::engine_options(skipring::global_config()));
     params_.rank = rank;
     params_.ring.resize(n);
     for (int i = 0; i < n; ++i) params_.ring[i] = i;
@@ -217,13 +218,6 @@ double real_input(int rank, size_t i, int it) {
   const uint64_t h =
       mix64((static_cast<uint64_t>(rank) << 40) ^ (static_cast<uint64_t>(it) << 32) ^ i);
   return static_cast<double>(h >> 11) * 0x1.0p-52 - 1.0;
-}
-
-uint64_t fnv1a(const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
 }
 
 struct Buffers {
@@ -384,7 +378,7 @@ class Driver {
     }
     // Floating point: all ranks must hold the same bits (rank 0's hash), and sampled elements
     // must be within rounding of a double-precision reference.
-    const uint64_t mine = fnv1a(recv_ptr(), count_ * elem_size());
+    const uint64_t mine = skipring::fnv1a64(recv_ptr(), count_ * elem_size());
     uint64_t root = mine;
     MPI_Bcast(&root, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     bool ok = mine == root;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "runtime/status.h"
-#include "runtime/transport.h"
-#include "straggler/step_stats.h"
+#include "common/status.h"
+#include "common/step_stats.h"
+#include "common/token.h"
 
 namespace skipring {
 

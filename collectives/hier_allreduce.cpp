@@ -9,23 +9,19 @@
 #include <cstring>
 #include <utility>
 
+#include "common/align.h"
+
 namespace skipring {
 namespace {
 
 // Our tokens use kinds 5..7 of the top three bits; the embedded ring's use 0..4.
 enum TokenKind : uint32_t { kTokRecv = 5, kTokSend = 6, kTokReduce = 7 };
-constexpr uint32_t kTokShift = 29;
-constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 constexpr uint32_t kFirstOwnKind = 5;
 
-Token make_token(TokenKind k, size_t idx) {
-  return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
-}
-uint32_t token_kind(Token t) { return t >> kTokShift; }
-size_t token_index(Token t) { return t & kTokMask; }
+Token make_token(TokenKind k, size_t idx) { return pack_token(k, idx); }
+uint32_t token_kind(Token t) { return token_kind_of(t); }
+size_t token_index(Token t) { return token_index_of(t); }
 bool own_token(Token t) { return token_kind(t) >= kFirstOwnKind; }
-
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 int smallest_host(const std::vector<int>& host_of, int n) {
   std::vector<int> size(n, 0);

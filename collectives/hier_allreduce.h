@@ -58,14 +58,14 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/ring_allreduce.h"
-#include "runtime/status.h"
-#include "straggler/step_stats.h"
+#include "common/phases.h"
+#include "common/status.h"
+#include "common/step_stats.h"
 
 namespace skipring {
 
-// WireHeader.phase values of the hierarchical all-reduce's own messages.
-constexpr uint8_t kHierPhaseLocalRs = 13;  // an input segment to its block's local owner
-constexpr uint8_t kHierPhaseLocalAg = 14;  // a final block segment from its local owner
+// WireHeader.phase values of the hierarchical all-reduce's own messages: kHierPhaseLocalRs /
+// kHierPhaseLocalAg (common/phases.h).
 
 // alpha-beta(-gamma) parameters of the hierarchical cost model (docs/hierarchical.md).
 struct HierCostParams {

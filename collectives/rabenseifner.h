@@ -34,11 +34,11 @@
 
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_collectives.h"
+#include "common/phases.h"
 
 namespace skipring {
 
-constexpr uint8_t kRabPhaseRs = 5;  // reduce-scatter round (and the fold-in, round L)
-constexpr uint8_t kRabPhaseAg = 6;  // allgather round (and the result to an extra, round L)
+// WireHeader.phase values: kRabPhaseRs / kRabPhaseAg (common/phases.h).
 
 class RabenseifnerAllreduce final : public ScheduleCore, public FoldInLayout {
  public:

@@ -6,23 +6,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/align.h"
+
 namespace skipring {
 namespace {
 
 enum TokenKind : uint32_t { kTokRecv = 0, kTokSend = 1, kTokReduce = 2 };
-constexpr uint32_t kTokShift = 29;
-constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 
 // Round slots are all pre-allocated (every receive posted at start) up to this much scratch.
 constexpr size_t kPrepostBytes = size_t{1} << 20;
 
-Token make_token(TokenKind k, int id) {
-  return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(id);
-}
-TokenKind token_kind(Token t) { return static_cast<TokenKind>(t >> kTokShift); }
-int token_id(Token t) { return static_cast<int>(t & kTokMask); }
-
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+Token make_token(TokenKind k, int id) { return pack_token(k, static_cast<size_t>(id)); }
+TokenKind token_kind(Token t) { return static_cast<TokenKind>(token_kind_of(t)); }
+int token_id(Token t) { return static_cast<int>(token_index_of(t)); }
 
 // Unique within one collective for every ordered pair of ranks (a pair meets in at most one
 // round, and fold-in and result go in opposite directions).

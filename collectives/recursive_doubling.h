@@ -45,8 +45,9 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/ring_allreduce.h"
-#include "runtime/status.h"
-#include "straggler/step_stats.h"
+#include "common/phases.h"
+#include "common/status.h"
+#include "common/step_stats.h"
 
 namespace skipring {
 
@@ -91,10 +92,7 @@ class FoldInLayout {
   int vrank_ = -1;
 };
 
-// WireHeader.phase values of recursive-doubling messages (the ring uses 0 and 1).
-constexpr uint8_t kRdPhaseRound = 2;   // exchange round; WireHeader.chunk = round index
-constexpr uint8_t kRdPhaseFold = 3;    // an extra rank's input to its partner
-constexpr uint8_t kRdPhaseResult = 4;  // the final result back to an extra rank
+// WireHeader.phase values of recursive-doubling messages: kRdPhase* (common/phases.h).
 
 class RecursiveDoublingAllreduce final : public CoreBase, public FoldInLayout {
  public:

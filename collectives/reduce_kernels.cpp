@@ -464,9 +464,8 @@ std::atomic<size_t>& streaming_threshold() {
 
 Status reduce_with(Isa isa, ROp op, DType t, void* dst, const void* a, const void* b,
                    size_t count) {
-  if (static_cast<int>(op) >= kNumROps || static_cast<int>(t) >= kNumDTypes) {
-    return Status::kErrOp;
-  }
+  if (static_cast<int>(t) >= kNumDTypes) return Status::kErrType;
+  if (static_cast<int>(op) >= kNumROps) return Status::kErrOp;
   if (!op_valid(op, t)) return Status::kErrOp;
   const KernelFn fn = kTables[static_cast<int>(isa)][table_index(op, t)];
   if (fn == nullptr) return Status::kErrInternal;  // op_valid and the table disagree

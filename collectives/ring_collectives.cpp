@@ -9,11 +9,10 @@
 #include <utility>
 
 #include "collectives/wire_header.h"
+#include "common/align.h"
 
 namespace skipring {
 namespace {
-
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 int tag_for(uint8_t phase, int round) { return (static_cast<int>(phase) << 6) | (round & 63); }
 

@@ -35,16 +35,13 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/ring_allreduce.h"
-#include "runtime/status.h"
-#include "straggler/step_stats.h"
+#include "common/phases.h"
+#include "common/status.h"
+#include "common/step_stats.h"
 
 namespace skipring {
 
-// WireHeader.phase values (ring 0-1, recursive doubling 2-4, Rabenseifner 5-6).
-constexpr uint8_t kRsPhase = 7;       // ring reduce-scatter; chunk = block (rank), segment
-constexpr uint8_t kAgPhase = 8;       // ring allgather; chunk = block (rank), segment
-constexpr uint8_t kBcastPhase = 9;    // chain broadcast; chunk = 0, segment
-constexpr uint8_t kReducePhase = 10;  // chain reduce; chunk = 0, segment
+// WireHeader.phase values: kRsPhase, kAgPhase, kBcastPhase, kReducePhase (common/phases.h).
 
 // What the non-all-reduce collectives need beyond RingParams.
 struct CollParams {

@@ -8,11 +8,10 @@
 #include <cstring>
 
 #include "collectives/wire_header.h"
+#include "common/align.h"
 
 namespace skipring {
 namespace {
-
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 constexpr int kMaxTrees = 64;
 

@@ -41,14 +41,14 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/ring_allreduce.h"
-#include "runtime/status.h"
+#include "common/phases.h"
+#include "common/status.h"
 #include "topology/multitree.h"
 
 namespace skipring {
 
-// WireHeader.phase values of tree messages (the ring and recursive doubling use 0..10).
-constexpr uint8_t kTreePhaseReduce = 11;
-constexpr uint8_t kTreePhaseBcast = 12;
+// WireHeader.phase values of tree messages: kTreePhaseReduce / kTreePhaseBcast
+// (common/phases.h).
 
 class TreeAllreduce final : public CoreBase {
  public:

@@ -40,7 +40,7 @@ constexpr uint32_t kRouteDirect = 1u << 30;
 struct WireHeader {
   uint32_t magic;
   uint32_t seq;
-  uint8_t phase;  // Phase for the ring; other cores use their own values (>= 2)
+  uint8_t phase;  // wire phase id: common/phases.h lists every core's values
   uint8_t flags;
   uint16_t set_words;
   uint32_t chunk;

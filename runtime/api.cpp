@@ -366,7 +366,7 @@ int guarded(F&& body) {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    return MPI_ERR_NO_MEM;
+    return to_mpi_error(Status::kErrNoMem);
   } catch (...) {
     return MPI_ERR_OTHER;
   }

@@ -1,20 +1,13 @@
-// Real and simulated clocks.
+// The MPI_Wtime / simulated clock and the SKIPRING_CLOCK choice.
 #include "runtime/clock.h"
 
 #include <mpi.h>
-
-#include <chrono>
 
 #ifdef SKIPRING_SIMGRID
 #include <simgrid/engine.h>
 #endif
 
 namespace skipring {
-
-double SteadyClock::now() const {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 #ifdef SKIPRING_SIMGRID
 // SimGrid's simulated clock, which is what MPI_Wtime returns under SMPI (scripts/sim_run.sh sets

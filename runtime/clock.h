@@ -1,25 +1,14 @@
-// Clock abstraction: the protocol core and the progress engine never read time themselves.
-// SteadyClock for real runs, MpiWtimeClock under SimGrid SMPI (where MPI_Wtime is simulated
-// time), and a manual clock in the in-process harness.
+// Clocks of the runtime: the base layer's Clock and SteadyClock (common/clock.h) plus
+// MpiWtimeClock for SimGrid SMPI (where MPI_Wtime is simulated time), chosen by
+// SKIPRING_CLOCK.
 #pragma once
 
 #include <memory>
 
+#include "common/clock.h"
 #include "runtime/config.h"
 
 namespace skipring {
-
-class Clock {
- public:
-  virtual ~Clock() = default;
-  // Seconds since an arbitrary fixed origin.
-  virtual double now() const = 0;
-};
-
-class SteadyClock final : public Clock {
- public:
-  double now() const override;
-};
 
 class MpiWtimeClock final : public Clock {
  public:

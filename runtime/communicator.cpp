@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "collectives/rd_direct.h"
+#include "runtime/rd_direct.h"
 #include "collectives/select.h"
 #include "runtime/cost_probe.h"
 #include "collectives/hier_allreduce.h"
@@ -18,6 +18,7 @@
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
 #include "runtime/progress_engine.h"
+#include "runtime/topology_gather.h"
 #include "topology/ring_order.h"
 
 namespace skipring {
@@ -99,7 +100,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     }
   }
   c->engine_ = std::make_unique<ProgressEngine>(
-      c->transport_.get(), c->clock_.get(), EngineOptions{cfg.poll_spins, cfg.idle_sleep_us});
+      c->transport_.get(), c->clock_.get(), engine_options(cfg));
   c->params_.rank = c->rank_;
   c->params_.ring = c->ring_;
   c->params_.segment_bytes = cfg.segment_bytes;
@@ -218,7 +219,7 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
 
 void Communicator::measure_engine_sigma() {
   // sigma, the progress engine's cost per message: the same 8-byte recursive doubling run as a
-  // core through the engine and straight on MPI (collectives/rd_direct.h); the difference per
+  // core through the engine and straight on MPI (runtime/rd_direct.h); the difference per
   // message this rank sends. The probe collectives use sequence numbers no real collective has
   // and end with a barrier, so none of their messages can meet a real one.
   if (size_ < 2) return;
@@ -302,7 +303,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                     cfg_.segment_bytes);
   const Algo algo = choose_algo(bytes);
   // Recursive doubling with nothing asking for per-step records: straight on MPI
-  // (collectives/rd_direct.h), without the core's per-message headers and action lists.
+  // (runtime/rd_direct.h), without the core's per-message headers and action lists.
   if (algo == Algo::kRd && inject_.empty() && cfg_.trace_dir.empty() &&
       cfg_.log_level > LogLevel::kDebug && !cfg_.check) {
     // Not timed: two clock reads cost ~40 ns, a tenth of an 8-byte all-reduce on shared

@@ -9,7 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "common/status.h"
+
+// The few C++ entry points libskipring.so exports besides the C API, for libskipring_pmpi.so
+// (runtime/libskipring.map lists them; tests/check_exports.sh checks the exports).
+#define SKIPRING_INTERNAL_API __attribute__((visibility("default")))
 
 namespace skipring {
 
@@ -85,19 +89,19 @@ struct ParamInfo {
 
 // Looks up an environment variable; returns false when unset.
 using EnvLookup = std::function<bool(const char* name, std::string* value)>;
-EnvLookup process_env();
+SKIPRING_INTERNAL_API EnvLookup process_env();
 
 // Parses every SKIPRING_* parameter through `env` into *out. On a bad value returns
 // kErrConfig and sets *error to a message naming the variable, the value and what it
 // accepts. Unknown SKIPRING_* names in `known_env` (if given) are reported as errors too.
-Status load_config(const EnvLookup& env, Config* out, std::string* error,
-                   const std::vector<std::string>* env_names = nullptr);
+SKIPRING_INTERNAL_API Status load_config(const EnvLookup& env, Config* out, std::string* error,
+                                         const std::vector<std::string>* env_names = nullptr);
 
 std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env);
 
 // The process-wide configuration, loaded once from the environment by init_global_config().
 // Before that it holds the defaults.
-const Config& global_config();
+SKIPRING_INTERNAL_API const Config& global_config();
 Status init_global_config(std::string* error);
 // Tests only: replace the global configuration.
 void set_global_config(const Config& cfg);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "common/size_parse.h"
 #include "topology/multitree.h"
 
 namespace skipring {
@@ -48,31 +49,11 @@ bool parse_double(const std::string& text, const ParamBounds& b, double* out) {
   return true;
 }
 
-// Accepts a byte count with an optional K/M/G suffix (powers of 1024), optional trailing B.
-// (apps/bench_util.h has the benchmarks' own size parser.)
-bool parse_size(const std::string& text, size_t lo, size_t hi, size_t* out) {
-  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
-  errno = 0;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (errno != 0) return false;
-  std::string suffix = lower(end);
-  if (!suffix.empty() && suffix.back() == 'b') suffix.pop_back();
-  if (!suffix.empty() && suffix.back() == 'i') suffix.pop_back();
-  unsigned long long mult = 1;
-  if (suffix == "k") {
-    mult = 1ull << 10;
-  } else if (suffix == "m") {
-    mult = 1ull << 20;
-  } else if (suffix == "g") {
-    mult = 1ull << 30;
-  } else if (!suffix.empty()) {
-    return false;
-  }
-  if (v > std::numeric_limits<unsigned long long>::max() / mult) return false;
-  v *= mult;
-  if (v < lo || v > hi) return false;
-  *out = static_cast<size_t>(v);
+// A byte count with an optional binary suffix (common/size_parse.h), within [lo, hi].
+bool parse_size_in(const std::string& text, size_t lo, size_t hi, size_t* out) {
+  const std::optional<uint64_t> v = parse_size(text);
+  if (!v || *v < lo || *v > hi) return false;
+  *out = static_cast<size_t>(*v);
   return true;
 }
 
@@ -298,7 +279,7 @@ bool parse_param(const ParamDef& def, const std::string& text, Config* cfg) {
     return parse_int(text, static_cast<long>(b.lo), static_cast<long>(b.hi), &(cfg->**field));
   }
   if (const auto* field = std::get_if<size_t Config::*>(&t)) {
-    return parse_size(text, static_cast<size_t>(b.lo), static_cast<size_t>(b.hi), &(cfg->**field));
+    return parse_size_in(text, static_cast<size_t>(b.lo), static_cast<size_t>(b.hi), &(cfg->**field));
   }
   if (const auto* field = std::get_if<double Config::*>(&t)) {
     return parse_double(text, b, &(cfg->**field));

@@ -24,10 +24,16 @@
 namespace skipring {
 
 ProgressEngine::ProgressEngine(Transport* transport, const Clock* clock, EngineOptions options)
-    : transport_(transport), clock_(clock), options_(options) {
-  if (options_.sim_reduce_gbps <= 0) options_.sim_reduce_gbps = global_config().sim_reduce_gbps;
-  if (options_.sim_poll_s <= 0) options_.sim_poll_s = global_config().sim_poll_ns * 1e-9;
-  if (options_.sim_block < 0) options_.sim_block = global_config().sim_block ? 1 : 0;
+    : transport_(transport), clock_(clock), options_(options) {}
+
+EngineOptions engine_options(const Config& cfg) {
+  EngineOptions o;
+  o.poll_spins = cfg.poll_spins;
+  o.idle_sleep_us = cfg.idle_sleep_us;
+  o.sim_reduce_gbps = cfg.sim_reduce_gbps;
+  o.sim_poll_s = cfg.sim_poll_ns * 1e-9;
+  o.sim_block = cfg.sim_block;
+  return o;
 }
 
 #ifdef SKIPRING_SIMGRID

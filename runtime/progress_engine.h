@@ -18,19 +18,24 @@
 
 #include "collectives/collective_core.h"
 #include "runtime/clock.h"
+#include "runtime/config.h"
 #include "runtime/transport.h"
 
 namespace skipring {
 
+// What the engine needs of the configuration, passed in (engine_options(global_config()) at
+// the call sites that run under a configuration); the defaults are Config's.
 struct EngineOptions {
   int poll_spins = 200;     // idle polls before yielding
   int idle_sleep_us = 20;   // longest sleep when idle (0: never sleep, only yield)
-  // SMPI build only (0: take SKIPRING_SIM_REDUCE_GBPS / SKIPRING_SIM_POLL_NS from the global
-  // configuration).
-  double sim_reduce_gbps = 0;  // reduction rate charged as simulated compute, GB/s
-  double sim_poll_s = 0;       // simulated time between polls when idle (polling)
-  int sim_block = -1;          // 1: block when idle, 0: poll, -1: SKIPRING_SIM_WAIT
+  // SMPI build only.
+  double sim_reduce_gbps = 2.73;  // reduction rate charged as simulated compute, GB/s
+  double sim_poll_s = 100e-9;     // simulated time between polls when idle (polling)
+  bool sim_block = true;          // block when idle (false: poll)
 };
+
+// The options SKIPRING_POLL_SPINS, SKIPRING_IDLE_SLEEP_US and SKIPRING_SIM_* give.
+EngineOptions engine_options(const Config& cfg);
 
 // Straggler injection: extra delay (seconds) before the first message a step sends, given
 // the step's phase and index. Returns 0 for no delay. The engine holds the step's sends back

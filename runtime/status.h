@@ -1,31 +1,3 @@
-// One status type used inside skipring and mapped to MPI error codes at the C ABI.
+// Forwarding header (issue 12): the definitions moved to common/status.h; include that instead.
 #pragma once
-
-namespace skipring {
-
-enum class Status : int {
-  kOk = 0,
-  kErrCount,     // negative count
-  kErrBuffer,    // null buffer with count > 0
-  kErrOp,        // op not defined on the type, or not supported natively
-  kErrType,      // datatype not supported natively
-  kErrComm,      // invalid communicator
-  kErrArg,       // other bad argument
-  kErrConfig,    // invalid SKIPRING_* value
-  kErrProtocol,  // protocol invariant broken (overlapping contribution sets, bad header...)
-  kErrTransport, // the transport (MPI) reported an error
-  kErrNoMem,
-  kErrInternal,
-};
-
-const char* status_string(Status s);
-inline bool ok(Status s) { return s == Status::kOk; }
-
-}  // namespace skipring
-
-// Propagate a non-OK status to the caller.
-#define SKIPRING_CHECK(expr)                       \
-  do {                                             \
-    ::skipring::Status _st = (expr);               \
-    if (_st != ::skipring::Status::kOk) return _st; \
-  } while (0)
+#include "common/status.h"

@@ -8,12 +8,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/status.h"
+#include "common/status.h"
+#include "common/token.h"
 
 namespace skipring {
-
-// Identifies one posted operation; chosen by the caller, unique among outstanding ones.
-using Token = uint32_t;
 
 struct Completion {
   Token token;

@@ -10,11 +10,13 @@
 #include <string_view>
 #include <system_error>
 
+#include "common/hash.h"
+
 namespace skipring {
 namespace {
 
 constexpr const char* kVar = "SKIPRING_INJECT";
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+constexpr uint64_t kGamma = kSplitMix64Gamma;
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 
 // ---- parsing helpers ----------------------------------------------------------------------------
@@ -117,12 +119,7 @@ std::string parse_duration(std::string_view s, double* seconds) {
 // ---- deterministic randomness -------------------------------------------------------------------
 
 // splitmix64's output function applied to x + gamma: a good 64-bit mixer.
-uint64_t mix64(uint64_t x) {
-  uint64_t z = x + kGamma;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t mix64(uint64_t x) { return splitmix64_mix(x + kGamma); }
 
 // Key of one (seed, rank, seq, point, step) tuple; draws are the splitmix64 stream from it.
 uint64_t tuple_key(uint64_t seed, int rank, uint64_t seq, InjectPoint point, int step) {

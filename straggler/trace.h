@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/status.h"
-#include "straggler/step_stats.h"
+#include "common/status.h"
+#include "common/step_stats.h"
 
 namespace skipring {
 

@@ -66,15 +66,6 @@ bool RankRecord::bound_to_core(int core) const {
   return (core_mask[core / 64] >> (core % 64)) & 1u;
 }
 
-uint64_t fnv1a64(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 void copy_fixed(const std::string& text, char* field, size_t chars) {
   std::memset(field, 0, chars);
   std::memcpy(field, text.data(), std::min(text.size(), chars - 1));
@@ -375,35 +366,6 @@ RankRecord local_record(const std::string& hostname) {
   return rec;
 }
 #endif
-
-Status gather_topology(MPI_Comm comm, const std::string& host_map, Topology* out,
-                       std::string* error) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS) len = 0;
-  RankRecord mine = local_record(std::string(name, static_cast<size_t>(std::max(len, 0))));
-  mine.rank = rank;
-  mine.host_map_hash = fnv1a64(host_map);
-  std::vector<uint8_t> send(kRecordBytes);
-  std::vector<uint8_t> all(kRecordBytes * static_cast<size_t>(size));
-  encode_record(mine, send.data());
-  if (MPI_Allgather(send.data(), static_cast<int>(kRecordBytes), MPI_BYTE, all.data(),
-                    static_cast<int>(kRecordBytes), MPI_BYTE, comm) != MPI_SUCCESS) {
-    *error = "topology: MPI_Allgather of the rank records failed";
-    return Status::kErrTransport;
-  }
-  std::vector<RankRecord> records(size);
-  for (int r = 0; r < size; ++r) {
-    if (!decode_record(all.data() + kRecordBytes * r, kRecordBytes, &records[r], error)) {
-      *error += " (from rank " + std::to_string(r) + ")";
-      return Status::kErrInternal;
-    }
-  }
-  return build_topology(std::move(records), host_map, out, error);
-}
 
 std::string core_list(const RankRecord& rec) {
   if (rec.num_cores < 0) return "?";

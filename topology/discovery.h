@@ -1,20 +1,20 @@
 // Topology discovery: each rank describes where it runs (host, package, NUMA node, bound
 // cores, GPUs and NICs with their PCI locality, from hwloc) in a fixed-size record; one
-// MPI_Allgather at communicator setup gives every rank all records; the ranks are then grouped
-// into hosts (by hostname, or SKIPRING_HOST_MAP) and put in the node-aware ring order
-// (topology/ring_order.h). docs/topology.md describes the record and the rules.
+// MPI_Allgather at communicator setup (runtime/topology_gather.h, the only MPI part) gives every
+// rank all records; the ranks are then grouped into hosts (by hostname, or SKIPRING_HOST_MAP)
+// and put in the node-aware ring order (topology/ring_order.h). docs/topology.md describes the
+// record and the rules.
 //
 // The SimGrid SMPI build has no hwloc: its records carry the (simulated) host name only.
 #pragma once
-
-#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "common/hash.h"  // fnv1a64 of host names and of SKIPRING_HOST_MAP
+#include "common/status.h"
 
 namespace skipring {
 
@@ -71,7 +71,6 @@ size_t encode_record(const RankRecord& rec, uint8_t* out);
 // Checks the magic word, string termination and counts; false with *why on a bad record.
 bool decode_record(const uint8_t* in, size_t bytes, RankRecord* out, std::string* why);
 
-uint64_t fnv1a64(const std::string& text);
 // Copies `text` into a fixed char field, truncated, NUL-terminated and zero-padded.
 void copy_fixed(const std::string& text, char* field, size_t chars);
 
@@ -102,10 +101,6 @@ Status build_topology(std::vector<RankRecord> records, const std::string& host_m
 // This process's record (rank 0, no map hash): hwloc discovery, run once per process and
 // cached (SimGrid build: the host name only, every call).
 RankRecord local_record(const std::string& hostname);
-
-// Collective over `comm`: one MPI_Allgather of the records, then build_topology.
-Status gather_topology(MPI_Comm comm, const std::string& host_map, Topology* out,
-                       std::string* error);
 
 // "0-3,8" style list of the cores in rec.core_mask (with "+N" when cores >= 256 are bound),
 // "?" when unknown.

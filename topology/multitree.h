@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "common/status.h"
 
 namespace skipring {
 

@@ -475,7 +475,7 @@ TEST(ReduceKernels, InvalidPairsReturnErrOpAndLeaveDstUntouched) {
   }
   unsigned char x = 7;
   EXPECT_EQ(reduce(ROp::kCount, DType::kInt8, &x, &x, &x, 1), Status::kErrOp);
-  EXPECT_EQ(reduce(ROp::kSum, DType::kCount, &x, &x, &x, 1), Status::kErrOp);
+  EXPECT_EQ(reduce(ROp::kSum, DType::kCount, &x, &x, &x, 1), Status::kErrType);
   EXPECT_EQ(x, 7);
 }
 

@@ -17,10 +17,17 @@ extern "C" {
 #define SKIPRING_VERSION_MINOR 1
 #define SKIPRING_VERSION_PATCH 0
 
+/* Marks the functions libskipring exports (it is built with hidden visibility otherwise). */
+#if defined(__GNUC__) || defined(__clang__)
+#define SKIPRING_API __attribute__((visibility("default")))
+#else
+#define SKIPRING_API
+#endif
+
 /* Reads and validates every SKIPRING_* variable. Called implicitly by the first
  * skipring_allreduce; call it after MPI_Init to get configuration errors early.
  * Returns MPI_ERR_ARG (and logs a message naming the variable) on a bad value. */
-int skipring_init(void);
+SKIPRING_API int skipring_init(void);
 
 /* Same semantics as MPI_Allreduce, including MPI_IN_PLACE as sendbuf. Handles predefined
  * ops on predefined integer, floating, bool and byte types on intra-communicators natively;
@@ -28,8 +35,8 @@ int skipring_init(void);
  * calls PMPI_Allreduce (counted as a fallback). Errors: MPI_ERR_COUNT (count < 0),
  * MPI_ERR_BUFFER (NULL buffer, count > 0), MPI_ERR_OP (op not defined on the type),
  * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error). */
-int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                       MPI_Op op, MPI_Comm comm);
+SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int count,
+                                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 
 /* The other collectives, with the same semantics and argument conventions as their MPI
  * namesakes (MPI_IN_PLACE where MPI allows it), run on skipring's engine without skip-ahead:
@@ -41,16 +48,18 @@ int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
  * count), MPI_ERR_BUFFER (NULL buffer with count > 0; MPI_IN_PLACE at a non-root of reduce),
  * MPI_ERR_ROOT (root outside the communicator), MPI_ERR_OP, MPI_ERR_OTHER. Argument errors
  * must be the same on every rank (as in MPI), or the others wait in the collective. */
-int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
-int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                       int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
-int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
-int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                    MPI_Op op, int root, MPI_Comm comm);
+SKIPRING_API int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+SKIPRING_API int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                    void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                    MPI_Comm comm);
+SKIPRING_API int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                MPI_Comm comm);
+SKIPRING_API int skipring_reduce(const void* sendbuf, void* recvbuf, int count,
+                                 MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm);
 
 /* 1 in *handled when skipring runs (datatype, op, comm) itself, 0 when it would fall back. */
-int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled);
+SKIPRING_API int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled);
 
 /* Statistics of the last skipring_allreduce on a communicator (this rank's view). */
 typedef struct skipring_stats {
@@ -76,7 +85,7 @@ typedef struct skipring_stats {
                                 rank after a straggler (SKIPRING_DIRECT_ALLGATHER) */
 } skipring_stats_t;
 
-int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
+SKIPRING_API int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
 
 /* Process-wide counters since init (what the PMPI report line prints). */
 typedef struct skipring_totals {
@@ -88,34 +97,34 @@ typedef struct skipring_totals {
   double time_s;
 } skipring_totals_t;
 
-int skipring_get_totals(skipring_totals_t* totals);
+SKIPRING_API int skipring_get_totals(skipring_totals_t* totals);
 /* Adds one fallback to the totals (used by the PMPI library). */
-void skipring_count_fallback(void);
+SKIPRING_API void skipring_count_fallback(void);
 
 /* Test aid: *pending = 1 when a message is waiting unmatched on skipring's internal
  * communicator for `comm` (there must be none between collectives). */
-int skipring_pending_messages(MPI_Comm comm, int* pending);
+SKIPRING_API int skipring_pending_messages(MPI_Comm comm, int* pending);
 
 /* Replaces the straggler-injection plan (same syntax as SKIPRING_INJECT; NULL or "" clears
  * it) for every communicator, from the next collective on. MPI_ERR_ARG on a bad spec (the
  * logged message names the offending part). */
-int skipring_set_inject(const char* spec);
+SKIPRING_API int skipring_set_inject(const char* spec);
 
 /* Turns skip-ahead on (1) or off (0, plain ring: run-to-run identical results) for every
  * communicator, from the next collective on; overrides SKIPRING_SKIP. */
-int skipring_set_skip(int enabled);
+SKIPRING_API int skipring_set_skip(int enabled);
 
 /* Forces the all-reduce algorithm ("auto", "ring", "skipring", "rd", "rabenseifner", "tree",
  * "multitree", "hier"; NULL: back to SKIPRING_ALGO) for every communicator, from the next
  * collective on; overrides SKIPRING_ALGO. Every rank must make the same call (the choice must
  * agree across ranks). MPI_ERR_ARG on an unknown name. */
-int skipring_set_algo(const char* name);
+SKIPRING_API int skipring_set_algo(const char* name);
 
 /* Frees all per-communicator state. Called automatically at MPI_Finalize. */
-int skipring_finalize(void);
+SKIPRING_API int skipring_finalize(void);
 
 /* Human-readable text for an MPI or skipring error code. */
-const char* skipring_error_string(int code);
+SKIPRING_API const char* skipring_error_string(int code);
 
 #ifdef __cplusplus
 }

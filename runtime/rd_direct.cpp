@@ -1,5 +1,5 @@
 // Recursive doubling straight on MPI point-to-point (see rd_direct.h).
-#include "collectives/rd_direct.h"
+#include "runtime/rd_direct.h"
 
 #include <cstring>
 

@@ -1,4 +1,5 @@
-// Recursive doubling straight on MPI point-to-point, for latency-bound all-reduces.
+// Recursive doubling straight on MPI point-to-point, for latency-bound all-reduces. It calls
+// MPI itself, so it lives in runtime/ (the cores in collectives/ never do).
 //
 // The same algorithm and the same reduction tree as RecursiveDoublingAllreduce (fold-in of the
 // n - p extra ring positions, log2(p) exchange rounds, result back to the extras; canonical
@@ -25,7 +26,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "runtime/status.h"
+#include "common/status.h"
 
 namespace skipring {
 

@@ -1,5 +1,5 @@
 // Text for skipring's internal status codes.
-#include "runtime/status.h"
+#include "common/status.h"
 
 namespace skipring {
 

@@ -1,5 +1,5 @@
 // Aggregation and printing of per-step records.
-#include "straggler/step_stats.h"
+#include "common/step_stats.h"
 
 #include <fmt/format.h>
 
