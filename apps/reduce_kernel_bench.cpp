@@ -21,7 +21,7 @@
 
 #include "collectives/dtype.h"
 #include "collectives/reduce_kernels.h"
-#include "runtime/status.h"
+#include "common/status.h"
 
 namespace {
 

@@ -8,6 +8,10 @@
 
 namespace skipring {
 
+// The offset basis skipring has always used: the standard FNV-1a 64 basis
+// (14695981039346656037) without its last digit. Kept as it is: the hashes are only compared
+// between ranks of one build (host names, SKIPRING_HOST_MAP, skipring_sim's result checks), so
+// the standard basis would do as well; changing it is left out of a structure-only change.
 constexpr uint64_t kFnv1a64Offset = 1469598103934665603ull;
 constexpr uint64_t kFnv1a64Prime = 1099511628211ull;
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "collectives/select.h"
+#include "common/status.h"
 #include "runtime/clock.h"
 #include "runtime/config.h"
-#include "runtime/status.h"
 
 namespace skipring {
 

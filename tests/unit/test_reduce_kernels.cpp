@@ -15,8 +15,8 @@
 
 #include "collectives/dtype.h"
 #include "collectives/reduce_kernels.h"
+#include "common/status.h"
 #include "runtime/mpi_types.h"
-#include "runtime/status.h"
 
 // Internal hooks defined in collectives/reduce_kernels.cpp (not in a public header).
 namespace skipring::kernels_internal {
