@@ -196,7 +196,7 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
       for (int u = 0; u < size_; ++u) {
         for (int v = u + 1; v < size_; ++v) {
           const bool same = host.empty() || host[u] == host[v];
-          SKIPRING_CHECK(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
+          SKIPRING_RETURN_IF_ERROR(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
                                           1.0 / (same ? cost_.beta_s : cost_.inter_beta_s), &why));
         }
       }
