@@ -359,10 +359,11 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   return run_native(comm, [&](Communicator* c) { return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root); });
 }
 
-// Runs an entry point's body: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception
-// MPI_ERR_OTHER.
+// Runs an entry point's body (returning an MPI error code) so that nothing thrown crosses the
+// C ABI: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception MPI_ERR_OTHER. Every
+// extern "C" function below and describe_selection go through it.
 template <typename F>
-int guarded(F&& body) {
+int guarded(F&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -375,15 +376,13 @@ int guarded(F&& body) {
 }  // namespace
 
 int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
     *out = c->describe_selection(max_bytes);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 }  // namespace skipring
@@ -393,11 +392,7 @@ using namespace skipring;
 extern "C" {
 
 int skipring_init(void) {
-  try {
-    return ensure_init();
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([] { return ensure_init(); });
 }
 
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -425,7 +420,7 @@ int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
 }
 
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {
-  try {
+  return guarded([&] {
     if (handled == nullptr) return MPI_ERR_ARG;
     *handled = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -434,13 +429,11 @@ int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handl
     ROp rop;
     *handled = handles(datatype, op, comm, &dt, &rop) ? 1 : 0;
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
-  try {
+  return guarded([&] {
     if (out == nullptr) return MPI_ERR_ARG;
     *out = skipring_stats_t{};
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -472,27 +465,32 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
       std::snprintf(out->algo, sizeof(out->algo), "%s", algo_name(static_cast<Algo>(s.algo)));
     }
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_get_totals(skipring_totals_t* totals) {
-  if (totals == nullptr) return MPI_ERR_ARG;
-  const GlobalState& g = state();
-  totals->calls = g.calls.load(std::memory_order_relaxed);
-  totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
-  totals->skips = g.skips.load(std::memory_order_relaxed);
-  totals->late = g.late.load(std::memory_order_relaxed);
-  totals->bytes = g.bytes.load(std::memory_order_relaxed);
-  totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
-  return MPI_SUCCESS;
+  return guarded([&] {
+    if (totals == nullptr) return MPI_ERR_ARG;
+    const GlobalState& g = state();  // allocates on the very first call
+    totals->calls = g.calls.load(std::memory_order_relaxed);
+    totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
+    totals->skips = g.skips.load(std::memory_order_relaxed);
+    totals->late = g.late.load(std::memory_order_relaxed);
+    totals->bytes = g.bytes.load(std::memory_order_relaxed);
+    totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
+    return MPI_SUCCESS;
+  });
 }
 
-void skipring_count_fallback(void) { state().fallbacks.fetch_add(1, std::memory_order_relaxed); }
+void skipring_count_fallback(void) {
+  (void)guarded([] {
+    state().fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
 
 int skipring_pending_messages(MPI_Comm comm, int* pending) {
-  try {
+  return guarded([&] {
     if (pending == nullptr) return MPI_ERR_ARG;
     *pending = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -504,13 +502,11 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
     if (!ok(c->unmatched_message_waiting(&waiting))) return MPI_ERR_OTHER;
     *pending = waiting ? 1 : 0;
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_inject(const char* spec) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     InjectPlan plan;
     std::string error;
@@ -522,13 +518,11 @@ int skipring_set_inject(const char* spec) {
     state().inject = plan;
     for (auto& [c, comm] : state().comms) c->set_inject(plan);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_skip(int enabled) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     std::lock_guard<std::mutex> lock(state().mutex);
     Config cfg = global_config();
@@ -536,13 +530,11 @@ int skipring_set_skip(int enabled) {
     set_global_config(cfg);
     for (auto& [c, comm] : state().comms) c->set_skip(enabled != 0);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_algo(const char* name) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Algo algo = Algo::kAuto;
     if (name == nullptr) {
@@ -560,22 +552,18 @@ int skipring_set_algo(const char* name) {
     set_global_config(cfg);
     for (auto& [c, comm] : state().comms) c->set_algo(algo);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_finalize(void) {
-  try {
+  return guarded([] {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
     close_trace();
     free_all_states();
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 const char* skipring_error_string(int code) {
