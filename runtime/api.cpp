@@ -194,17 +194,28 @@ void account(const CollectiveStats& s) {
   if (t > 0) g.time_ns.fetch_add(static_cast<uint64_t>(t * 1e9), std::memory_order_relaxed);
 }
 
-bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
-  if (!global_config().enable) return false;
-  if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return false;
-  if (!op_valid(*rop, *dt)) return false;
-  // A communicator with skipring state was checked when the state was created.
+// The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
+MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
+  if (!global_config().enable) return MpiReduction::kOther;
+  return classify_reduction(datatype, op, dt, rop);
+}
+
+bool intra_comm(MPI_Comm comm) {
+  int inter = 0;
+  return MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter;
+}
+
+// True when skipring runs collectives on `comm` itself: it has skipring state already (checked
+// when the state was created) or is an intra-communicator.
+bool native_comm(MPI_Comm comm) {
   void* attr = nullptr;
   int found = 0;
   if (MPI_Comm_get_attr(comm, state().keyval, &attr, &found) == MPI_SUCCESS && found) return true;
-  int inter = 0;
-  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
-  return true;
+  return intra_comm(comm);
+}
+
+bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
+  return reduction_of(datatype, op, dt, rop) == MpiReduction::kNative && native_comm(comm);
 }
 
 int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -220,19 +231,13 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  // A communicator that already has skipring state is an intra-communicator (handles() checked
-  // it when the state was created): the per-call path skips MPI_Comm_test_inter.
   Communicator* c = nullptr;
   if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
-  const bool usable = c != nullptr ? global_config().enable && dtype_from_mpi(datatype, &dt) &&
-                                         rop_from_mpi(op, &rop) && op_valid(rop, dt)
-                                   : handles(datatype, op, comm, &dt, &rop);
-  if (!usable) {
-    // A predefined op on a predefined type MPI does not define it for is a user error.
-    if (global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
-        !op_valid(rop, dt)) {
-      return MPI_ERR_OP;
-    }
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  // A communicator that already has skipring state is an intra-communicator (checked when the
+  // state was created): the per-call path skips native_comm's MPI calls.
+  if (kind != MpiReduction::kNative || (c == nullptr && !native_comm(comm))) {
     return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   }
   if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -251,20 +256,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 // Same pattern as allreduce: MPI's argument errors first, then PMPI for what skipring does
 // not run natively, then the communicator's collective.
 
+// The collectives without a reduction (allgather, bcast): the type alone decides.
 bool handles_type(MPI_Datatype datatype, MPI_Comm comm, DType* dt) {
-  if (!global_config().enable) return false;
-  if (!dtype_from_mpi(datatype, dt)) return false;
-  int inter = 0;
-  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
-  return true;
-}
-
-// A predefined op on a predefined type MPI does not define it for: a user error.
-bool op_error(MPI_Datatype datatype, MPI_Op op) {
-  DType dt;
-  ROp rop;
-  return global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
-         !op_valid(rop, dt);
+  return global_config().enable && dtype_from_mpi(datatype, dt) && intra_comm(comm);
 }
 
 void account(Communicator* c) { account(c->last_stats()); }
@@ -295,8 +289,9 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  if (!handles(datatype, op, comm, &dt, &rop)) {
-    if (op_error(datatype, op)) return MPI_ERR_OP;
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
@@ -343,8 +338,9 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  if (!handles(datatype, op, comm, &dt, &rop)) {
-    if (op_error(datatype, op)) return MPI_ERR_OP;
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
