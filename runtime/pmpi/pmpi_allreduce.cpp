@@ -84,12 +84,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   try {
     return allreduce_impl(sendbuf, recvbuf, count, datatype, op, comm);
   } catch (...) {
-    // Nothing may propagate into a C or Fortran caller.
-    try {
-      return raise_error(comm, MPI_ERR_INTERN);
-    } catch (...) {
-      return MPI_ERR_INTERN;
-    }
+    // Nothing may propagate into a C or Fortran caller; the error handler hears of it as of
+    // any failed all-reduce (its own exceptions end in guarded()).
+    return guarded([&] { return raise_error(comm, MPI_ERR_INTERN); });
   }
 }
 

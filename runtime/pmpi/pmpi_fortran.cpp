@@ -63,19 +63,21 @@ void* translate_buffer(void* p) {
   return p;
 }
 
+// Stores an MPI error code where the Fortran caller asked for it.
+void set_ierr(MPI_Fint* ierr, int code) {
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
+}
+
 void fortran_allreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
                        const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
                        MPI_Fint* ierr) {
-  int rc;
-  try {
-    // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
-    // instead of reducing into the sentinel variable.
-    rc = allreduce(translate_buffer(sendbuf), translate_buffer(recvbuf), static_cast<int>(*count),
-                   MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, guarded([&] {
+             // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
+             // instead of reducing into the sentinel variable.
+             return allreduce(translate_buffer(sendbuf), translate_buffer(recvbuf),
+                              static_cast<int>(*count), MPI_Type_f2c(*datatype), MPI_Op_f2c(*op),
+                              MPI_Comm_f2c(*comm));
+           }));
 }
 
 // The MPI library's Fortran profiling entry points (pmpi_init_ ...), looked up at run time
@@ -109,71 +111,67 @@ class LifecycleScope {
 };
 
 void fortran_init(MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    auto pmpi_init = scope.nested() ? nullptr
-                                    : find_fortran_pmpi<FortranInitFn>(
-                                          {"pmpi_init_", "pmpi_init__", "pmpi_init", "PMPI_INIT"});
-    if (pmpi_init != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_init(&fortran_rc);
-      rc = fortran_rc;
-    } else {
-      rc = PMPI_Init(nullptr, nullptr);
-    }
-    if (!scope.nested()) rc = after_init(rc);
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             auto pmpi_init = scope.nested()
+                                  ? nullptr
+                                  : find_fortran_pmpi<FortranInitFn>(
+                                        {"pmpi_init_", "pmpi_init__", "pmpi_init", "PMPI_INIT"});
+             if (pmpi_init != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_init(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Init(nullptr, nullptr);
+             }
+             if (!scope.nested()) code = after_init(code);
+             return code;
+           }));
 }
 
 void fortran_init_thread(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    auto pmpi_init_thread =
-        scope.nested()
-            ? nullptr
-            : find_fortran_pmpi<FortranInitThreadFn>({"pmpi_init_thread_", "pmpi_init_thread__",
-                                                      "pmpi_init_thread", "PMPI_INIT_THREAD"});
-    if (pmpi_init_thread != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_init_thread(required, provided, &fortran_rc);
-      rc = fortran_rc;
-    } else {
-      int c_provided = MPI_THREAD_SINGLE;
-      rc = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
-      *provided = static_cast<MPI_Fint>(c_provided);
-    }
-    if (!scope.nested()) rc = after_init(rc);
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             auto pmpi_init_thread = scope.nested()
+                                         ? nullptr
+                                         : find_fortran_pmpi<FortranInitThreadFn>(
+                                               {"pmpi_init_thread_", "pmpi_init_thread__",
+                                                "pmpi_init_thread", "PMPI_INIT_THREAD"});
+             if (pmpi_init_thread != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_init_thread(required, provided, &fortran_rc);
+               code = fortran_rc;
+             } else {
+               int c_provided = MPI_THREAD_SINGLE;
+               code = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
+               *provided = static_cast<MPI_Fint>(c_provided);
+             }
+             if (!scope.nested()) code = after_init(code);
+             return code;
+           }));
 }
 
 void fortran_finalize(MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    if (!scope.nested()) before_finalize();
-    auto pmpi_finalize =
-        scope.nested() ? nullptr
-                       : find_fortran_pmpi<FortranFinalizeFn>({"pmpi_finalize_", "pmpi_finalize__",
-                                                               "pmpi_finalize", "PMPI_FINALIZE"});
-    if (pmpi_finalize != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_finalize(&fortran_rc);
-      rc = fortran_rc;
-    } else {
-      rc = PMPI_Finalize();
-    }
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             if (!scope.nested()) before_finalize();
+             auto pmpi_finalize =
+                 scope.nested()
+                     ? nullptr
+                     : find_fortran_pmpi<FortranFinalizeFn>(
+                           {"pmpi_finalize_", "pmpi_finalize__", "pmpi_finalize", "PMPI_FINALIZE"});
+             if (pmpi_finalize != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_finalize(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Finalize();
+             }
+             return code;
+           }));
 }
 
 }  // namespace

@@ -10,6 +10,17 @@
 
 namespace skipring::pmpi {
 
+// Runs `body` (returning an MPI error code) so that nothing thrown reaches a C or Fortran
+// caller: any exception becomes MPI_ERR_INTERN. Every wrapper of this library goes through it.
+template <typename F>
+int guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return MPI_ERR_INTERN;
+  }
+}
+
 // True while this thread is executing inside skipring (or inside a wrapper that calls into
 // skipring); MPI_Allreduce calls made from there go straight to PMPI_Allreduce.
 bool inside_skipring();

@@ -79,11 +79,7 @@ int ensure_skipring_init() {
     int rc;
     {
       ReentryGuard guard;
-      try {
-        rc = skipring_init();
-      } catch (...) {
-        rc = MPI_ERR_INTERN;
-      }
+      rc = guarded([] { return skipring_init(); });
     }
     g_init_rc = rc;
     g_init_done.store(true, std::memory_order_release);
@@ -93,30 +89,27 @@ int ensure_skipring_init() {
 
 int after_init(int init_rc) {
   if (init_rc != MPI_SUCCESS) return init_rc;
-  try {
+  return guarded([] {
     const int rc = ensure_skipring_init();
     if (rc == MPI_SUCCESS || rc == kMpiNotActive) return MPI_SUCCESS;
     print_config_error(rc);
     PMPI_Comm_call_errhandler(MPI_COMM_WORLD, rc);  // aborts by default
     return rc;
-  } catch (...) {
-    return MPI_ERR_INTERN;
-  }
+  });
 }
 
 void before_finalize() {
-  try {
-    if (!mpi_active()) return;  // erroneous call: PMPI_Finalize reports it
+  // Finalization goes on whatever happens here (the result is not the caller's).
+  (void)guarded([] {
+    if (!mpi_active()) return MPI_SUCCESS;  // erroneous call: PMPI_Finalize reports it
     // Load the configuration if no intercepted call did yet (MPI was initialized through
     // PMPI directly), so SKIPRING_REPORT is honoured.
     const int rc = ensure_skipring_init();
-    if (g_finalizing.exchange(true)) return;  // second MPI_Finalize: nothing more to do
+    if (g_finalizing.exchange(true)) return MPI_SUCCESS;  // second MPI_Finalize: nothing to do
     if (rc == MPI_SUCCESS && global_config().report) write_report();
     ReentryGuard guard;
-    skipring_finalize();
-  } catch (...) {
-    // Finalization must go on; nothing may propagate into the caller.
-  }
+    return skipring_finalize();
+  });
 }
 
 }  // namespace skipring::pmpi
