@@ -17,7 +17,6 @@ class ContributionSet {
   explicit ContributionSet(int n);
   static size_t words_for(int n) { return (static_cast<size_t>(n) + 63) / 64; }
 
-  int universe() const { return n_; }
   void add(int rank);
   bool contains(int rank) const;
   bool overlaps(const ContributionSet& other) const;

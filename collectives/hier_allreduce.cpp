@@ -39,7 +39,7 @@ int smallest_host(const std::vector<int>& host_of, int n) {
 
 Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host_of_rank,
                                std::string* why) {
-  SKIPRING_CHECK(validate_common(p, why));
+  SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
   const int n = static_cast<int>(p.ring.size());
   if (static_cast<int>(host_of_rank.size()) != n) {
     *why = fmt::format("host map has {} entries for {} ranks", host_of_rank.size(), n);
@@ -271,9 +271,9 @@ Status HierAllreduce::start(double now, ActionList* out) {
     for (int g = 0; g < my_segs; ++g) folds_[g].acc = host_set_;
     block_reduced_ = true;
     segs_reduced_ = my_segs;
-    if (hosts_ > 1) SKIPRING_CHECK(start_ring(now, out));
+    if (hosts_ > 1) SKIPRING_RETURN_IF_ERROR(start_ring(now, out));
   } else {
-    for (int g = 0; g < my_segs; ++g) SKIPRING_CHECK(advance_fold(g, now, out));
+    for (int g = 0; g < my_segs; ++g) SKIPRING_RETURN_IF_ERROR(advance_fold(g, now, out));
   }
   maybe_done(now, out);
   return Status::kOk;
@@ -367,7 +367,7 @@ Status HierAllreduce::segment_reduced(int g, double now, ActionList* out) {
   if (hosts_ == 1) send_block_segment(g, now, out);
   if (segs_reduced_ == layout_.segments(local_)) {
     block_reduced_ = true;
-    if (hosts_ > 1) SKIPRING_CHECK(start_ring(now, out));
+    if (hosts_ > 1) SKIPRING_RETURN_IF_ERROR(start_ring(now, out));
   }
   return Status::kOk;
 }
@@ -523,7 +523,7 @@ Status HierAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   }
   if (r.phase == kHierPhaseLocalRs) {
     if (r.set.empty()) return fail(fmt::format("{}: empty contribution set", what));
-    SKIPRING_CHECK(advance_fold(r.seg, now, out));
+    SKIPRING_RETURN_IF_ERROR(advance_fold(r.seg, now, out));
   } else if (!r.set.full()) {
     return fail(fmt::format("{} block {} segment {} from rank {}: incomplete contribution set {}",
                             what, r.block, r.seg, local_rank(host_, r.src_local),
@@ -584,9 +584,9 @@ Status HierAllreduce::on_reduce(Token t, double now, ActionList* out) {
   if (rs_record_of_local_[src] >= 0)
     local_rs_steps_[rs_record_of_local_[src]].reduce_s += now - f.t_reduce;
   if (f.next == m_) {
-    SKIPRING_CHECK(segment_reduced(static_cast<int>(g), now, out));
+    SKIPRING_RETURN_IF_ERROR(segment_reduced(static_cast<int>(g), now, out));
   } else {
-    SKIPRING_CHECK(advance_fold(static_cast<int>(g), now, out));
+    SKIPRING_RETURN_IF_ERROR(advance_fold(static_cast<int>(g), now, out));
   }
   maybe_done(now, out);
   return Status::kOk;

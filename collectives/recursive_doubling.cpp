@@ -296,14 +296,14 @@ Status RecursiveDoublingAllreduce::on_recv(Token t, size_t payload_bytes, double
   } else {
     hdr = slot_header(round_slot(id - 1));
   }
-  SKIPRING_CHECK(check_header(hdr, id, &m.set));
+  SKIPRING_RETURN_IF_ERROR(check_header(hdr, id, &m.set));
   if (id == rounds_ + 1) {
     if (!m.set.full()) {
       return fail(fmt::format("result carries incomplete set {}", m.set.to_string()));
     }
     complete_ = true;
   } else {
-    SKIPRING_CHECK(advance(now, out));
+    SKIPRING_RETURN_IF_ERROR(advance(now, out));
   }
   maybe_done(now, out);
   return Status::kOk;
@@ -331,7 +331,7 @@ Status RecursiveDoublingAllreduce::on_reduce(Token t, double now, ActionList* ou
     }
   }
   post_round_receives(now, out);
-  SKIPRING_CHECK(advance(now, out));
+  SKIPRING_RETURN_IF_ERROR(advance(now, out));
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -351,7 +351,7 @@ Status RecursiveDoublingAllreduce::on_send(Token t, double now, ActionList* out)
     if (id == 0 && in_place_) post_recv(rounds_ + 1, recv_hdr_, p_.recvbuf, now, out);
   } else if (id >= 1 && id <= rounds_) {
     post_round_receives(now, out);
-    SKIPRING_CHECK(advance(now, out));
+    SKIPRING_RETURN_IF_ERROR(advance(now, out));
   }
   maybe_done(now, out);
   return Status::kOk;

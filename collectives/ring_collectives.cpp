@@ -24,7 +24,7 @@ Status validate_tags(const RingParams& p, std::string* why) {
 
 // Ring and buffers, without the op (allgather and broadcast do not reduce).
 Status validate_layout(const RingParams& p, bool needs_op, std::string* why) {
-  SKIPRING_CHECK(validate_tags(p, why));
+  SKIPRING_RETURN_IF_ERROR(validate_tags(p, why));
   if (needs_op) return validate_common(p, why);
   RingParams q = p;
   q.op = ROp::kMax;
@@ -228,7 +228,7 @@ Status ScheduleCore::start(double now, ActionList* out) {
     base = scratch_->data();
     base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   }
-  SKIPRING_CHECK(build(base));
+  SKIPRING_RETURN_IF_ERROR(build(base));
   channels_.clear();
   hdr_bytes_ = round_up(hdr_bytes_, 8);
   hdrs_.assign(ops_.size() * hdr_bytes_, 0);
@@ -236,7 +236,7 @@ Status ScheduleCore::start(double now, ActionList* out) {
   for (int id = 0; id < static_cast<int>(ops_.size()); ++id) {
     if (ops_[id].unmet == 0) ready_.push_back(id);
   }
-  SKIPRING_CHECK(run_ready(now, out));
+  SKIPRING_RETURN_IF_ERROR(run_ready(now, out));
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -246,7 +246,7 @@ Status ScheduleCore::run_ready(double now, ActionList* out) {
   size_t i = 0;
   while (i < ready_.size()) {
     const int id = ready_[i++];
-    SKIPRING_CHECK(issue(id, now, out));
+    SKIPRING_RETURN_IF_ERROR(issue(id, now, out));
   }
   ready_.clear();
   return Status::kOk;
@@ -358,8 +358,8 @@ Status ScheduleCore::on_recv(Token t, size_t payload_bytes, double now, ActionLi
                             op.expect.to_string()));
   }
   vars_[op.out_var] = set;
-  SKIPRING_CHECK(finish(static_cast<int>(id), now, out));
-  SKIPRING_CHECK(run_ready(now, out));
+  SKIPRING_RETURN_IF_ERROR(finish(static_cast<int>(id), now, out));
+  SKIPRING_RETURN_IF_ERROR(run_ready(now, out));
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -370,8 +370,8 @@ Status ScheduleCore::on_send(Token t, double now, ActionList* out) {
   if (id >= ops_.size() || ops_[id].kind != Kind::kSend || !ops_[id].issued || ops_[id].finished) {
     return fail("completion for an unknown send");
   }
-  SKIPRING_CHECK(finish(static_cast<int>(id), now, out));
-  SKIPRING_CHECK(run_ready(now, out));
+  SKIPRING_RETURN_IF_ERROR(finish(static_cast<int>(id), now, out));
+  SKIPRING_RETURN_IF_ERROR(run_ready(now, out));
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -383,8 +383,8 @@ Status ScheduleCore::on_reduce(Token t, double now, ActionList* out) {
       ops_[id].finished) {
     return fail("completion for an unknown reduction");
   }
-  SKIPRING_CHECK(finish(static_cast<int>(id), now, out));
-  SKIPRING_CHECK(run_ready(now, out));
+  SKIPRING_RETURN_IF_ERROR(finish(static_cast<int>(id), now, out));
+  SKIPRING_RETURN_IF_ERROR(run_ready(now, out));
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -420,8 +420,8 @@ SegmentedSchedule::SegmentedSchedule(const RingParams& p, const CollParams& c,
 
 Status SegmentedSchedule::validate_segmented(const RingParams& p, const CollParams& c,
                                              bool reduces, bool blocked, std::string* why) {
-  SKIPRING_CHECK(validate_layout(p, reduces, why));
-  SKIPRING_CHECK(blocked ? validate_blocks(p, c, why) : validate_root(p, c, why));
+  SKIPRING_RETURN_IF_ERROR(validate_layout(p, reduces, why));
+  SKIPRING_RETURN_IF_ERROR(blocked ? validate_blocks(p, c, why) : validate_root(p, c, why));
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
   return Status::kOk;
 }

@@ -18,7 +18,7 @@ constexpr int kMaxTrees = 64;
 }  // namespace
 
 Status TreeAllreduce::validate(const RingParams& p, const MultiTreePlan& plan, std::string* why) {
-  SKIPRING_CHECK(validate_common(p, why));
+  SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
   if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   if (plan.trees.size() > static_cast<size_t>(kMaxTrees)) {
@@ -348,7 +348,7 @@ Status TreeAllreduce::on_recv(Token tok, size_t payload_bytes, double now, Actio
     if (set.empty()) return fail(fmt::format("tree {} segment {}: empty set", op.tree, g));
     t.child_set[w * nc + op.child] = set;
     t.child_arrived[w * nc + op.child] = 1;
-    SKIPRING_CHECK(try_reduce(op.tree, g, now, out));
+    SKIPRING_RETURN_IF_ERROR(try_reduce(op.tree, g, now, out));
   } else {
     const uint8_t* hdr = t.down_hdrs + static_cast<size_t>(g % t.window) * hdr_area_;
     const std::string why = decode_wire_header(hdr, n_, id, &set);
@@ -401,7 +401,7 @@ Status TreeAllreduce::on_reduce(Token tok, double now, ActionList* out) {
     if (t.parent >= 0) post_up_send(op.tree, op.seg, now, out);
     retire(op.tree, now, out);
   } else {
-    SKIPRING_CHECK(try_reduce(op.tree, op.seg, now, out));
+    SKIPRING_RETURN_IF_ERROR(try_reduce(op.tree, op.seg, now, out));
   }
   maybe_done(now, out);
   return Status::kOk;

@@ -194,17 +194,28 @@ void account(const CollectiveStats& s) {
   if (t > 0) g.time_ns.fetch_add(static_cast<uint64_t>(t * 1e9), std::memory_order_relaxed);
 }
 
-bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
-  if (!global_config().enable) return false;
-  if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return false;
-  if (!op_valid(*rop, *dt)) return false;
-  // A communicator with skipring state was checked when the state was created.
+// The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
+MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
+  if (!global_config().enable) return MpiReduction::kOther;
+  return classify_reduction(datatype, op, dt, rop);
+}
+
+bool intra_comm(MPI_Comm comm) {
+  int inter = 0;
+  return MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter;
+}
+
+// True when skipring runs collectives on `comm` itself: it has skipring state already (checked
+// when the state was created) or is an intra-communicator.
+bool native_comm(MPI_Comm comm) {
   void* attr = nullptr;
   int found = 0;
   if (MPI_Comm_get_attr(comm, state().keyval, &attr, &found) == MPI_SUCCESS && found) return true;
-  int inter = 0;
-  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
-  return true;
+  return intra_comm(comm);
+}
+
+bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop) {
+  return reduction_of(datatype, op, dt, rop) == MpiReduction::kNative && native_comm(comm);
 }
 
 int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -220,19 +231,13 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  // A communicator that already has skipring state is an intra-communicator (handles() checked
-  // it when the state was created): the per-call path skips MPI_Comm_test_inter.
   Communicator* c = nullptr;
   if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
-  const bool usable = c != nullptr ? global_config().enable && dtype_from_mpi(datatype, &dt) &&
-                                         rop_from_mpi(op, &rop) && op_valid(rop, dt)
-                                   : handles(datatype, op, comm, &dt, &rop);
-  if (!usable) {
-    // A predefined op on a predefined type MPI does not define it for is a user error.
-    if (global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
-        !op_valid(rop, dt)) {
-      return MPI_ERR_OP;
-    }
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  // A communicator that already has skipring state is an intra-communicator (checked when the
+  // state was created): the per-call path skips native_comm's MPI calls.
+  if (kind != MpiReduction::kNative || (c == nullptr && !native_comm(comm))) {
     return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   }
   if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -251,20 +256,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 // Same pattern as allreduce: MPI's argument errors first, then PMPI for what skipring does
 // not run natively, then the communicator's collective.
 
+// The collectives without a reduction (allgather, bcast): the type alone decides.
 bool handles_type(MPI_Datatype datatype, MPI_Comm comm, DType* dt) {
-  if (!global_config().enable) return false;
-  if (!dtype_from_mpi(datatype, dt)) return false;
-  int inter = 0;
-  if (MPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter) return false;
-  return true;
-}
-
-// A predefined op on a predefined type MPI does not define it for: a user error.
-bool op_error(MPI_Datatype datatype, MPI_Op op) {
-  DType dt;
-  ROp rop;
-  return global_config().enable && dtype_from_mpi(datatype, &dt) && rop_from_mpi(op, &rop) &&
-         !op_valid(rop, dt);
+  return global_config().enable && dtype_from_mpi(datatype, dt) && intra_comm(comm);
 }
 
 void account(Communicator* c) { account(c->last_stats()); }
@@ -295,8 +289,9 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  if (!handles(datatype, op, comm, &dt, &rop)) {
-    if (op_error(datatype, op)) return MPI_ERR_OP;
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
@@ -343,8 +338,9 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
-  if (!handles(datatype, op, comm, &dt, &rop)) {
-    if (op_error(datatype, op)) return MPI_ERR_OP;
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
@@ -359,10 +355,11 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   return run_native(comm, [&](Communicator* c) { return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root); });
 }
 
-// Runs an entry point's body: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception
-// MPI_ERR_OTHER.
+// Runs an entry point's body (returning an MPI error code) so that nothing thrown crosses the
+// C ABI: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception MPI_ERR_OTHER. Every
+// extern "C" function below and describe_selection go through it.
 template <typename F>
-int guarded(F&& body) {
+int guarded(F&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -375,15 +372,13 @@ int guarded(F&& body) {
 }  // namespace
 
 int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
     *out = c->describe_selection(max_bytes);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 }  // namespace skipring
@@ -393,11 +388,7 @@ using namespace skipring;
 extern "C" {
 
 int skipring_init(void) {
-  try {
-    return ensure_init();
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  return guarded([] { return ensure_init(); });
 }
 
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -425,7 +416,7 @@ int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
 }
 
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {
-  try {
+  return guarded([&] {
     if (handled == nullptr) return MPI_ERR_ARG;
     *handled = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -434,13 +425,11 @@ int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handl
     ROp rop;
     *handled = handles(datatype, op, comm, &dt, &rop) ? 1 : 0;
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
-  try {
+  return guarded([&] {
     if (out == nullptr) return MPI_ERR_ARG;
     *out = skipring_stats_t{};
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -472,27 +461,32 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
       std::snprintf(out->algo, sizeof(out->algo), "%s", algo_name(static_cast<Algo>(s.algo)));
     }
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_get_totals(skipring_totals_t* totals) {
-  if (totals == nullptr) return MPI_ERR_ARG;
-  const GlobalState& g = state();
-  totals->calls = g.calls.load(std::memory_order_relaxed);
-  totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
-  totals->skips = g.skips.load(std::memory_order_relaxed);
-  totals->late = g.late.load(std::memory_order_relaxed);
-  totals->bytes = g.bytes.load(std::memory_order_relaxed);
-  totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
-  return MPI_SUCCESS;
+  return guarded([&] {
+    if (totals == nullptr) return MPI_ERR_ARG;
+    const GlobalState& g = state();  // allocates on the very first call
+    totals->calls = g.calls.load(std::memory_order_relaxed);
+    totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
+    totals->skips = g.skips.load(std::memory_order_relaxed);
+    totals->late = g.late.load(std::memory_order_relaxed);
+    totals->bytes = g.bytes.load(std::memory_order_relaxed);
+    totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
+    return MPI_SUCCESS;
+  });
 }
 
-void skipring_count_fallback(void) { state().fallbacks.fetch_add(1, std::memory_order_relaxed); }
+void skipring_count_fallback(void) {
+  (void)guarded([] {
+    state().fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
 
 int skipring_pending_messages(MPI_Comm comm, int* pending) {
-  try {
+  return guarded([&] {
     if (pending == nullptr) return MPI_ERR_ARG;
     *pending = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -504,13 +498,11 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
     if (!ok(c->unmatched_message_waiting(&waiting))) return MPI_ERR_OTHER;
     *pending = waiting ? 1 : 0;
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_inject(const char* spec) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     InjectPlan plan;
     std::string error;
@@ -522,13 +514,11 @@ int skipring_set_inject(const char* spec) {
     state().inject = plan;
     for (auto& [c, comm] : state().comms) c->set_inject(plan);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_skip(int enabled) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     std::lock_guard<std::mutex> lock(state().mutex);
     Config cfg = global_config();
@@ -536,13 +526,11 @@ int skipring_set_skip(int enabled) {
     set_global_config(cfg);
     for (auto& [c, comm] : state().comms) c->set_skip(enabled != 0);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_set_algo(const char* name) {
-  try {
+  return guarded([&] {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Algo algo = Algo::kAuto;
     if (name == nullptr) {
@@ -560,22 +548,18 @@ int skipring_set_algo(const char* name) {
     set_global_config(cfg);
     for (auto& [c, comm] : state().comms) c->set_algo(algo);
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 int skipring_finalize(void) {
-  try {
+  return guarded([] {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
     close_trace();
     free_all_states();
     return MPI_SUCCESS;
-  } catch (...) {
-    return MPI_ERR_OTHER;
-  }
+  });
 }
 
 const char* skipring_error_string(int code) {

@@ -129,8 +129,13 @@ double Communicator::skip_threshold(size_t segment_bytes) {
   // piece alone takes 2.1 ms there, four in flight 8.4 ms), and T, learnt only from pieces
   // not skipped, stayed below the real piece time (measured: 24-32 skips per rank and
   // 16 MiB all-reduce, skip-ahead 1.5x the plain ring, on 4 emulated hosts).
+  // The formula itself is StepTimer::threshold's.
   const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
-  double T = cfg_.skip_t_us * 1e-6;
+  ThresholdParams tp;
+  tp.alpha = cfg_.alpha;
+  tp.min_wait_s = skip_floor_s_;
+  tp.fixed_T_s = cfg_.skip_t_us > 0 ? cfg_.skip_t_us * 1e-6 : 0;
+  tp.fixed_trans_s = cfg_.skip_ttrans_us > 0 ? cfg_.skip_ttrans_us * 1e-6 : 0;
   if (cfg_.skip_t_us <= 0) {
     ensure_cost_params();  // collective: every rank gets here at the same call (same config)
     const auto& host = topology_.host_of_rank;
@@ -138,13 +143,9 @@ double Communicator::skip_threshold(size_t segment_bytes) {
     const double lat = same_host ? cost_.alpha_s : cost_.inter_alpha_s;
     const double beta = same_host ? cost_.beta_s : cost_.inter_beta_s;
     const double in_flight = std::max(1, cfg_.pipeline_depth / 2);
-    const double link = lat + in_flight * static_cast<double>(segment_bytes) * beta;
-    T = std::max(link, timer_.typical(pred, std::max(link, 1e-3)));
+    tp.link_s = lat + in_flight * static_cast<double>(segment_bytes) * beta;
   }
-  const double trans = cfg_.skip_ttrans_us > 0
-                           ? cfg_.skip_ttrans_us * 1e-6
-                           : timer_.transfer(segment_bytes, static_cast<double>(segment_bytes) / 1e9);
-  return std::max(skip_floor_s_, cfg_.alpha * T + trans);
+  return timer_.threshold(pred, segment_bytes, tp);
 }
 
 void Communicator::ensure_cost_params() {
@@ -197,7 +198,7 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
       for (int u = 0; u < size_; ++u) {
         for (int v = u + 1; v < size_; ++v) {
           const bool same = host.empty() || host[u] == host[v];
-          SKIPRING_CHECK(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
+          SKIPRING_RETURN_IF_ERROR(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
                                           1.0 / (same ? cost_.beta_s : cost_.inter_beta_s), &why));
         }
       }

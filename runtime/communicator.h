@@ -36,7 +36,6 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  MPI_Comm internal() const { return internal_; }
   const std::vector<int>& ring() const { return ring_; }
   // Hosts, per-rank records and the ring order gathered at creation (topology/discovery.h).
   const Topology& topology() const { return topology_; }
@@ -60,7 +59,6 @@ class Communicator {
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
   const CollectiveStats& last_stats() const { return last_stats_; }
-  uint64_t collectives() const { return seq_; }
   // After a protocol or transport error the state is unusable.
   bool broken() const { return broken_; }
   Status unmatched_message_waiting(bool* waiting) {
@@ -73,11 +71,9 @@ class Communicator {
   // With auto, the first call measures the cost model's parameters (collective: every rank
   // reaches it in the same all-reduce).
   Algo choose_algo(size_t bytes);
-  const CostParams& cost_params() const { return cost_; }
   // The cost model's parameters and auto's choice per size up to max_bytes (skipring_info
   // --algo). Collective on first use (measures the parameters).
   std::string describe_selection(size_t max_bytes);
-  const TopologySummary& topology_summary() const { return topo_summary_; }
 
  private:
   Communicator() = default;

@@ -36,7 +36,7 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     // barrier; nobody starts the next collective before the second one.
     bool waiting = false;
     MPI_Barrier(internal_);
-    SKIPRING_CHECK(transport_->unmatched_message_waiting(&waiting));
+    SKIPRING_RETURN_IF_ERROR(transport_->unmatched_message_waiting(&waiting));
     MPI_Barrier(internal_);
     if (waiting) {
       broken_ = true;

@@ -107,7 +107,7 @@ Status init_global_config(std::string* error) {
     names.emplace_back(*e, eq ? static_cast<size_t>(eq - *e) : std::strlen(*e));
   }
   Config cfg;
-  SKIPRING_CHECK(load_config(process_env(), &cfg, error, &names));
+  SKIPRING_RETURN_IF_ERROR(load_config(process_env(), &cfg, error, &names));
   std::lock_guard<std::mutex> lock(g_mutex);
   g_config = cfg;
   return Status::kOk;

@@ -93,7 +93,8 @@ SKIPRING_INTERNAL_API EnvLookup process_env();
 
 // Parses every SKIPRING_* parameter through `env` into *out. On a bad value returns
 // kErrConfig and sets *error to a message naming the variable, the value and what it
-// accepts. Unknown SKIPRING_* names in `known_env` (if given) are reported as errors too.
+// accepts. `env_names` (if given) lists the names of every variable in the environment: a
+// SKIPRING_* name there that is no parameter is reported as an error too.
 SKIPRING_INTERNAL_API Status load_config(const EnvLookup& env, Config* out, std::string* error,
                                          const std::vector<std::string>* env_names = nullptr);
 
@@ -103,7 +104,7 @@ std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env);
 // Before that it holds the defaults.
 SKIPRING_INTERNAL_API const Config& global_config();
 Status init_global_config(std::string* error);
-// Tests only: replace the global configuration.
+// Replaces the global configuration (skipring_set_skip, skipring_set_algo).
 void set_global_config(const Config& cfg);
 
 }  // namespace skipring

@@ -70,8 +70,8 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     const int peer = ring[partner_pos];
     const bool first = rel % 2 == 0;
     double lat = 0, big = 0;
-    SKIPRING_CHECK(ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat));
-    SKIPRING_CHECK(
+    SKIPRING_RETURN_IF_ERROR(ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat));
+    SKIPRING_RETURN_IF_ERROR(
         ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, &big));
     const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;
     const int slot = host(peer) == host(rank) ? 0 : 2;
@@ -84,7 +84,7 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
       const double t0 = clock.now();
-      SKIPRING_CHECK(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      SKIPRING_RETURN_IF_ERROR(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
       t.push_back(clock.now() - t0);
     }
     mine[4] = median(t) / kBandwidthBytes;
@@ -102,7 +102,7 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     std::vector<double> t;
     for (int i = 0; i < 3; ++i) {
       const double t0 = clock.now();
-      SKIPRING_CHECK(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      SKIPRING_RETURN_IF_ERROR(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
       t.push_back(clock.now() - t0);
     }
     mine[5] = -static_cast<double>(cache);

@@ -142,4 +142,9 @@ bool rop_from_mpi(MPI_Op op, ROp* out) {
   return true;
 }
 
+MpiReduction classify_reduction(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
+  if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return MpiReduction::kOther;
+  return op_valid(*rop, *dt) ? MpiReduction::kNative : MpiReduction::kUndefined;
+}
+
 }  // namespace skipring

@@ -50,7 +50,7 @@ Status ProgressEngine::sim_step(bool* progressed) {
   if (options_.sim_block && smpi_wait::arm(next_wakeup())) {
     // The poll waits until one operation completes (MPI_Waitany: one wake-up per event) or
     // the next timer is due; it does not wait when something is complete already.
-    SKIPRING_CHECK(progress(progressed));
+    SKIPRING_RETURN_IF_ERROR(progress(progressed));
     if (smpi_wait::take_consumed() || *progressed) return Status::kOk;
     if (transport_->outstanding() == 0) {
       // Nothing posted to wait on: only the next timer can change anything.
@@ -64,7 +64,7 @@ Status ProgressEngine::sim_step(bool* progressed) {
     }
     sim_warn_polling("the transport's poll did not reach the MPI_Testsome redirect");
   } else {
-    SKIPRING_CHECK(progress(progressed));
+    SKIPRING_RETURN_IF_ERROR(progress(progressed));
     if (*progressed) return Status::kOk;
     if (options_.sim_block) sim_warn_polling(smpi_wait::unavailable_reason());
   }
@@ -103,7 +103,7 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   held_.clear();
   delayed_steps_.clear();
   last_release_ = 0;
-  SKIPRING_CHECK(core_->start(clock_->now(), &actions_));
+  SKIPRING_RETURN_IF_ERROR(core_->start(clock_->now(), &actions_));
   return execute(&actions_);
 }
 
@@ -129,25 +129,25 @@ Status ProgressEngine::execute(ActionList* actions) {
         if (release > 0 || !held_.empty()) {
           held_.push_back(Held{std::max(release, held_.empty() ? 0.0 : held_.back().release), a});
         } else {
-          SKIPRING_CHECK(post(a));
+          SKIPRING_RETURN_IF_ERROR(post(a));
         }
         break;
       }
       case Action::Kind::kCancel:
         // The core cancels only receives that can no longer match; the transport reports an
         // error if one was matched after all.
-        SKIPRING_CHECK(transport_->cancel(a.token));
+        SKIPRING_RETURN_IF_ERROR(transport_->cancel(a.token));
         break;
       case Action::Kind::kRecv:
-        SKIPRING_CHECK(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes, a.payload,
+        SKIPRING_RETURN_IF_ERROR(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes, a.payload,
                                              a.payload_bytes, a.token));
         break;
       case Action::Kind::kReduce:
-        SKIPRING_CHECK(reduce(a.op, a.dtype, a.dst, a.a, a.b, a.count));
+        SKIPRING_RETURN_IF_ERROR(reduce(a.op, a.dtype, a.dst, a.a, a.b, a.count));
 #ifdef SKIPRING_SIMGRID
         sim_charge_reduce(a);
 #endif
-        SKIPRING_CHECK(core_->on_reduce(a.token, clock_->now(), actions));
+        SKIPRING_RETURN_IF_ERROR(core_->on_reduce(a.token, clock_->now(), actions));
         break;
       case Action::Kind::kCopy:
         if (a.payload_bytes > 0 && a.dst != a.a) std::memcpy(a.dst, a.a, a.payload_bytes);
@@ -178,41 +178,41 @@ Status ProgressEngine::progress(bool* progressed) {
   if (core_ == nullptr || finished_) return Status::kOk;
   if (!held_.empty() && held_.front().release <= clock_->now()) {
     while (!held_.empty() && held_.front().release <= clock_->now()) {
-      SKIPRING_CHECK(post(held_.front().action));
+      SKIPRING_RETURN_IF_ERROR(post(held_.front().action));
       held_.pop_front();
     }
     *progressed = true;
   }
   completions_.clear();
-  SKIPRING_CHECK(transport_->poll(&completions_));
+  SKIPRING_RETURN_IF_ERROR(transport_->poll(&completions_));
   for (const Completion& c : completions_) {
     const double now = clock_->now();
     if (c.is_recv) {
-      SKIPRING_CHECK(core_->on_recv(c.token, c.payload_bytes, now, &actions_));
+      SKIPRING_RETURN_IF_ERROR(core_->on_recv(c.token, c.payload_bytes, now, &actions_));
     } else {
-      SKIPRING_CHECK(core_->on_send(c.token, now, &actions_));
+      SKIPRING_RETURN_IF_ERROR(core_->on_send(c.token, now, &actions_));
     }
-    SKIPRING_CHECK(execute(&actions_));
+    SKIPRING_RETURN_IF_ERROR(execute(&actions_));
     *progressed = true;
   }
   // Read the clock only when the core has a timer armed (most collectives have none).
   const double deadline = core_->next_deadline();
   if (deadline != std::numeric_limits<double>::infinity() && deadline <= clock_->now()) {
-    SKIPRING_CHECK(core_->on_time(clock_->now(), &actions_));
-    SKIPRING_CHECK(execute(&actions_));
+    SKIPRING_RETURN_IF_ERROR(core_->on_time(clock_->now(), &actions_));
+    SKIPRING_RETURN_IF_ERROR(execute(&actions_));
     *progressed = true;
   }
   return Status::kOk;
 }
 
 Status ProgressEngine::run(CollectiveCore* core) {
-  SKIPRING_CHECK(begin(core));
+  SKIPRING_RETURN_IF_ERROR(begin(core));
 #ifdef SKIPRING_SIMGRID
   // Under SMPI: poll, and when nothing happened sleep in simulated time (spinning or
   // sched_yield would let simulated time stand still: the simulation would livelock).
   while (!finished_) {
     bool progressed = false;
-    SKIPRING_CHECK(sim_step(&progressed));
+    SKIPRING_RETURN_IF_ERROR(sim_step(&progressed));
   }
   return Status::kOk;
 #else
@@ -226,7 +226,7 @@ Status ProgressEngine::run(CollectiveCore* core) {
   double idle_since = 0;
   while (!finished_) {
     bool progressed = false;
-    SKIPRING_CHECK(progress(&progressed));
+    SKIPRING_RETURN_IF_ERROR(progress(&progressed));
     if (progressed) {
       idle = 0;
       sleep_us = 1;

@@ -59,7 +59,6 @@ class ProgressEngine {
   // an injected delay); +inf when none.
   double next_wakeup() const;
 
-  bool active() const { return core_ != nullptr && !finished_; }
   bool finished() const { return finished_; }
 
  private:

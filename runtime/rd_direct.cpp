@@ -68,7 +68,7 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
         return Status::kErrTransport;
       }
     } else {
-      SKIPRING_CHECK(exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes,
+      SKIPRING_RETURN_IF_ERROR(exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes,
                               kRdDirectTagBase + 63));
     }
     n_sent = 1;
@@ -85,22 +85,22 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
       return Status::kErrTransport;
     }
     ++n_recv;
-    SKIPRING_CHECK(reduce(op, dtype, recvbuf, tmp, sendbuf, count));
+    SKIPRING_RETURN_IF_ERROR(reduce(op, dtype, recvbuf, tmp, sendbuf, count));
     cur = recvbuf;
   }
   const int v = lay.vrank_;
   for (int k = 0; k < lay.rounds_; ++k) {
     const int w = v ^ (1 << k);
     const int peer = ring[lay.pos_of_vrank(w)];
-    SKIPRING_CHECK(exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes));
+    SKIPRING_RETURN_IF_ERROR(exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes));
     ++n_sent;
     ++n_recv;
     // a = the partial of the side whose bit k is clear: the same operands, in the same order,
     // on both sides of the exchange.
     if (v < w) {
-      SKIPRING_CHECK(reduce(op, dtype, recvbuf, cur, tmp, count));
+      SKIPRING_RETURN_IF_ERROR(reduce(op, dtype, recvbuf, cur, tmp, count));
     } else {
-      SKIPRING_CHECK(reduce(op, dtype, recvbuf, tmp, cur, count));
+      SKIPRING_RETURN_IF_ERROR(reduce(op, dtype, recvbuf, tmp, cur, count));
     }
     cur = recvbuf;
   }

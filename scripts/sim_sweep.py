@@ -19,6 +19,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from straggler_demo import parse_size  # noqa: E402  (K/M/G sizes, as skipring_bench reads them)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(REPO, "build-sim", "apps", "skipring_sim")
 
@@ -120,12 +123,6 @@ def sweep_paper(a, deltas, alphas, name):
               "measured_over_model"]
     write_csv(os.path.join(a.data, f"sim_{name}.csv"), header, out)
     return header, out
-
-
-def parse_size(text):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper()
-    return int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
 
 
 # SMPI's own MPI_Allreduce algorithms, next to skipring on the same platform (SIM_CFG, read by

@@ -151,10 +151,14 @@ double StepTimer::transfer(size_t bytes, double fallback) const {
   return std::max(0.0, latency + per_byte * x);
 }
 
-double StepTimer::threshold(int neighbour, size_t bytes, double alpha, double min_wait_s,
-                            double fallback_T, double fallback_trans) const {
-  return std::max(min_wait_s,
-                  alpha * typical(neighbour, fallback_T) + transfer(bytes, fallback_trans));
+double StepTimer::threshold(int neighbour, size_t bytes, const ThresholdParams& p) const {
+  double T = p.fixed_T_s;
+  if (!(T > 0)) T = std::max(p.link_s, typical(neighbour, std::max(p.link_s, p.fallback_T_s)));
+  const double trans =
+      p.fixed_trans_s > 0
+          ? p.fixed_trans_s
+          : transfer(bytes, static_cast<double>(bytes) / p.fallback_bytes_per_s);
+  return std::max(p.min_wait_s, p.alpha * T + trans);
 }
 
 void StepTimer::reset() {

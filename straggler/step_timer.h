@@ -7,6 +7,17 @@
 
 namespace skipring {
 
+// What the skip-ahead threshold is made of besides the observations (StepTimer::threshold).
+struct ThresholdParams {
+  double alpha = 0;           // SKIPRING_ALPHA (the driver passes Config::alpha)
+  double min_wait_s = 0;      // floor of the threshold
+  double fixed_T_s = 0;       // > 0: T given (SKIPRING_SKIP_T_US) instead of learnt
+  double fixed_trans_s = 0;   // > 0: T_trans given (SKIPRING_SKIP_TTRANS_US) instead of fitted
+  double link_s = 0;          // floor of a learnt T (what the measured link takes for a piece)
+  double fallback_T_s = 1e-3;  // learnt T with fewer than 3 observations (at least link_s)
+  double fallback_bytes_per_s = 1e9;  // T_trans with fewer than 3 observations: bytes / rate
+};
+
 // Not thread-safe: one instance belongs to one progress engine. Storage is allocated when a
 // neighbour is first seen (a ring of `window` doubles) and reused after that, including across
 // reset(); the const queries use a scratch buffer sized at construction and do not allocate.
@@ -30,9 +41,12 @@ class StepTimer {
   // apart and the median time is scaled by bytes / size. `fallback` with fewer than 3 points.
   double transfer(size_t bytes, double fallback) const;
 
-  // max(min_wait_s, alpha * typical(neighbour, fallback_T) + transfer(bytes, fallback_trans)).
-  double threshold(int neighbour, size_t bytes, double alpha, double min_wait_s,
-                   double fallback_T, double fallback_trans) const;
+  // The skip-ahead threshold for a piece of `bytes` from `neighbour` (the one implementation;
+  // Communicator::skip_threshold supplies p): max(p.min_wait_s, p.alpha * T + T_trans) with
+  // T = p.fixed_T_s if > 0, else max(p.link_s, typical(neighbour, max(p.link_s,
+  // p.fallback_T_s))), and T_trans = p.fixed_trans_s if > 0, else transfer(bytes,
+  // bytes / p.fallback_bytes_per_s).
+  double threshold(int neighbour, size_t bytes, const ThresholdParams& p) const;
 
   // Forgets every observation (keeps the storage).
   void reset();

@@ -29,27 +29,22 @@ std::string canonical_type_name(const std::string& name) {
 
 const std::vector<TypeDesc>& all_types() {
   static const std::vector<TypeDesc> kTypes = {
-      {TypeId::kInt8, "int8", MPI_INT8_T, 1, false},
-      {TypeId::kUint8, "uint8", MPI_UINT8_T, 1, false},
-      {TypeId::kInt16, "int16", MPI_INT16_T, 2, false},
-      {TypeId::kUint16, "uint16", MPI_UINT16_T, 2, false},
-      {TypeId::kInt32, "int32", MPI_INT32_T, 4, false},
-      {TypeId::kUint32, "uint32", MPI_UINT32_T, 4, false},
-      {TypeId::kInt64, "int64", MPI_INT64_T, 8, false},
-      {TypeId::kUint64, "uint64", MPI_UINT64_T, 8, false},
-      {TypeId::kFloat, "float", MPI_FLOAT, 4, true},
-      {TypeId::kDouble, "double", MPI_DOUBLE, 8, true},
+      {TypeId::kInt8, "int8", MPI_INT8_T},    {TypeId::kUint8, "uint8", MPI_UINT8_T},
+      {TypeId::kInt16, "int16", MPI_INT16_T}, {TypeId::kUint16, "uint16", MPI_UINT16_T},
+      {TypeId::kInt32, "int32", MPI_INT32_T}, {TypeId::kUint32, "uint32", MPI_UINT32_T},
+      {TypeId::kInt64, "int64", MPI_INT64_T}, {TypeId::kUint64, "uint64", MPI_UINT64_T},
+      {TypeId::kFloat, "float", MPI_FLOAT},   {TypeId::kDouble, "double", MPI_DOUBLE},
   };
   return kTypes;
 }
 
 const std::vector<OpDesc>& all_ops() {
   static const std::vector<OpDesc> kOps = {
-      {OpId::kSum, "sum", MPI_SUM, false},   {OpId::kProd, "prod", MPI_PROD, false},
-      {OpId::kMin, "min", MPI_MIN, false},   {OpId::kMax, "max", MPI_MAX, false},
-      {OpId::kBand, "band", MPI_BAND, true}, {OpId::kBor, "bor", MPI_BOR, true},
-      {OpId::kBxor, "bxor", MPI_BXOR, true}, {OpId::kLand, "land", MPI_LAND, true},
-      {OpId::kLor, "lor", MPI_LOR, true},    {OpId::kLxor, "lxor", MPI_LXOR, true},
+      {OpId::kSum, "sum", MPI_SUM},    {OpId::kProd, "prod", MPI_PROD},
+      {OpId::kMin, "min", MPI_MIN},    {OpId::kMax, "max", MPI_MAX},
+      {OpId::kBand, "band", MPI_BAND}, {OpId::kBor, "bor", MPI_BOR},
+      {OpId::kBxor, "bxor", MPI_BXOR}, {OpId::kLand, "land", MPI_LAND},
+      {OpId::kLor, "lor", MPI_LOR},    {OpId::kLxor, "lxor", MPI_LXOR},
   };
   return kOps;
 }

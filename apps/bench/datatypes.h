@@ -12,7 +12,8 @@
 
 namespace skipring_bench {
 
-// The element types and reductions are the library's own (collectives/dtype.h).
+// The element types and reductions are the library's own (collectives/dtype.h); which
+// reduction applies to which type is skipring::op_valid's.
 using TypeId = skipring::DType;
 using OpId = skipring::ROp;
 
@@ -20,15 +21,12 @@ struct TypeDesc {
   TypeId id;
   const char* name;
   MPI_Datatype mpi;
-  size_t size;
-  bool is_float;
 };
 
 struct OpDesc {
   OpId id;
   const char* name;
   MPI_Op mpi;
-  bool integer_only;
 };
 
 const std::vector<TypeDesc>& all_types();

@@ -102,8 +102,9 @@ uint64_t buffer_bytes(const Options& opts, const std::vector<uint64_t>& sizes) {
   uint64_t bytes = 0;
   for (const TypeDesc& t : opts.types) {
     for (const uint64_t size : sizes) {
-      const uint64_t count = size / t.size;
-      if (count <= static_cast<uint64_t>(INT_MAX)) bytes = std::max(bytes, count * t.size);
+      const uint64_t elem = skipring::dtype_size(t.id);
+      const uint64_t count = size / elem;
+      if (count <= static_cast<uint64_t>(INT_MAX)) bytes = std::max(bytes, count * elem);
     }
   }
   return bytes;
@@ -172,7 +173,7 @@ std::string run_all(const Context& ctx, Report& report, const std::vector<uint64
     bool any_combination = false;
     for (const TypeDesc& type : ctx.opts.types) {
       for (const OpDesc& op : ctx.opts.ops) {
-        if (op.integer_only && type.is_float) {
+        if (!skipring::op_valid(op.id, type.id)) {
           if (ctx.opts.types.size() == 1 && ctx.opts.ops.size() == 1) {
             report.comment(fmt::format("skipping {}/{}: the reduction is defined on integers only",
                                        type.name, op.name));

@@ -15,7 +15,7 @@ thread_local bool t_inside_skipring = false;
 // Invokes the communicator's error handler as an MPI function does and returns `code`.
 // (MPI_Comm_call_errhandler itself returns MPI_SUCCESS when the handler returns, e.g. with
 // MPI_ERRORS_RETURN; a failed all-reduce must still return its error code.)
-int RaiseError(MPI_Comm comm, int code) {
+int raise_error(MPI_Comm comm, int code) {
   PMPI_Comm_call_errhandler(comm, code);
   return code;
 }
@@ -24,8 +24,8 @@ int RaiseError(MPI_Comm comm, int code) {
 // the communicator's error handler; they never reach skipring. (A null buffer with a
 // supported type is left to skipring_allreduce, which reports MPI_ERR_BUFFER; Open MPI's
 // PMPI_Allreduce would dereference it.)
-bool RejectedByPmpi(const void* sendbuf, const void* recvbuf, int count,
-                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+bool rejected_by_pmpi(const void* sendbuf, const void* recvbuf, int count, MPI_Datatype datatype,
+                      MPI_Op op, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL || datatype == MPI_DATATYPE_NULL || op == MPI_OP_NULL) {
     return true;
   }
@@ -34,26 +34,26 @@ bool RejectedByPmpi(const void* sendbuf, const void* recvbuf, int count,
   return count > 0 && sendbuf == recvbuf && sendbuf != MPI_BOTTOM;
 }
 
-int Fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
              MPI_Comm comm) {
   skipring_count_fallback();
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 
-int AllreduceImpl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                  MPI_Op op, MPI_Comm comm) {
-  if (RejectedByPmpi(sendbuf, recvbuf, count, datatype, op, comm)) {
-    return Fallback(sendbuf, recvbuf, count, datatype, op, comm);
+int allreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                   MPI_Comm comm) {
+  if (rejected_by_pmpi(sendbuf, recvbuf, count, datatype, op, comm)) {
+    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   }
-  const int init_rc = EnsureSkipringInit();
+  const int init_rc = ensure_skipring_init();
   if (init_rc != MPI_SUCCESS) {
     // MPI not (or no longer) initialized: PMPI_Allreduce reports that itself.
     if (init_rc == kMpiNotActive) {
       return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     }
-    return RaiseError(comm, init_rc);  // bad SKIPRING_* value
+    return raise_error(comm, init_rc);  // bad SKIPRING_* value
   }
-  if (!global_config().enable) return Fallback(sendbuf, recvbuf, count, datatype, op, comm);
+  if (!global_config().enable) return fallback(sendbuf, recvbuf, count, datatype, op, comm);
 
   int handled = 0;
   int rc;
@@ -62,41 +62,37 @@ int AllreduceImpl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype da
     rc = skipring_handles(datatype, op, comm, &handled);
   }
   if (rc != MPI_SUCCESS || handled == 0) {
-    return Fallback(sendbuf, recvbuf, count, datatype, op, comm);
+    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   }
   {
     ReentryGuard guard;
     rc = skipring_allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   }
-  return rc == MPI_SUCCESS ? MPI_SUCCESS : RaiseError(comm, rc);
+  return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
 }
 
 }  // namespace
 
-bool InsideSkipring() { return t_inside_skipring; }
+bool inside_skipring() { return t_inside_skipring; }
 
 ReentryGuard::ReentryGuard() : previous_(t_inside_skipring) { t_inside_skipring = true; }
 ReentryGuard::~ReentryGuard() { t_inside_skipring = previous_; }
 
-int Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm) {
-  if (InsideSkipring()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  if (inside_skipring()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   try {
-    return AllreduceImpl(sendbuf, recvbuf, count, datatype, op, comm);
+    return allreduce_impl(sendbuf, recvbuf, count, datatype, op, comm);
   } catch (...) {
-    // Nothing may propagate into a C or Fortran caller.
-    try {
-      return RaiseError(comm, MPI_ERR_INTERN);
-    } catch (...) {
-      return MPI_ERR_INTERN;
-    }
+    // Nothing may propagate into a C or Fortran caller; the error handler hears of it as of
+    // any failed all-reduce (its own exceptions end in guarded()).
+    return guarded([&] { return raise_error(comm, MPI_ERR_INTERN); });
   }
 }
 
 }  // namespace skipring::pmpi
 
 extern "C" SKIPRING_PMPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
-                                                  MPI_Datatype datatype, MPI_Op op,
-                                                  MPI_Comm comm) {
-  return skipring::pmpi::Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return skipring::pmpi::allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }

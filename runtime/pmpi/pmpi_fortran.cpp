@@ -34,8 +34,8 @@ extern void* MPIR_F_MPI_BOTTOM __attribute__((weak));
 namespace skipring::pmpi {
 namespace {
 
-bool MatchesSentinel(const void* p, std::initializer_list<const void*> symbol_addresses,
-                     void* const* recorded_address) {
+bool matches_sentinel(const void* p, std::initializer_list<const void*> symbol_addresses,
+                      void* const* recorded_address) {
   if (p == nullptr) return false;
   for (const void* address : symbol_addresses) {
     if (address != nullptr && address == p) return true;
@@ -43,46 +43,48 @@ bool MatchesSentinel(const void* p, std::initializer_list<const void*> symbol_ad
   return recorded_address != nullptr && *recorded_address != nullptr && *recorded_address == p;
 }
 
-bool IsFortranInPlace(const void* p) {
-  return MatchesSentinel(p,
-                         {&mpi_fortran_in_place_, &mpi_fortran_in_place__, &mpi_fortran_in_place,
-                          &MPI_FORTRAN_IN_PLACE},
-                         &MPIR_F_MPI_IN_PLACE);
+bool is_fortran_in_place(const void* p) {
+  return matches_sentinel(p,
+                          {&mpi_fortran_in_place_, &mpi_fortran_in_place__, &mpi_fortran_in_place,
+                           &MPI_FORTRAN_IN_PLACE},
+                          &MPIR_F_MPI_IN_PLACE);
 }
 
-bool IsFortranBottom(const void* p) {
-  return MatchesSentinel(
+bool is_fortran_bottom(const void* p) {
+  return matches_sentinel(
       p, {&mpi_fortran_bottom_, &mpi_fortran_bottom__, &mpi_fortran_bottom, &MPI_FORTRAN_BOTTOM},
       &MPIR_F_MPI_BOTTOM);
 }
 
 // Translates a Fortran buffer argument into what the C API expects.
-void* TranslateBuffer(void* p) {
-  if (IsFortranInPlace(p)) return MPI_IN_PLACE;
-  if (IsFortranBottom(p)) return MPI_BOTTOM;
+void* translate_buffer(void* p) {
+  if (is_fortran_in_place(p)) return MPI_IN_PLACE;
+  if (is_fortran_bottom(p)) return MPI_BOTTOM;
   return p;
 }
 
-void FortranAllreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
-                      const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
-                      MPI_Fint* ierr) {
-  int rc;
-  try {
-    // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
-    // instead of reducing into the sentinel variable.
-    rc = Allreduce(TranslateBuffer(sendbuf), TranslateBuffer(recvbuf), static_cast<int>(*count),
-                   MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+// Stores an MPI error code where the Fortran caller asked for it.
+void set_ierr(MPI_Fint* ierr, int code) {
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
+}
+
+void fortran_allreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
+                       const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
+                       MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
+             // instead of reducing into the sentinel variable.
+             return allreduce(translate_buffer(sendbuf), translate_buffer(recvbuf),
+                              static_cast<int>(*count), MPI_Type_f2c(*datatype), MPI_Op_f2c(*op),
+                              MPI_Comm_f2c(*comm));
+           }));
 }
 
 // The MPI library's Fortran profiling entry points (pmpi_init_ ...), looked up at run time
 // so that this library needs no Fortran MPI library at link time. They do the Fortran-side
 // set-up (e.g. MPICH records the sentinel addresses there).
 template <typename Fn>
-Fn FindFortranPmpi(std::initializer_list<const char*> names) {
+Fn find_fortran_pmpi(std::initializer_list<const char*> names) {
   for (const char* name : names) {
     if (void* symbol = dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<Fn>(symbol);
   }
@@ -108,93 +110,88 @@ class LifecycleScope {
   bool nested_;
 };
 
-void FortranInit(MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    auto pmpi_init = scope.nested() ? nullptr
-                                    : FindFortranPmpi<FortranInitFn>(
-                                          {"pmpi_init_", "pmpi_init__", "pmpi_init", "PMPI_INIT"});
-    if (pmpi_init != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_init(&fortran_rc);
-      rc = fortran_rc;
-    } else {
-      rc = PMPI_Init(nullptr, nullptr);
-    }
-    if (!scope.nested()) rc = AfterInit(rc);
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+void fortran_init(MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             auto pmpi_init = scope.nested()
+                                  ? nullptr
+                                  : find_fortran_pmpi<FortranInitFn>(
+                                        {"pmpi_init_", "pmpi_init__", "pmpi_init", "PMPI_INIT"});
+             if (pmpi_init != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_init(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Init(nullptr, nullptr);
+             }
+             if (!scope.nested()) code = after_init(code);
+             return code;
+           }));
 }
 
-void FortranInitThread(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    auto pmpi_init_thread =
-        scope.nested() ? nullptr
-                       : FindFortranPmpi<FortranInitThreadFn>(
-                             {"pmpi_init_thread_", "pmpi_init_thread__", "pmpi_init_thread",
-                              "PMPI_INIT_THREAD"});
-    if (pmpi_init_thread != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_init_thread(required, provided, &fortran_rc);
-      rc = fortran_rc;
-    } else {
-      int c_provided = MPI_THREAD_SINGLE;
-      rc = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
-      *provided = static_cast<MPI_Fint>(c_provided);
-    }
-    if (!scope.nested()) rc = AfterInit(rc);
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+void fortran_init_thread(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             auto pmpi_init_thread = scope.nested()
+                                         ? nullptr
+                                         : find_fortran_pmpi<FortranInitThreadFn>(
+                                               {"pmpi_init_thread_", "pmpi_init_thread__",
+                                                "pmpi_init_thread", "PMPI_INIT_THREAD"});
+             if (pmpi_init_thread != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_init_thread(required, provided, &fortran_rc);
+               code = fortran_rc;
+             } else {
+               int c_provided = MPI_THREAD_SINGLE;
+               code = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
+               *provided = static_cast<MPI_Fint>(c_provided);
+             }
+             if (!scope.nested()) code = after_init(code);
+             return code;
+           }));
 }
 
-void FortranFinalize(MPI_Fint* ierr) {
-  int rc;
-  try {
-    LifecycleScope scope;
-    if (!scope.nested()) BeforeFinalize();
-    auto pmpi_finalize =
-        scope.nested() ? nullptr
-                       : FindFortranPmpi<FortranFinalizeFn>(
-                             {"pmpi_finalize_", "pmpi_finalize__", "pmpi_finalize",
-                              "PMPI_FINALIZE"});
-    if (pmpi_finalize != nullptr) {
-      MPI_Fint fortran_rc = MPI_SUCCESS;
-      pmpi_finalize(&fortran_rc);
-      rc = fortran_rc;
-    } else {
-      rc = PMPI_Finalize();
-    }
-  } catch (...) {
-    rc = MPI_ERR_INTERN;
-  }
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+void fortran_finalize(MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             int code;
+             LifecycleScope scope;
+             if (!scope.nested()) before_finalize();
+             auto pmpi_finalize =
+                 scope.nested()
+                     ? nullptr
+                     : find_fortran_pmpi<FortranFinalizeFn>(
+                           {"pmpi_finalize_", "pmpi_finalize__", "pmpi_finalize", "PMPI_FINALIZE"});
+             if (pmpi_finalize != nullptr) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               pmpi_finalize(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Finalize();
+             }
+             return code;
+           }));
 }
 
 }  // namespace
 }  // namespace skipring::pmpi
 
 // Every common Fortran name mangling, plus Open MPI's mpi_f08 back-end names.
-#define SKIPRING_PMPI_FORTRAN_ALLREDUCE(name)                                                 \
-  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,             \
-                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,          \
-                                 MPI_Fint* ierr) {                                          \
-    skipring::pmpi::FortranAllreduce(sendbuf, recvbuf, count, datatype, op, comm, ierr);     \
+#define SKIPRING_PMPI_FORTRAN_ALLREDUCE(name)                                             \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,           \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,        \
+                                 MPI_Fint* ierr) {                                        \
+    skipring::pmpi::fortran_allreduce(sendbuf, recvbuf, count, datatype, op, comm, ierr); \
   }
 #define SKIPRING_PMPI_FORTRAN_INIT(name) \
-  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::FortranInit(ierr); }
-#define SKIPRING_PMPI_FORTRAN_INIT_THREAD(name)                                         \
+  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::fortran_init(ierr); }
+#define SKIPRING_PMPI_FORTRAN_INIT_THREAD(name)                                            \
   SKIPRING_PMPI_EXPORT void name(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) { \
-    skipring::pmpi::FortranInitThread(required, provided, ierr);                         \
+    skipring::pmpi::fortran_init_thread(required, provided, ierr);                         \
   }
 #define SKIPRING_PMPI_FORTRAN_FINALIZE(name) \
-  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::FortranFinalize(ierr); }
+  SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::fortran_finalize(ierr); }
 
 extern "C" {
 

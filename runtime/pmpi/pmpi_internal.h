@@ -10,9 +10,20 @@
 
 namespace skipring::pmpi {
 
+// Runs `body` (returning an MPI error code) so that nothing thrown reaches a C or Fortran
+// caller: any exception becomes MPI_ERR_INTERN. Every wrapper of this library goes through it.
+template <typename F>
+int guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return MPI_ERR_INTERN;
+  }
+}
+
 // True while this thread is executing inside skipring (or inside a wrapper that calls into
 // skipring); MPI_Allreduce calls made from there go straight to PMPI_Allreduce.
-bool InsideSkipring();
+bool inside_skipring();
 
 // Sets the re-entry flag of the calling thread for its lifetime (restores the old value).
 class ReentryGuard {
@@ -26,27 +37,27 @@ class ReentryGuard {
   bool previous_;
 };
 
-// What EnsureSkipringInit returns while MPI is not initialized, or once finalization began.
+// What ensure_skipring_init returns while MPI is not initialized, or once finalization began.
 inline constexpr int kMpiNotActive = -1;
 
 // Runs skipring_init() once per process and returns its result; later calls return the
 // stored result without calling skipring_init again. Returns kMpiNotActive (and does not
 // initialize) before MPI_Init and from the start of MPI_Finalize on.
-int EnsureSkipringInit();
+int ensure_skipring_init();
 
 // Called right after PMPI_Init / PMPI_Init_thread (or their Fortran counterparts) returned
 // `init_rc`. On success it initializes skipring; a bad SKIPRING_* value (which
 // skipring_init logs, naming the variable) is raised on MPI_COMM_WORLD's error handler
 // (fatal by default) and returned. Returns `init_rc` when that is already an error.
-int AfterInit(int init_rc);
+int after_init(int init_rc);
 
 // Called right before PMPI_Finalize (C or Fortran): writes the SKIPRING_REPORT line and
 // frees skipring's state.
-void BeforeFinalize();
+void before_finalize();
 
 // The whole MPI_Allreduce wrapper behaviour; never throws. The Fortran bindings call it
 // with C handles and with MPI_IN_PLACE / MPI_BOTTOM already translated.
-int Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm);
 
 }  // namespace skipring::pmpi

@@ -23,9 +23,9 @@ namespace {
 std::mutex g_init_mutex;
 std::atomic<bool> g_init_done{false};   // skipring_init has been called (g_init_rc valid)
 int g_init_rc = MPI_SUCCESS;            // written once, before g_init_done is set
-std::atomic<bool> g_finalizing{false};  // BeforeFinalize has started
+std::atomic<bool> g_finalizing{false};  // before_finalize has started
 
-bool MpiActive() {
+bool mpi_active() {
   int initialized = 0;
   int finalized = 0;
   PMPI_Initialized(&initialized);
@@ -35,19 +35,18 @@ bool MpiActive() {
 
 // Prints why skipring_init failed, naming the variable (parsed again from the environment
 // so the text does not depend on the log level).
-void PrintConfigError(int rc) {
+void print_config_error(int rc) {
   std::string message;
   Config ignored;
   if (load_config(process_env(), &ignored, &message) == Status::kOk || message.empty()) {
     message = skipring_error_string(rc);
   }
-  std::fprintf(stderr, "skipring: MPI_Init: invalid skipring configuration: %s\n",
-               message.c_str());
+  std::fprintf(stderr, "skipring: MPI_Init: invalid skipring configuration: %s\n", message.c_str());
   std::fflush(stderr);
 }
 
 // One line per rank, parsed by tools; keep the format exactly.
-void WriteReport() {
+void write_report() {
   int rank = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   skipring_totals_t totals{};
@@ -69,22 +68,18 @@ void WriteReport() {
 
 }  // namespace
 
-int EnsureSkipringInit() {
+int ensure_skipring_init() {
   if (g_init_done.load(std::memory_order_acquire)) {
     return g_finalizing.load(std::memory_order_relaxed) ? kMpiNotActive : g_init_rc;
   }
   std::lock_guard<std::mutex> lock(g_init_mutex);
   if (g_finalizing.load(std::memory_order_relaxed)) return kMpiNotActive;
   if (!g_init_done.load(std::memory_order_relaxed)) {
-    if (!MpiActive()) return kMpiNotActive;
+    if (!mpi_active()) return kMpiNotActive;
     int rc;
     {
       ReentryGuard guard;
-      try {
-        rc = skipring_init();
-      } catch (...) {
-        rc = MPI_ERR_INTERN;
-      }
+      rc = guarded([] { return skipring_init(); });
     }
     g_init_rc = rc;
     g_init_done.store(true, std::memory_order_release);
@@ -92,32 +87,29 @@ int EnsureSkipringInit() {
   return g_init_rc;
 }
 
-int AfterInit(int init_rc) {
+int after_init(int init_rc) {
   if (init_rc != MPI_SUCCESS) return init_rc;
-  try {
-    const int rc = EnsureSkipringInit();
+  return guarded([] {
+    const int rc = ensure_skipring_init();
     if (rc == MPI_SUCCESS || rc == kMpiNotActive) return MPI_SUCCESS;
-    PrintConfigError(rc);
+    print_config_error(rc);
     PMPI_Comm_call_errhandler(MPI_COMM_WORLD, rc);  // aborts by default
     return rc;
-  } catch (...) {
-    return MPI_ERR_INTERN;
-  }
+  });
 }
 
-void BeforeFinalize() {
-  try {
-    if (!MpiActive()) return;  // erroneous call: PMPI_Finalize reports it
+void before_finalize() {
+  // Finalization goes on whatever happens here (the result is not the caller's).
+  (void)guarded([] {
+    if (!mpi_active()) return MPI_SUCCESS;  // erroneous call: PMPI_Finalize reports it
     // Load the configuration if no intercepted call did yet (MPI was initialized through
     // PMPI directly), so SKIPRING_REPORT is honoured.
-    const int rc = EnsureSkipringInit();
-    if (g_finalizing.exchange(true)) return;  // second MPI_Finalize: nothing more to do
-    if (rc == MPI_SUCCESS && global_config().report) WriteReport();
+    const int rc = ensure_skipring_init();
+    if (g_finalizing.exchange(true)) return MPI_SUCCESS;  // second MPI_Finalize: nothing to do
+    if (rc == MPI_SUCCESS && global_config().report) write_report();
     ReentryGuard guard;
-    skipring_finalize();
-  } catch (...) {
-    // Finalization must go on; nothing may propagate into the caller.
-  }
+    return skipring_finalize();
+  });
 }
 
 }  // namespace skipring::pmpi
@@ -125,16 +117,15 @@ void BeforeFinalize() {
 extern "C" {
 
 SKIPRING_PMPI_EXPORT int MPI_Init(int* argc, char*** argv) {
-  return skipring::pmpi::AfterInit(PMPI_Init(argc, argv));
+  return skipring::pmpi::after_init(PMPI_Init(argc, argv));
 }
 
-SKIPRING_PMPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required,
-                                         int* provided) {
-  return skipring::pmpi::AfterInit(PMPI_Init_thread(argc, argv, required, provided));
+SKIPRING_PMPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  return skipring::pmpi::after_init(PMPI_Init_thread(argc, argv, required, provided));
 }
 
 SKIPRING_PMPI_EXPORT int MPI_Finalize(void) {
-  skipring::pmpi::BeforeFinalize();
+  skipring::pmpi::before_finalize();
   return PMPI_Finalize();
 }
 

@@ -166,6 +166,20 @@ void bad_input() {
   check(skipring_handles(MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD, &handled) == MPI_SUCCESS &&
             handled == 0,
         "MAXLOC is not handled natively");
+  // Argument errors of the entry points that run through api.cpp's guarded().
+  check(skipring_handles(MPI_INT, MPI_SUM, MPI_COMM_WORLD, nullptr) == MPI_ERR_ARG,
+        "skipring_handles with a NULL result gives MPI_ERR_ARG");
+  check(skipring_handles(MPI_INT, MPI_SUM, MPI_COMM_NULL, &handled) == MPI_ERR_COMM && handled == 0,
+        "skipring_handles on MPI_COMM_NULL gives MPI_ERR_COMM");
+  skipring_stats_t no_stats;
+  check(skipring_last_stats(MPI_COMM_NULL, &no_stats) == MPI_ERR_COMM,
+        "skipring_last_stats on MPI_COMM_NULL gives MPI_ERR_COMM");
+  check(skipring_last_stats(MPI_COMM_WORLD, nullptr) == MPI_ERR_ARG,
+        "skipring_last_stats with a NULL result gives MPI_ERR_ARG");
+  check(skipring_pending_messages(MPI_COMM_WORLD, nullptr) == MPI_ERR_ARG,
+        "skipring_pending_messages with a NULL result gives MPI_ERR_ARG");
+  check(skipring_set_inject("rank=x") == MPI_ERR_ARG, "a bad injection spec gives MPI_ERR_ARG");
+  check(skipring_get_totals(nullptr) == MPI_ERR_ARG, "skipring_get_totals(NULL) gives MPI_ERR_ARG");
   // NULL buffers with count 0 are fine.
   check(skipring_allreduce(nullptr, nullptr, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
         "count 0 with NULL buffers succeeds");

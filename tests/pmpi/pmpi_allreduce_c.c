@@ -33,7 +33,7 @@ enum { kNumCounts = sizeof(kCounts) / sizeof(kCounts[0]) };
 
 typedef enum { kSum, kProd, kMax, kMin, kBand, kBor, kBxor } OpKind;
 
-static MPI_Op MpiOp(OpKind kind) {
+static MPI_Op mpi_op(OpKind kind) {
   switch (kind) {
     case kSum: return MPI_SUM;
     case kProd: return MPI_PROD;
@@ -45,14 +45,14 @@ static MPI_Op MpiOp(OpKind kind) {
   }
 }
 
-static const char* OpName(OpKind kind) {
+static const char* op_name(OpKind kind) {
   static const char* const kNames[] = {"SUM", "PROD", "MAX", "MIN", "BAND", "BOR", "BXOR"};
   return kNames[kind];
 }
 
 typedef enum { kInt, kLongLong, kUnsigned, kUint8, kFloat, kDouble } TypeKind;
 
-static MPI_Datatype MpiType(TypeKind t) {
+static MPI_Datatype mpi_type(TypeKind t) {
   switch (t) {
     case kInt: return MPI_INT;
     case kLongLong: return MPI_LONG_LONG;
@@ -63,13 +63,13 @@ static MPI_Datatype MpiType(TypeKind t) {
   }
 }
 
-static const char* TypeName(TypeKind t) {
+static const char* type_name(TypeKind t) {
   static const char* const kNames[] = {"int", "long long", "unsigned", "uint8", "float",
                                        "double"};
   return kNames[t];
 }
 
-static size_t TypeSize(TypeKind t) {
+static size_t type_size(TypeKind t) {
   switch (t) {
     case kInt: return sizeof(int);
     case kLongLong: return sizeof(long long);
@@ -80,7 +80,7 @@ static size_t TypeSize(TypeKind t) {
   }
 }
 
-static void Store(TypeKind t, void* buf, int i, long long v) {
+static void store(TypeKind t, void* buf, int i, long long v) {
   switch (t) {
     case kInt: ((int*)buf)[i] = (int)v; break;
     case kLongLong: ((long long*)buf)[i] = v; break;
@@ -92,7 +92,7 @@ static void Store(TypeKind t, void* buf, int i, long long v) {
 }
 
 /* True when buf[i] holds `want` as type t represents it. */
-static int Holds(TypeKind t, const void* buf, int i, long long want) {
+static int holds(TypeKind t, const void* buf, int i, long long want) {
   switch (t) {
     case kInt: return ((const int*)buf)[i] == (int)want;
     case kLongLong: return ((const long long*)buf)[i] == want;
@@ -107,20 +107,20 @@ static int Holds(TypeKind t, const void* buf, int i, long long want) {
  * no result overflows any tested type (Open MPI 4.1's AVX reduction kernels saturate on
  * small-integer overflow instead of wrapping, so overflow is not portable). Signed types
  * get negative values too. */
-static int IsUnsigned(TypeKind t) { return t == kUnsigned || t == kUint8; }
+static int is_unsigned(TypeKind t) { return t == kUnsigned || t == kUint8; }
 
-static long long Contribution(TypeKind t, OpKind op, int rank, int i) {
+static long long contribution(TypeKind t, OpKind op, int rank, int i) {
   if (op == kProd) return ((rank + i) % 3 == 1) ? 2 : 1; /* products up to 2^size */
   long long v = (long long)((rank * 7 + i * 3) % 11);
   if (op == kBand || op == kBor || op == kBxor) return (v * 23) & 0xff;
-  return IsUnsigned(t) ? v : v - 3;
+  return is_unsigned(t) ? v : v - 3;
 }
 
 /* Expected element i over ranks 0..size-1, computed in 64-bit integers. */
-static long long Expected(TypeKind t, OpKind op, int size, int i) {
-  long long acc = Contribution(t, op, 0, i);
+static long long expected(TypeKind t, OpKind op, int size, int i) {
+  long long acc = contribution(t, op, 0, i);
   for (int r = 1; r < size; ++r) {
-    long long v = Contribution(t, op, r, i);
+    long long v = contribution(t, op, r, i);
     switch (op) {
       case kSum: acc += v; break;
       case kProd: acc *= v; break;
@@ -134,41 +134,41 @@ static long long Expected(TypeKind t, OpKind op, int size, int i) {
   return acc;
 }
 
-static int Applicable(TypeKind t, OpKind op) {
+static int applicable(TypeKind t, OpKind op) {
   int is_float = t == kFloat || t == kDouble;
   return !(is_float && (op == kBand || op == kBor || op == kBxor));
 }
 
-static void RunCase(MPI_Comm comm, const char* comm_name, TypeKind t, OpKind op, int count,
+static void run_case(MPI_Comm comm, const char* comm_name, TypeKind t, OpKind op, int count,
                     int in_place) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  size_t bytes = TypeSize(t) * (size_t)(count > 0 ? count : 1);
+  size_t bytes = type_size(t) * (size_t)(count > 0 ? count : 1);
   void* send = malloc(bytes);
   void* recv = malloc(bytes);
   for (int i = 0; i < count; ++i) {
-    Store(t, in_place ? recv : send, i, Contribution(t, op, rank, i));
-    if (!in_place) Store(t, recv, i, 99); /* must be overwritten */
+    store(t, in_place ? recv : send, i, contribution(t, op, rank, i));
+    if (!in_place) store(t, recv, i, 99); /* must be overwritten */
   }
-  int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, MpiType(t), MpiOp(op),
+  int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, mpi_type(t), mpi_op(op),
                          comm);
-  CHECK(rc == MPI_SUCCESS, "%s %s %s count=%d in_place=%d: rc=%d", comm_name, TypeName(t),
-        OpName(op), count, in_place, rc);
+  CHECK(rc == MPI_SUCCESS, "%s %s %s count=%d in_place=%d: rc=%d", comm_name, type_name(t),
+        op_name(op), count, in_place, rc);
   int bad = 0;
   for (int i = 0; i < count && bad < 3; ++i) {
-    long long want = Expected(t, op, size, i);
-    if (!Holds(t, recv, i, want)) {
+    long long want = expected(t, op, size, i);
+    if (!holds(t, recv, i, want)) {
       ++bad;
       CHECK(0, "%s %s %s count=%d in_place=%d: element %d wrong (want %lld)", comm_name,
-            TypeName(t), OpName(op), count, in_place, i, want);
+            type_name(t), op_name(op), count, in_place, i, want);
     }
   }
   /* The send buffer is input only. */
   for (int i = 0; !in_place && i < count; ++i) {
-    if (!Holds(t, send, i, Contribution(t, op, rank, i))) {
-      CHECK(0, "%s %s %s count=%d: send buffer modified at %d", comm_name, TypeName(t),
-            OpName(op), count, i);
+    if (!holds(t, send, i, contribution(t, op, rank, i))) {
+      CHECK(0, "%s %s %s count=%d: send buffer modified at %d", comm_name, type_name(t),
+            op_name(op), count, i);
       break;
     }
   }
@@ -176,17 +176,17 @@ static void RunCase(MPI_Comm comm, const char* comm_name, TypeKind t, OpKind op,
   free(recv);
 }
 
-static void RunPredefined(MPI_Comm comm, const char* comm_name) {
+static void run_predefined(MPI_Comm comm, const char* comm_name) {
   static const TypeKind kTypes[] = {kInt, kLongLong, kUnsigned, kUint8, kFloat, kDouble};
   static const OpKind kOps[] = {kSum, kProd, kMax, kMin, kBand, kBor, kBxor};
   for (size_t ti = 0; ti < sizeof(kTypes) / sizeof(kTypes[0]); ++ti) {
     for (size_t oi = 0; oi < sizeof(kOps) / sizeof(kOps[0]); ++oi) {
-      if (!Applicable(kTypes[ti], kOps[oi])) continue;
+      if (!applicable(kTypes[ti], kOps[oi])) continue;
       for (int ci = 0; ci < kNumCounts; ++ci) {
         /* The large count only for a few combinations, to keep the run short. */
         if (kCounts[ci] > 1000 && !(kOps[oi] == kSum || kTypes[ti] == kInt)) continue;
         for (int in_place = 0; in_place <= 1; ++in_place) {
-          RunCase(comm, comm_name, kTypes[ti], kOps[oi], kCounts[ci], in_place);
+          run_case(comm, comm_name, kTypes[ti], kOps[oi], kCounts[ci], in_place);
         }
       }
     }
@@ -194,7 +194,7 @@ static void RunPredefined(MPI_Comm comm, const char* comm_name) {
 }
 
 /* User-defined commutative op: sum modulo 1000. */
-static void SumMod1000(void* in, void* inout, int* len, MPI_Datatype* type) {
+static void sum_mod_1000_fn(void* in, void* inout, int* len, MPI_Datatype* type) {
   (void)type;
   int* a = (int*)in;
   int* b = (int*)inout;
@@ -202,20 +202,20 @@ static void SumMod1000(void* in, void* inout, int* len, MPI_Datatype* type) {
 }
 
 /* User-defined non-commutative op: a o b = a (the result is rank 0's contribution). */
-static void TakeFirst(void* in, void* inout, int* len, MPI_Datatype* type) {
+static void take_first_fn(void* in, void* inout, int* len, MPI_Datatype* type) {
   (void)type;
   memcpy(inout, in, sizeof(int) * (size_t)*len);
 }
 
 /* User-defined op on pairs of ints (a contiguous derived type): element-wise sum. */
-static void PairSum(void* in, void* inout, int* len, MPI_Datatype* type) {
+static void pair_sum_fn(void* in, void* inout, int* len, MPI_Datatype* type) {
   (void)type;
   int* a = (int*)in;
   int* b = (int*)inout;
   for (int i = 0; i < 2 * *len; ++i) b[i] += a[i];
 }
 
-static void RunFallbacks(MPI_Comm comm) {
+static void run_fallbacks(MPI_Comm comm) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -224,7 +224,7 @@ static void RunFallbacks(MPI_Comm comm) {
   int* recv = malloc(sizeof(int) * kN);
 
   MPI_Op sum_mod;
-  MPI_Op_create(SumMod1000, 1, &sum_mod);
+  MPI_Op_create(sum_mod_1000_fn, 1, &sum_mod);
   for (int in_place = 0; in_place <= 1; ++in_place) {
     for (int i = 0; i < kN; ++i) (in_place ? recv : send)[i] = (rank * 311 + i * 17) % 1000;
     int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, kN, MPI_INT, sum_mod, comm);
@@ -241,7 +241,7 @@ static void RunFallbacks(MPI_Comm comm) {
   MPI_Op_free(&sum_mod);
 
   MPI_Op take_first;
-  MPI_Op_create(TakeFirst, 0, &take_first);
+  MPI_Op_create(take_first_fn, 0, &take_first);
   for (int i = 0; i < kN; ++i) send[i] = rank * 100000 + i;
   int rc = MPI_Allreduce(send, recv, kN, MPI_INT, take_first, comm);
   CHECK(rc == MPI_SUCCESS, "non-commutative op rc=%d", rc);
@@ -277,7 +277,7 @@ static void RunFallbacks(MPI_Comm comm) {
   MPI_Type_contiguous(2, MPI_INT, &two_ints);
   MPI_Type_commit(&two_ints);
   MPI_Op pair_sum;
-  MPI_Op_create(PairSum, 1, &pair_sum);
+  MPI_Op_create(pair_sum_fn, 1, &pair_sum);
   for (int i = 0; i < 10; ++i) send[i] = rank + i;
   rc = MPI_Allreduce(send, recv, 5, two_ints, pair_sum, comm);
   CHECK(rc == MPI_SUCCESS, "derived type rc=%d", rc);
@@ -292,7 +292,7 @@ static void RunFallbacks(MPI_Comm comm) {
 }
 
 static int g_handler_calls = 0;
-static void CountingHandler(MPI_Comm* comm, int* code, ...) {
+static void counting_handler(MPI_Comm* comm, int* code, ...) {
   (void)comm;
   (void)code;
   ++g_handler_calls;
@@ -301,11 +301,11 @@ static void CountingHandler(MPI_Comm* comm, int* code, ...) {
 /* Invalid calls must come back as errors through the communicator's error handler.
  * `null_buffer`: also pass a null receive buffer with a supported type, which skipring
  * rejects with MPI_ERR_BUFFER (plain Open MPI dereferences it, so only with the library). */
-static void RunErrors(int null_buffer) {
+static void run_errors(int null_buffer) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   MPI_Errhandler handler;
-  MPI_Comm_create_errhandler(CountingHandler, &handler);
+  MPI_Comm_create_errhandler(counting_handler, &handler);
   MPI_Comm_set_errhandler(comm, handler);
   int x = 1, y = 0, cls = 0;
   float f = 1.0f, g = 0.0f;
@@ -341,7 +341,7 @@ static void RunErrors(int null_buffer) {
 }
 
 /* Options: --init-thread (start with MPI_Init_thread instead of MPI_Init),
- * --null-buffer (see RunErrors). */
+ * --null-buffer (see run_errors). */
 int main(int argc, char** argv) {
   int init_thread = 0, null_buffer = 0;
   for (int i = 1; i < argc; ++i) {
@@ -362,16 +362,16 @@ int main(int argc, char** argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_world_rank);
 
-  RunPredefined(MPI_COMM_WORLD, "world");
+  run_predefined(MPI_COMM_WORLD, "world");
 
   /* A second communicator: even and odd world ranks. */
   MPI_Comm half;
   MPI_Comm_split(MPI_COMM_WORLD, g_world_rank % 2, g_world_rank, &half);
-  RunPredefined(half, "half");
+  run_predefined(half, "half");
   MPI_Comm_free(&half);
 
-  RunFallbacks(MPI_COMM_WORLD);
-  RunErrors(null_buffer);
+  run_fallbacks(MPI_COMM_WORLD);
+  run_errors(null_buffer);
 
   int failures = g_failures;
   int any = 0;

@@ -320,22 +320,12 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       } else {
         rs.sendbuf = in;
       }
-      RingParams p;
+      RingParams p = opt;  // the shared ring parameters; the per-rank ones follow
       p.rank = r;
       p.ring = ring;
-      p.count = opt.count;
-      p.dtype = opt.dtype;
-      p.op = opt.op;
       p.sendbuf = opt.in_place ? rs.recvbuf.data() : rs.sendbuf.data();
       p.recvbuf = rs.recvbuf.data();
-      p.segment_bytes = opt.segment_bytes;
-      p.depth = opt.depth;
       p.seq = static_cast<uint32_t>(rs.next);
-      p.skip = opt.skip;
-      p.skip_threshold_s = opt.skip_threshold_s;
-      p.direct_allgather = opt.direct_allgather;
-      p.quiet_polls = opt.quiet_polls;
-      p.tag_span = opt.tag_span;
       if (opt.step_delay) {
         const int coll = rs.next;
         rs.engine->set_step_delay([&opt, r, coll](Phase ph, int step) {

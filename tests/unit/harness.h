@@ -19,14 +19,23 @@
 namespace skipring {
 namespace harness {
 
-struct Options {
+// The ring parameters every rank gets are a RingParams (count, dtype, op, segment_bytes, depth,
+// skip, skip_threshold_s, direct_allgather, quiet_polls, tag_span, ...: a new ring parameter
+// reaches the cores without being copied here); run() fills the per-rank ones (rank, ring,
+// sendbuf, recvbuf, seq). The harness's own defaults differ from RingParams' (small
+// segments, many tags in use).
+struct Options : RingParams {
+  Options() {
+    count = 16;
+    dtype = DType::kInt32;
+    op = ROp::kSum;
+    segment_bytes = 64;
+    depth = 4;
+    skip_threshold_s = 20e-6;
+  }
+
   int n = 4;
-  size_t count = 16;
-  DType dtype = DType::kInt32;
-  ROp op = ROp::kSum;
   bool in_place = false;
-  size_t segment_bytes = 64;
-  int depth = 4;
   uint64_t seed = 1;
   int collectives = 1;          // back-to-back collectives per rank (seq 0, 1, ...)
   double latency_min = 1e-6;    // per message, virtual seconds
@@ -43,13 +52,7 @@ struct Options {
   bool control_eager = false;
   std::vector<double> start_time;  // per rank; empty = all at 0
   double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
-  std::vector<int> ring;        // ring order; empty = identity
-  // Skip-ahead: RingParams::skip and skip_threshold_s for every rank.
-  bool skip = false;
-  double skip_threshold_s = 20e-6;
-  bool direct_allgather = false;  // RingParams::direct_allgather
-  int quiet_polls = 1;            // RingParams::quiet_polls
-  int tag_span = 1 << 28;  // RingParams::tag_span
+  // RingParams::ring: the ring order; empty = identity.
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;
   // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.

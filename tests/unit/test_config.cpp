@@ -79,6 +79,16 @@ TEST(Config, UnknownVariableRejected) {
   EXPECT_NE(err.find("SKIPRING_SEGMNT_BYTES"), std::string::npos);
 }
 
+// The unit tests' own knobs (test_skip_ahead.cpp: SR_TEST_SCHEDULES, SR_TEST_SCHEDULE,
+// SR_TEST_VERBOSE) are outside the SKIPRING_ prefix: exported while an MPI program runs, they do
+// not make init fail as unknown SKIPRING_ variables.
+TEST(Config, TestKnobsAreNotSkipringVariables) {
+  Config c;
+  std::string err;
+  std::vector<std::string> names = {"SR_TEST_SCHEDULES", "SR_TEST_SCHEDULE", "SR_TEST_VERBOSE"};
+  EXPECT_EQ(load_config(fake_env({}), &c, &err, &names), Status::kOk) << err;
+}
+
 TEST(Config, DescribeListsEveryParameter) {
   Config c;
   c.segment_bytes = 4096;

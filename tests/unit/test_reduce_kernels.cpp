@@ -717,6 +717,39 @@ TEST(MpiTypes, CTypeMapping) {
   EXPECT_FALSE(dtype_from_mpi(MPI_INT, nullptr));
 }
 
+// classify_reduction is the C API's one check of an MPI (datatype, op) pair.
+TEST(MpiTypes, ClassifyReduction) {
+  DType d = DType::kCount;
+  ROp r = ROp::kCount;
+  EXPECT_EQ(classify_reduction(MPI_INT, MPI_SUM, &d, &r), MpiReduction::kNative);
+  EXPECT_EQ(d, DType::kInt32);
+  EXPECT_EQ(r, ROp::kSum);
+  EXPECT_EQ(classify_reduction(MPI_C_BOOL, MPI_LXOR, &d, &r), MpiReduction::kNative);
+  // Predefined op on a predefined type MPI does not define it for: MPI_ERR_OP.
+  EXPECT_EQ(classify_reduction(MPI_BYTE, MPI_SUM, &d, &r), MpiReduction::kUndefined);
+  EXPECT_EQ(classify_reduction(MPI_FLOAT, MPI_BXOR, &d, &r), MpiReduction::kUndefined);
+  EXPECT_EQ(classify_reduction(MPI_C_BOOL, MPI_MIN, &d, &r), MpiReduction::kUndefined);
+  // Not skipring's: PMPI.
+  EXPECT_EQ(classify_reduction(MPI_2INT, MPI_MAXLOC, &d, &r), MpiReduction::kOther);
+  EXPECT_EQ(classify_reduction(MPI_CHAR, MPI_SUM, &d, &r), MpiReduction::kOther);
+  EXPECT_EQ(classify_reduction(MPI_INT, MPI_REPLACE, &d, &r), MpiReduction::kOther);
+  // Agrees with op_valid on every pair of the mapped types and ops.
+  const MPI_Datatype types[] = {MPI_INT8_T, MPI_UINT16_T, MPI_INT, MPI_UINT64_T, MPI_FLOAT,
+                                MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_BYTE};
+  const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_LAND,
+                        MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
+  for (MPI_Datatype t : types) {
+    for (MPI_Op op : ops) {
+      DType dt;
+      ROp rop;
+      ASSERT_TRUE(dtype_from_mpi(t, &dt) && rop_from_mpi(op, &rop));
+      EXPECT_EQ(classify_reduction(t, op, &d, &r),
+                op_valid(rop, dt) ? MpiReduction::kNative : MpiReduction::kUndefined)
+          << dtype_name(dt) << " " << rop_name(rop);
+    }
+  }
+}
+
 TEST(MpiTypes, FortranTypesNeedInitializedMpi) {
   int initialized = 0;
   MPI_Initialized(&initialized);

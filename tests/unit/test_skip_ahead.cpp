@@ -202,8 +202,8 @@ TEST(SkipAhead, RandomSchedules) {
       const int bit = (coll * 37 + step * 2 + static_cast<int>(ph)) % 64;
       return (step_mask >> bit & 1) ? scale : 0.0;
     };
-    // SKIPRING_TEST_SCHEDULE=i runs only schedule i (the others are still drawn), to debug one.
-    const char* only = std::getenv("SKIPRING_TEST_SCHEDULE");
+    // SR_TEST_SCHEDULE=i runs only schedule i (the others are still drawn), to debug one.
+    const char* only = std::getenv("SR_TEST_SCHEDULE");
     if (only != nullptr && std::atoi(only) != i) continue;
     const Outcome r = run_exact(
         o, "schedule " + std::to_string(i) + " n=" + std::to_string(n) + " count=" +
@@ -218,7 +218,7 @@ TEST(SkipAhead, RandomSchedules) {
   }
   // The random mix must exercise both protocol paths: predecessors redirected before sending
   // (acks) and late pieces forwarded to the owner.
-  if (std::getenv("SKIPRING_TEST_SCHEDULE") == nullptr && kSchedules >= 10000) {
+  if (std::getenv("SR_TEST_SCHEDULE") == nullptr && kSchedules >= 10000) {
     EXPECT_GT(total_skips, 1000u);
     EXPECT_GT(total_late, 100u);
   }
@@ -267,7 +267,7 @@ LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links 
       if (r != (late + 1) % n) out.skips_elsewhere += res.stats[0][r].skips;
       out.bypass_requests += res.stats[0][r].bypass_requests;
     }
-    if (std::getenv("SKIPRING_TEST_VERBOSE")) {
+    if (std::getenv("SR_TEST_VERBOSE")) {
       for (int r = 0; r < n; ++r) {
         const CollectiveStats& st = res.stats[0][r];
         std::printf("  skip=%d rank %d end %.1f sent %u recv %u skips %u late %u bypass %u |", skip, r,

@@ -124,20 +124,54 @@ TEST(StepTimer, TransferFloorsAtZero) {
   EXPECT_GE(t.transfer(0, -1), 0.0);
 }
 
+// Thresholds as Communicator::skip_threshold asks for them (T learnt or given, T_trans fitted or
+// given, the link floor, the minimum wait).
+ThresholdParams threshold_params(double alpha, double min_wait_s, double fallback_T_s,
+                                 double fallback_bytes_per_s) {
+  ThresholdParams p;
+  p.alpha = alpha;
+  p.min_wait_s = min_wait_s;
+  p.fallback_T_s = fallback_T_s;
+  p.fallback_bytes_per_s = fallback_bytes_per_s;
+  return p;
+}
+
 TEST(StepTimer, ThresholdFormulaAndFloor) {
   StepTimer t;
-  // Fallbacks only: 2 * 0.01 + 0.003.
-  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, 2.0, 0.0, 0.01, 0.003), 2.0 * 0.01 + 0.003);
+  // Fallbacks only: 2 * 0.01 + 4096 bytes at 1 MB/s.
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, threshold_params(2.0, 0.0, 0.01, 1e6)),
+                   2.0 * 0.01 + 4096 / 1e6);
   // Floor.
-  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, 2.0, 0.5, 0.01, 0.003), 0.5);
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, threshold_params(2.0, 0.5, 0.01, 1e6)), 0.5);
   // Observed: T = median 0.004, transfer of a single size = median 0.004.
   for (int i = 0; i < 5; ++i) t.observe(1, 0.004, 4096);
   EXPECT_DOUBLE_EQ(t.typical(1, -1), 0.004);
   EXPECT_DOUBLE_EQ(t.transfer(4096, -1), 0.004);
-  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, 3.0, 0.0, 1.0, 1.0), 3.0 * 0.004 + 0.004);
-  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, 3.0, 1.0, 1.0, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, threshold_params(3.0, 0.0, 1.0, 1.0)), 3.0 * 0.004 + 0.004);
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, threshold_params(3.0, 1.0, 1.0, 1.0)), 1.0);
   // Neighbour without observations uses fallback_T but the shared transfer fit.
-  EXPECT_DOUBLE_EQ(t.threshold(9, 4096, 3.0, 0.0, 0.1, 1.0), 3.0 * 0.1 + 0.004);
+  EXPECT_DOUBLE_EQ(t.threshold(9, 4096, threshold_params(3.0, 0.0, 0.1, 1.0)), 3.0 * 0.1 + 0.004);
+}
+
+TEST(StepTimer, ThresholdGivenTAndLinkFloor) {
+  StepTimer t;
+  for (int i = 0; i < 5; ++i) t.observe(1, 0.004, 4096);
+  ThresholdParams p = threshold_params(2.0, 0.0, 1e-3, 1e9);
+  // T and T_trans given (SKIPRING_SKIP_T_US, SKIPRING_SKIP_TTRANS_US): the observations are
+  // not used.
+  p.fixed_T_s = 0.02;
+  p.fixed_trans_s = 0.001;
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.02 + 0.001);
+  // A learnt T is never below the link's time for the pieces in flight, observed or not.
+  p.fixed_T_s = 0;
+  p.link_s = 0.01;
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.01 + 0.001);
+  EXPECT_DOUBLE_EQ(t.threshold(9, 4096, p), 2.0 * 0.01 + 0.001);
+  // Below the observations the observed median wins; without them the fallback T (1 ms).
+  p.link_s = 0.001;
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.004 + 0.001);
+  p.link_s = 0;
+  EXPECT_DOUBLE_EQ(t.threshold(9, 4096, p), 2.0 * 1e-3 + 0.001);
 }
 
 TEST(StepTimer, ResetForgetsEverything) {

@@ -1,6 +1,7 @@
 /* skipring C API: a straggler-tolerant ring all-reduce for MPI programs.
  *
- * All functions return MPI error codes (MPI_SUCCESS on success) and never throw.
+ * All functions return MPI error codes (MPI_SUCCESS on success; MPI_ERR_NO_MEM when memory
+ * runs out, MPI_ERR_OTHER on an internal error) and never throw.
  * Thread support: call from one thread at a time per communicator (MPI_THREAD_FUNNELED
  * or SERIALIZED usage). */
 #ifndef SKIPRING_SKIPRING_H_
