@@ -1,0 +1,26 @@
+// The late rank's paced pieces to the owners.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+void RingAllreduce::send_paced(double now, ActionList* out) {
+  while (paced_in_flight_ < kPacedInFlight && !paced_.empty()) {
+    std::pop_heap(paced_.begin(), paced_.end(), paced_later);
+    const PacedPiece p = paced_.back();
+    paced_.pop_back();
+    const AuxOp& op = aux_[p.aux];
+    post_aux_send(p.aux, p.peer, tag_for(kTagExtra, op.seg_id), p.payload,
+                  layout_.segment_count(op.chunk, op.seg) * layout_.elem_size(), now, out);
+    out->back().header = const_cast<uint8_t*>(p.hdr);
+    ++stats_.messages_sent;
+    ++paced_in_flight_;
+  }
+}
+
+}  // namespace skipring

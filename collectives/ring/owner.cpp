@@ -1,0 +1,93 @@
+// The owner's merge of its chunk's pieces and its receives for extra pieces.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+Status RingAllreduce::owner_enqueue(int g, int item, double now, ActionList* out) {
+  owner_[g].queue.push_back(item);
+  return owner_merge(g, now, out);
+}
+
+Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  if (o.merging || o.queue.empty()) return Status::kOk;
+  const int item = o.queue.front();
+  o.queue.erase(o.queue.begin());
+  const uint8_t* hdr;
+  const uint8_t* payload;
+  if (item >= 0) {
+    hdr = slot_hdr(recv_slot_base(recvs_[item].slot), 0);
+    payload = slot_payload(recv_slot_base(recvs_[item].slot), 0);
+  } else {
+    const AuxOp& x = aux_[-item - 1];
+    hdr = slot_hdr(extra_slots_, x.extra_slot);
+    payload = slot_payload(extra_slots_, x.extra_slot);
+  }
+  SKIPRING_CHECK(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
+  const uint32_t late = wire_route(hdr) & kRouteLateMask;
+  if (late != 0) {
+    if (late > static_cast<uint32_t>(n_) || static_cast<int>(late - 1) == p_.rank) {
+      return fail(
+          fmt::format("owner of chunk {} segment {}: bad allgather route {}", pos_, g, late - 1));
+    }
+    if (late_rank_ < 0) late_rank_ = static_cast<int>(late - 1);
+  }
+  if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
+    return fail(fmt::format("owner of chunk {} segment {}: piece {} overlaps what it holds {}",
+                            pos_, g, scratch_set_.to_string(), o.acc.to_string()));
+  }
+  o.acc.merge(scratch_set_);
+  o.merging = true;
+  if (item >= 0) o.main_merged = true;
+  Action a;
+  a.kind = Action::Kind::kReduce;
+  a.token = make_token(kTokOwnerReduce, g);
+  a.dst = seg_ptr(p_.recvbuf, pos_, g);
+  a.a = o.started ? static_cast<const void*>(a.dst) : input_ptr(pos_, g);
+  a.b = payload;
+  a.count = layout_.segment_count(pos_, g);
+  a.dtype = p_.dtype;
+  a.op = p_.op;
+  o.started = true;
+  owner_merge_item_.resize(owner_.size(), 0);
+  owner_merge_item_[g] = item;
+  owner_merge_t_.resize(owner_.size(), 0);
+  owner_merge_t_[g] = now;
+  out->push_back(a);
+  ++pending_;
+  return Status::kOk;
+}
+
+void RingAllreduce::owner_post_extras(double now, ActionList* out) {
+  // With skip-ahead on, each incomplete segment of our chunk always has a receive posted for a
+  // piece coming straight to us, so such a piece never waits on us (its sender holds a slot).
+  if (!p_.skip) return;
+  for (size_t g = 0; g < owner_.size(); ++g) {
+    OwnerPiece& o = owner_[g];
+    if (o.full || o.extra_posted) continue;
+    const int aux = add_aux(AuxKind::kExtraRecv, pos_, static_cast<int>(g));
+    aux_[aux].extra_slot = static_cast<int>(g);
+    aux_[aux].t = now;
+    o.extra_posted = true;
+    o.extra_aux = aux;
+    Action a;
+    a.kind = Action::Kind::kRecv;
+    a.token = make_token(kTokAux, aux);
+    a.peer = -1;  // from whoever delivers it: the slow rank or a rank forwarding a late piece
+    a.tag = tag_for(kTagExtra, aux_[aux].seg_id);
+    a.header = slot_hdr(extra_slots_, aux_[aux].extra_slot);
+    a.header_bytes = hdr_bytes_;
+    a.payload = slot_payload(extra_slots_, aux_[aux].extra_slot);
+    a.payload_bytes = layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size();
+    out->push_back(a);
+    ++pending_;
+  }
+}
+
+}  // namespace skipring

@@ -1,0 +1,167 @@
+// Reduce-scatter: the receive window, ring sends, reductions in receive order.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+void RingAllreduce::send_first_pieces(double now, ActionList* out) {
+  first_sends_deferred_ = false;
+  const int c = (pos_ - 1 + n_) % n_;
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  for (int g = 0; g < layout_.segments(c); ++g) {
+    uint8_t* hdr = first_hdrs_ + static_cast<size_t>(g) * hdr_area_;
+    emit_piece(0, c, g, hdr, input_ptr(c, g), -1, mine, /*reads_input=*/true, now, out);
+  }
+}
+
+void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
+                              const void* payload, int slot, double now, ActionList* out,
+                              bool reads_input, int peer) {
+  SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
+  sends_.push_back(s);
+  Action a;
+  a.kind = Action::Kind::kSend;
+  a.token = make_token(kTokSend, sends_.size() - 1);
+  a.peer = peer >= 0 ? peer : succ_;
+  a.tag = tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id);
+  a.header = hdr;
+  a.header_bytes = hdr_bytes_;
+  a.payload = const_cast<void*>(payload);
+  a.payload_bytes = layout_.segment_count(c, g) * layout_.elem_size();
+  a.phase = static_cast<int8_t>(phase);
+  a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
+  out->push_back(a);
+  ++pending_;
+  ++stats_.messages_sent;
+}
+
+void RingAllreduce::post_receives(double now, ActionList* out) {
+  while (next_post_ < recvs_.size()) {
+    RecvOp& r = recvs_[next_post_];
+    Action a;
+    a.kind = Action::Kind::kRecv;
+    a.token = make_token(kTokRecv, next_post_);
+    a.peer = pred_;
+    a.tag = tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id);
+    a.header_bytes = hdr_bytes_;
+    a.payload_bytes = layout_.segment_count(r.chunk, r.seg) * layout_.elem_size();
+    if (r.phase == Phase::kReduceScatter) {
+      if (bypassed_[r.seg_id]) {
+        // The predecessor already sent this piece to the owner: only our own goes on.
+        r.state = OpState::kFinished;
+        r.t_posted = r.t_arrived = now;
+        ++next_post_;
+        --rs_unresolved_;
+        forward_own(next_post_ - 1, now, out);
+        advance_wait_cursor();
+        resolve_rs_recv(now, out);
+        continue;
+      }
+      if (free_recv_slots_.empty() && (overflow_slots_.size() < stats_.skips || pred_absent_)) {
+        // Skipped receives keep their slots until the late rank answers; each skip lends the
+        // window one more slot so the ring keeps moving around a late rank. Once the
+        // predecessor is absent the window grows on demand: our own chunk's pieces from it
+        // cannot be skipped, and each would otherwise hold a slot until it arrives (one per
+        // segment: the window closed after `depth` segments and the ranks behind us started
+        // skipping us in turn).
+        overflow_slots_.emplace_back(new uint8_t[slot_bytes_]);
+        free_recv_slots_.push_back(p_.depth + static_cast<int>(overflow_slots_.size()) - 1);
+      }
+      if (free_recv_slots_.empty()) break;
+      r.slot = free_recv_slots_.back();
+      free_recv_slots_.pop_back();
+      a.header = slot_hdr(recv_slot_base(r.slot), 0);
+      a.payload = slot_payload(recv_slot_base(r.slot), 0);
+    } else {
+      // Allgather lands in the user's buffer: only once our reduce-scatter work on that
+      // segment no longer reads it (in place) and within the pipeline depth.
+      // Direct allgather, once the collective is disturbed: chunks complete at different times
+      // (a late rank's pieces reach one owner before another) and segments come from every
+      // owner, so each is received as soon as it is sent instead of through a window that
+      // would advance at the pace of the slowest chunk. Not on the late rank itself: there
+      // the final segments would crowd out the partials it still needs.
+      if ((ag_posted_ >= p_.depth && !ag_unwindowed()) || !local_done_[r.seg_id]) break;
+      // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
+      // exactly one message per segment reaches every rank, from whichever rank the route
+      // names, and its header says where it goes on.
+      if (side_channels_) a.peer = -1;
+      ++ag_posted_;
+      a.header = r.header;
+      a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
+    }
+    StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
+    if (rec.t_start == 0) rec.t_start = now;
+    r.state = OpState::kPosted;
+    r.t_posted = now;
+    out->push_back(a);
+    ++pending_;
+    ++next_post_;
+  }
+}
+
+void RingAllreduce::advance_wait_cursor() {
+  // Wait time = time this rank spent with nothing left to do on its receive sequence:
+  // arrivals are accounted in sequence order.
+  while (wait_cursor_ < recvs_.size() && recvs_[wait_cursor_].state >= OpState::kArrived) {
+    const RecvOp& r = recvs_[wait_cursor_];
+    const double w = std::max(0.0, r.t_arrived - wait_clock_);
+    wait_clock_ = std::max(wait_clock_, r.t_arrived);
+    StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
+    rec.wait_s += w;
+    ++wait_cursor_;
+  }
+}
+
+Status RingAllreduce::start_reduces(double now, ActionList* out) {
+  // Ring pieces are reduced strictly in receive-sequence order: a later piece must never take
+  // the send slot an earlier one needs (the order is what keeps the pipeline deadlock-free,
+  // also when skips lend the receive window extra slots). Pieces that are skipped, bypassed
+  // or our own chunk's are not reduced here.
+  while (reduce_cursor_ < recvs_.size()) {
+    RecvOp& r = recvs_[reduce_cursor_];
+    if (r.phase != Phase::kReduceScatter) {
+      reduce_cursor_ = recvs_.size();
+      break;
+    }
+    if (r.chunk == pos_ || r.skipped || r.state == OpState::kFinished ||
+        r.state == OpState::kReducing) {
+      ++reduce_cursor_;
+      continue;
+    }
+    if (r.state != OpState::kArrived) break;
+    if (free_send_slots_.empty() && bypass_) {
+      // Bypassing a late successor: send slots still hold pieces it has not taken, so the
+      // pieces now going to the owners get fresh ones.
+      overflow_send_.emplace_back(new uint8_t[slot_bytes_]);
+      free_send_slots_.push_back(p_.depth + static_cast<int>(overflow_send_.size()) - 1);
+    }
+    if (free_send_slots_.empty()) break;
+    const uint8_t* in_slot = recv_slot_base(r.slot);
+    Action a;
+    a.kind = Action::Kind::kReduce;
+    a.token = make_token(kTokReduce, reduce_cursor_);
+    a.a = input_ptr(r.chunk, r.seg);
+    a.b = in_slot + hdr_area_;
+    a.count = layout_.segment_count(r.chunk, r.seg);
+    a.dtype = p_.dtype;
+    a.op = p_.op;
+    r.out_slot = free_send_slots_.back();
+    free_send_slots_.pop_back();
+    a.dst = slot_payload(send_slot_base(r.out_slot), 0);
+    r.state = OpState::kReducing;
+    r.t_reduce = now;
+    ++pending_;
+    --awaiting_reduce_;
+    ++reduce_cursor_;
+    out->push_back(a);
+  }
+  return Status::kOk;
+}
+
+}  // namespace skipring

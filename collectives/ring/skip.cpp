@@ -1,0 +1,330 @@
+// Skip-ahead: the skip rule, notices, redirect acks, bypass, control channels.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+double RingAllreduce::piece_threshold(const RecvOp& r) const {
+  return p_.skip_threshold_s * (1.0 + kStepGrace * r.step);
+}
+
+double RingAllreduce::skip_deadline(const RecvOp& r) const {
+  if (pred_absent_) return r.t_posted;
+  return std::max(r.t_posted, t_pred_heard_) + piece_threshold(r);
+}
+
+int RingAllreduce::add_aux(AuxKind kind, int c, int g) {
+  AuxOp op;
+  op.kind = kind;
+  op.chunk = c;
+  op.seg = g;
+  op.seg_id = c >= 0 ? layout_.first_segment(c) + g : -1;
+  aux_.push_back(std::move(op));
+  return static_cast<int>(aux_.size()) - 1;
+}
+
+void RingAllreduce::post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes,
+                                  double now, ActionList* out) {
+  AuxOp& op = aux_[aux];
+  op.t = now;
+  Action a;
+  a.kind = Action::Kind::kSend;
+  a.token = make_token(kTokAux, aux);
+  a.peer = peer;
+  a.tag = tag;
+  a.header = op.hdr.empty() ? nullptr : op.hdr.data();
+  a.header_bytes = hdr_bytes_;
+  a.payload = const_cast<void*>(payload);
+  a.payload_bytes = bytes;
+  out->push_back(a);
+  ++pending_;
+}
+
+void RingAllreduce::post_ctrl_recv(int channel, double now, ActionList* out) {
+  const int aux = add_aux(AuxKind::kCtrlRecv, -1, -1);
+  aux_[aux].channel = channel;
+  aux_[aux].hdr.assign(hdr_bytes_, 0);
+  aux_[aux].t = now;
+  Action a;
+  a.kind = Action::Kind::kRecv;
+  a.token = make_token(kTokAux, aux);
+  a.peer = channel == kBack ? succ_ : channel == kFwd ? pred_ : p_.ring[(pos_ + 2) % n_];
+  a.tag = ctrl_tag(channel);
+  a.header = aux_[aux].hdr.data();
+  a.header_bytes = hdr_bytes_;
+  out->push_back(a);
+  ++pending_;
+}
+
+void RingAllreduce::send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
+                              const ContributionSet* set) {
+  const int aux = add_aux(AuxKind::kCtrlSend, c, g);
+  aux_[aux].hdr.assign(hdr_bytes_, 0);
+  scratch_set_.clear();
+  write_header(aux_[aux].hdr.data(), Phase::kReduceScatter, std::max(c, 0), std::max(g, 0),
+               set != nullptr ? *set : scratch_set_, flags);
+  const int peer = channel == kBack  ? pred_
+                   : channel == kFwd ? succ_
+                                     : p_.ring[(pos_ - 2 + 2 * n_) % n_];
+  post_aux_send(aux, peer, ctrl_tag(channel), nullptr, 0, now, out);
+}
+
+void RingAllreduce::piece_emitted(double now, ActionList* out) {
+  // Once every ring piece we pass on has gone, no more bypass messages can follow.
+  if (--rs_to_emit_ == 0 && side_channels_ && !fwd_done_sent_) {
+    fwd_done_sent_ = true;
+    send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
+  }
+}
+
+void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload,
+                               int slot, const ContributionSet& set, bool reads_input, double now,
+                               ActionList* out) {
+  const int seg_id = layout_.first_segment(c) + g;
+  rs_sent_[seg_id] = 1;
+  // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
+  // routed around per segment, which keeps the allgather routes consistent.
+  const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_ && !bypassed_[seg_id];
+  if (!redirect_[seg_id] && !bypass) {
+    write_header(hdr, Phase::kReduceScatter, c, g, set);
+    post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
+    piece_emitted(now, out);
+    return;
+  }
+  if (bypass) {
+    // Our successor is late (the rank after it asked): the piece goes straight to the owner
+    // and the successor learns it has only its own input to send for (c, g).
+    // The route word names the late rank: the owner routes its allgather around it.
+    write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
+                 static_cast<uint32_t>(succ_ + 1));
+    const int extra = add_aux(AuxKind::kExtraSend, c, g);
+    aux_[extra].send_slot = slot;
+    if (reads_input) aux_[extra].recv_slot = -2;
+    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
+    out->back().header = hdr;
+    ++stats_.messages_sent;
+    send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
+    piece_emitted(now, out);
+    return;
+  }
+  // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
+  // successor's ring receive is answered by an ack carrying the set we delivered. Being the
+  // late rank, we name ourselves in the route word: the owner routes its allgather around us
+  // (its chunk may have reached us before our predecessor started bypassing us).
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
+               self_late_ ? static_cast<uint32_t>(p_.rank + 1) : 0);
+  const int extra = add_aux(AuxKind::kExtraSend, c, g);
+  aux_[extra].send_slot = slot;
+  if (self_late_ && (reads_input || !direct_)) {
+    // Being the late rank, every piece we owe an owner (our input alone, or a partial our
+    // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
+    // pieces of a later chunk that are ready earlier (the partials) would otherwise share our
+    // link with the current chunk, and chunks would complete together again. With the direct
+    // allgather (one host: no link to share) only our input is: pacing the partials too made
+    // the harness's shared-memory model slower (n = 8: 34.0 -> 44.2 us after the arrival).
+    // Deadlock-free: the owner keeps a receive posted for every incomplete segment
+    // (owner_post_extras), so a paced piece in flight always completes (and frees its send slot, if
+    // it holds one).
+    aux_[extra].paced = true;
+    paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g,
+                                extra, p_.ring[c], hdr, payload});
+    std::push_heap(paced_.begin(), paced_.end(), paced_later);
+    send_paced(now, out);
+  } else {
+    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
+    out->back().header = hdr;
+    ++stats_.messages_sent;
+  }
+  const int ack = add_aux(AuxKind::kAckSend, c, g);
+  aux_[ack].hdr.assign(hdr_bytes_, 0);
+  write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
+  post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
+  if (reads_input) {
+    // An own-input piece sent as an extra: the input is read until that send completes.
+    aux_[extra].recv_slot = -2;
+  }
+  piece_emitted(now, out);
+}
+
+void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
+  const RecvOp& r = recvs_[idx];
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  const int hdr_aux = add_aux(AuxKind::kCtrlSend, -1, -1);  // header storage only
+  aux_[hdr_aux].hdr.assign(hdr_bytes_, 0);
+  aux_[hdr_aux].done = true;
+  emit_piece(r.step, r.chunk, r.seg, aux_[hdr_aux].hdr.data(), input_ptr(r.chunk, r.seg), -1, mine,
+             /*reads_input=*/true, now, out);
+}
+
+Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  r.skipped = true;
+  pred_silent_ = true;
+  disturbed_ = true;
+  ++stats_.skips;
+  stats_.steps[r.step].skips += 1;
+  // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
+  forward_own(idx, now, out);
+  send_ctrl(kBack, kFlagNotice, r.chunk, r.seg, now, out);
+  // The predecessor answers with its piece (on the ring receive) or an ack, never both.
+  const int ack = add_aux(AuxKind::kAckRecv, recvs_[idx].chunk, recvs_[idx].seg);
+  aux_[ack].hdr.assign(hdr_bytes_, 0);
+  aux_[ack].t = now;
+  recvs_[idx].ack_aux = ack;
+  Action a;
+  a.kind = Action::Kind::kRecv;
+  a.token = make_token(kTokAux, ack);
+  a.peer = pred_;
+  a.tag = tag_for(kTagAck, aux_[ack].seg_id);
+  a.header = aux_[ack].hdr.data();
+  a.header_bytes = hdr_bytes_;
+  out->push_back(a);
+  ++pending_;
+  return Status::kOk;
+}
+
+void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
+  // The predecessor sent its piece for this receive straight to the owner: the ring receive
+  // will never match. If we had skipped it, this also answers our notice.
+  RecvOp& r = recvs_[idx];
+  cancel_op(make_token(kTokRecv, idx), out);
+  if (r.skipped) cancel_aux(r.ack_aux, out);
+  r.state = OpState::kFinished;
+  r.t_arrived = now;
+  free_recv_slots_.push_back(r.slot);
+  --rs_unresolved_;
+  if (!r.skipped) forward_own(idx, now, out);
+  advance_wait_cursor();
+  post_receives(now, out);
+  resolve_rs_recv(now, out);
+  (void)start_reduces(now, out);  // the cursor may have waited on this piece
+}
+
+void RingAllreduce::resolve_rs_recv(double now, ActionList* out) {
+  // Once every ring piece has arrived or been acknowledged we will send no more notices.
+  if (rs_unresolved_ == 0 && !rs_done_sent_) {
+    rs_done_sent_ = true;
+    send_ctrl(kBack, kFlagRsDone, -1, -1, now, out);
+    if (side_channels_) send_ctrl(kFar, kFlagFarDone, -1, -1, now, out);
+  }
+}
+
+Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, ActionList* out) {
+  // `op` is only valid until the next add_aux (aux_ may move): read what is needed first.
+  AuxOp& op = aux_[idx];
+  if (op.done || op.cancelled) return Status::kOk;  // completion of a cancelled receive
+  op.done = true;
+  --pending_;
+  switch (op.kind) {
+    case AuxKind::kCtrlRecv: {
+      WireHeader h;
+      const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
+      if (!why.empty()) return fail(why);
+      ++ctrl_seen_;
+      const int channel = op.channel;
+      if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
+        open_[channel] = false;
+        break;
+      }
+      disturbed_ = true;
+      if (channel == kFar) {
+        if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
+        bypass_ = true;
+        if (late_rank_ < 0) late_rank_ = succ_;
+        SKIPRING_CHECK(start_reduces(now, out));  // may have been waiting for a send slot
+      } else {
+        if (h.chunk >= static_cast<uint32_t>(n_) ||
+            h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
+          return fail("malformed control message");
+        }
+        const int seg_id = layout_.first_segment(h.chunk) + h.segment;
+        if (channel == kBack) {
+          if (!(h.flags & kFlagNotice)) return fail("malformed notice");
+          self_late_ = true;
+          // Not yet sent: it will go straight to the owner. Already sent: the successor gets
+          // it on its ring receive and forwards it itself.
+          if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
+        } else {
+          if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
+          self_late_ = true;
+          bypassed_[seg_id] = 1;
+          size_t ri = recvs_.size();
+          for (size_t i = 0; i < next_post_; ++i) {
+            if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
+          }
+          if (ri < recvs_.size()) {
+            if (recvs_[ri].state != OpState::kPosted) {
+              return fail("bypass notice for a piece that arrived");
+            }
+            resolve_bypassed(ri, now, out);
+          }  // not posted yet: post_receives resolves it
+        }
+      }
+      post_ctrl_recv(channel, now, out);
+      break;
+    }
+    case AuxKind::kAckRecv: {
+      // The predecessor delivered its piece to the owner: our ring receive will never match.
+      disturbed_ = true;
+      size_t ri = recvs_.size();
+      for (size_t i = 0; i < recvs_.size(); ++i) {
+        if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
+      }
+      if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
+      SKIPRING_CHECK(
+          check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg, &scratch_set_));
+      RecvOp& r = recvs_[ri];
+      cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
+      r.state = OpState::kFinished;
+      r.t_arrived = now;
+      free_recv_slots_.push_back(r.slot);
+      --rs_unresolved_;
+      advance_wait_cursor();
+      post_receives(now, out);
+      resolve_rs_recv(now, out);
+      break;
+    }
+    case AuxKind::kExtraRecv: {
+      const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
+      if (payload_bytes != expect) return fail("extra piece of the wrong size");
+      ++stats_.messages_received;
+      disturbed_ = true;
+      // extra_posted stays set until the merge is done: the slot is still in use.
+      SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
+      break;
+    }
+    case AuxKind::kExtraSend: {
+      // Copies: post_receives may add aux ops and move aux_ (and `op`) in memory.
+      const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
+      if (op.paced) {
+        --paced_in_flight_;
+        send_paced(now, out);
+      }
+      if (send_slot >= 0) free_send_slots_.push_back(send_slot);
+      if (recv_slot >= 0) {
+        free_recv_slots_.push_back(recv_slot);
+      } else if (recv_slot == -2) {
+        local_done_[seg_id] = 1;
+      }
+      post_receives(now, out);
+      SKIPRING_CHECK(start_reduces(now, out));
+      break;
+    }
+    case AuxKind::kCtrlSend:
+    case AuxKind::kAckSend:
+      break;
+  }
+  owner_post_extras(now, out);
+  maybe_done(now, out);
+  return Status::kOk;
+}
+
+}  // namespace skipring
