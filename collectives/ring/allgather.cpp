@@ -30,7 +30,7 @@ void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
 
 void RingAllreduce::send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer,
                             double now, ActionList* out) {
-  if (!ag_queued()) {
+  if (!mode_.ag_queued()) {
     post_send(Phase::kAllgather, record, c, g, hdr, payload, -1, now, out, false, peer);
     return;
   }
@@ -60,7 +60,7 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
   const OwnerPiece& o = owner_[g];
   uint8_t* hdr = owner_hdrs_ + g * hdr_area_;
   const void* seg = seg_ptr(p_.recvbuf, pos_, g);
-  if (goes_direct()) {
+  if (mode_.goes_direct()) {
     // A straggler or late rank around: the final segment goes to every rank from us (one
     // hop instead of n - 1 forwards, none through a late or descheduled rank). All at once: a
     // window on these sends could deadlock against a receiver's window, which takes segments
@@ -76,7 +76,7 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
   // Around the late rank we know of, which gets the segment from us directly: its link then
   // carries its own pieces and nothing of the others' allgather. The choice is ours alone
   // (receivers take allgather segments from any source and forward as the header says).
-  const int around = side_channels_ ? late_rank_ : -1;
+  const int around = mode_.side_channels ? late_rank_ : -1;
   write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0,
                around >= 0 ? kRouteAround | static_cast<uint32_t>(around + 1) : 0);
   const int to = ag_next(pos_, pos_, around);

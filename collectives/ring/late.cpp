@@ -16,8 +16,7 @@ void RingAllreduce::send_paced(double now, ActionList* out) {
     paced_.pop_back();
     const AuxOp& op = aux_[p.aux];
     post_aux_send(p.aux, p.peer, tag_for(kTagExtra, op.seg_id), p.payload,
-                  layout_.segment_count(op.chunk, op.seg) * layout_.elem_size(), now, out);
-    out->back().header = const_cast<uint8_t*>(p.hdr);
+                  layout_.segment_count(op.chunk, op.seg) * layout_.elem_size(), now, out, p.hdr);
     ++stats_.messages_sent;
     ++paced_in_flight_;
   }

@@ -9,7 +9,7 @@
 namespace skipring {
 using namespace ring;
 
-Status RingAllreduce::owner_enqueue(int g, int item, double now, ActionList* out) {
+Status RingAllreduce::owner_enqueue(int g, OwnerItem item, double now, ActionList* out) {
   owner_[g].queue.push_back(item);
   return owner_merge(g, now, out);
 }
@@ -17,15 +17,15 @@ Status RingAllreduce::owner_enqueue(int g, int item, double now, ActionList* out
 Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
   OwnerPiece& o = owner_[g];
   if (o.merging || o.queue.empty()) return Status::kOk;
-  const int item = o.queue.front();
+  const OwnerItem item = o.queue.front();
   o.queue.erase(o.queue.begin());
   const uint8_t* hdr;
   const uint8_t* payload;
-  if (item >= 0) {
-    hdr = slot_hdr(recv_slot_base(recvs_[item].slot), 0);
-    payload = slot_payload(recv_slot_base(recvs_[item].slot), 0);
+  if (item.is_ring()) {
+    hdr = slot_hdr(recv_slot_base(recvs_[item.index].slot), 0);
+    payload = slot_payload(recv_slot_base(recvs_[item.index].slot), 0);
   } else {
-    const AuxOp& x = aux_[-item - 1];
+    const AuxOp& x = aux_[item.index];
     hdr = slot_hdr(extra_slots_, x.extra_slot);
     payload = slot_payload(extra_slots_, x.extra_slot);
   }
@@ -44,22 +44,14 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
   }
   o.acc.merge(scratch_set_);
   o.merging = true;
-  if (item >= 0) o.main_merged = true;
-  Action a;
-  a.kind = Action::Kind::kReduce;
-  a.token = make_token(kTokOwnerReduce, g);
-  a.dst = seg_ptr(p_.recvbuf, pos_, g);
-  a.a = o.started ? static_cast<const void*>(a.dst) : input_ptr(pos_, g);
-  a.b = payload;
-  a.count = layout_.segment_count(pos_, g);
-  a.dtype = p_.dtype;
-  a.op = p_.op;
+  if (item.is_ring()) o.main_merged = true;
+  uint8_t* dst = seg_ptr(p_.recvbuf, pos_, g);
+  out->push_back(reduce_action(make_token(kTokOwnerReduce, g), dst,
+                               o.started ? static_cast<const void*>(dst) : input_ptr(pos_, g),
+                               payload, layout_.segment_count(pos_, g), p_.dtype, p_.op));
   o.started = true;
-  owner_merge_item_.resize(owner_.size(), 0);
-  owner_merge_item_[g] = item;
-  owner_merge_t_.resize(owner_.size(), 0);
-  owner_merge_t_[g] = now;
-  out->push_back(a);
+  o.merging_item = item;
+  o.merge_t = now;
   ++pending_;
   return Status::kOk;
 }
@@ -76,16 +68,12 @@ void RingAllreduce::owner_post_extras(double now, ActionList* out) {
     aux_[aux].t = now;
     o.extra_posted = true;
     o.extra_aux = aux;
-    Action a;
-    a.kind = Action::Kind::kRecv;
-    a.token = make_token(kTokAux, aux);
-    a.peer = -1;  // from whoever delivers it: the slow rank or a rank forwarding a late piece
-    a.tag = tag_for(kTagExtra, aux_[aux].seg_id);
-    a.header = slot_hdr(extra_slots_, aux_[aux].extra_slot);
-    a.header_bytes = hdr_bytes_;
-    a.payload = slot_payload(extra_slots_, aux_[aux].extra_slot);
-    a.payload_bytes = layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size();
-    out->push_back(a);
+    // From any source: whoever delivers it, the slow rank or a rank forwarding a late piece.
+    out->push_back(message_action(
+        Action::Kind::kRecv, make_token(kTokAux, aux), -1, tag_for(kTagExtra, aux_[aux].seg_id),
+        slot_hdr(extra_slots_, aux_[aux].extra_slot), hdr_bytes_,
+        slot_payload(extra_slots_, aux_[aux].extra_slot),
+        layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size()));
     ++pending_;
   }
 }

@@ -10,7 +10,7 @@ namespace skipring {
 using namespace ring;
 
 void RingAllreduce::send_first_pieces(double now, ActionList* out) {
-  first_sends_deferred_ = false;
+  first_sends_.deferred = false;
   const int c = (pos_ - 1 + n_) % n_;
   ContributionSet mine(n_);
   mine.add(p_.rank);
@@ -25,15 +25,10 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
                               bool reads_input, int peer) {
   SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
   sends_.push_back(s);
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokSend, sends_.size() - 1);
-  a.peer = peer >= 0 ? peer : succ_;
-  a.tag = tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id);
-  a.header = hdr;
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = layout_.segment_count(c, g) * layout_.elem_size();
+  Action a = message_action(
+      Action::Kind::kSend, make_token(kTokSend, sends_.size() - 1), peer >= 0 ? peer : succ_,
+      tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id), hdr, hdr_bytes_, payload,
+      layout_.segment_count(c, g) * layout_.elem_size());
   a.phase = static_cast<int8_t>(phase);
   a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
   out->push_back(a);
@@ -44,15 +39,13 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
 void RingAllreduce::post_receives(double now, ActionList* out) {
   while (next_post_ < recvs_.size()) {
     RecvOp& r = recvs_[next_post_];
-    Action a;
-    a.kind = Action::Kind::kRecv;
-    a.token = make_token(kTokRecv, next_post_);
-    a.peer = pred_;
-    a.tag = tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id);
-    a.header_bytes = hdr_bytes_;
-    a.payload_bytes = layout_.segment_count(r.chunk, r.seg) * layout_.elem_size();
+    // Header and payload buffers are filled in below.
+    Action a = message_action(Action::Kind::kRecv, make_token(kTokRecv, next_post_), pred_,
+                              tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id),
+                              nullptr, hdr_bytes_, nullptr,
+                              layout_.segment_count(r.chunk, r.seg) * layout_.elem_size());
     if (r.phase == Phase::kReduceScatter) {
-      if (bypassed_[r.seg_id]) {
+      if (seg_[r.seg_id].pred_bypassed) {
         // The predecessor already sent this piece to the owner: only our own goes on.
         r.state = OpState::kFinished;
         r.t_posted = r.t_arrived = now;
@@ -63,7 +56,8 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
         resolve_rs_recv(now, out);
         continue;
       }
-      if (free_recv_slots_.empty() && (overflow_slots_.size() < stats_.skips || pred_absent_)) {
+      if (free_recv_slots_.empty() &&
+          (overflow_slots_.size() < stats_.skips || mode_.pred == PredState::kAbsent)) {
         // Skipped receives keep their slots until the late rank answers; each skip lends the
         // window one more slot so the ring keeps moving around a late rank. Once the
         // predecessor is absent the window grows on demand: our own chunk's pieces from it
@@ -86,11 +80,13 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       // owner, so each is received as soon as it is sent instead of through a window that
       // would advance at the pace of the slowest chunk. Not on the late rank itself: there
       // the final segments would crowd out the partials it still needs.
-      if ((ag_posted_ >= p_.depth && !ag_unwindowed()) || !local_done_[r.seg_id]) break;
+      if ((ag_posted_ >= p_.depth && !mode_.ag_unwindowed()) || !seg_[r.seg_id].input_released) {
+        break;
+      }
       // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
       // exactly one message per segment reaches every rank, from whichever rank the route
       // names, and its header says where it goes on.
-      if (side_channels_) a.peer = -1;
+      if (mode_.side_channels) a.peer = -1;
       ++ag_posted_;
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
@@ -135,25 +131,19 @@ Status RingAllreduce::start_reduces(double now, ActionList* out) {
       continue;
     }
     if (r.state != OpState::kArrived) break;
-    if (free_send_slots_.empty() && bypass_) {
+    if (free_send_slots_.empty() && mode_.bypass_successor) {
       // Bypassing a late successor: send slots still hold pieces it has not taken, so the
       // pieces now going to the owners get fresh ones.
       overflow_send_.emplace_back(new uint8_t[slot_bytes_]);
       free_send_slots_.push_back(p_.depth + static_cast<int>(overflow_send_.size()) - 1);
     }
     if (free_send_slots_.empty()) break;
-    const uint8_t* in_slot = recv_slot_base(r.slot);
-    Action a;
-    a.kind = Action::Kind::kReduce;
-    a.token = make_token(kTokReduce, reduce_cursor_);
-    a.a = input_ptr(r.chunk, r.seg);
-    a.b = in_slot + hdr_area_;
-    a.count = layout_.segment_count(r.chunk, r.seg);
-    a.dtype = p_.dtype;
-    a.op = p_.op;
     r.out_slot = free_send_slots_.back();
     free_send_slots_.pop_back();
-    a.dst = slot_payload(send_slot_base(r.out_slot), 0);
+    const Action a = reduce_action(make_token(kTokReduce, reduce_cursor_),
+                                   slot_payload(send_slot_base(r.out_slot), 0),
+                                   input_ptr(r.chunk, r.seg), recv_slot_base(r.slot) + hdr_area_,
+                                   layout_.segment_count(r.chunk, r.seg), p_.dtype, p_.op);
     r.state = OpState::kReducing;
     r.t_reduce = now;
     ++pending_;

@@ -10,7 +10,8 @@ namespace skipring {
 using namespace ring;
 
 RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
-    : p_(p),
+    : CoreBase(p.rank, p.seq),
+      p_(p),
       layout_(static_cast<int>(p.ring.size()), p.count, dtype_size(p.dtype),
               effective_segment_bytes(p)),
       n_(static_cast<int>(p.ring.size())),
@@ -20,7 +21,7 @@ RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
   succ_ = p_.ring[(pos_ + 1) % n_];
   hdr_bytes_ = wire_header_bytes(n_);
   in_place_ = p_.sendbuf == p_.recvbuf;
-  direct_ = p_.skip && p_.direct_allgather && n_ >= 3;
+  mode_.direct = p_.skip && p_.direct_allgather && n_ >= 3;
   scratch_set_ = ContributionSet(n_);
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * layout_.elem_size();
@@ -35,12 +36,6 @@ int RingAllreduce::pos_of(int rank) const {
 }
 
 int RingAllreduce::tag_for(int kind, int seg_id) const { return 4 * seg_id + kind; }
-
-Status RingAllreduce::fail(std::string why) {
-  failed_ = true;
-  error_ = fmt::format("rank {} seq {}: {}", p_.rank, p_.seq, why);
-  return Status::kErrProtocol;
-}
 
 uint8_t* RingAllreduce::seg_ptr(void* base, int c, int g) const {
   return static_cast<uint8_t*>(base) + layout_.segment_offset(c, g) * layout_.elem_size();
@@ -89,8 +84,8 @@ Status RingAllreduce::check_header(const uint8_t* hdr, Phase phase, int chunk, i
 double RingAllreduce::next_deadline() const {
   double t = std::numeric_limits<double>::infinity();
   if (!p_.skip || done_ || failed_) return t;
-  if (first_sends_deferred_) return -t;  // at the next poll
-  if (pred_silent_ && !pred_absent_) {
+  if (first_sends_.deferred) return kAtNextPoll;
+  if (mode_.pred == PredState::kSilent) {
     t = std::min(t, t_pred_heard_ + kBypassFactor * p_.skip_threshold_s);
   }
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
@@ -99,7 +94,8 @@ double RingAllreduce::next_deadline() const {
     if (r.state == OpState::kPosted && !r.skipped && r.chunk != pos_) {
       t = std::min(t, skip_deadline(r));
     }
-    if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_) {
+    if (r.state == OpState::kPosted && r.skipped && mode_.side_channels &&
+        !mode_.bypass_requested) {
       t = std::min(t, r.t_posted + kBypassFactor * piece_threshold(r));
     }
   }
@@ -112,12 +108,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
   t_pred_heard_ = now;
   if (p_.count == 0 || n_ == 1) {
     if (p_.count > 0 && !in_place_) {
-      Action a;
-      a.kind = Action::Kind::kCopy;
-      a.dst = p_.recvbuf;
-      a.a = p_.sendbuf;
-      a.payload_bytes = p_.count * layout_.elem_size();
-      out->push_back(a);
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * layout_.elem_size()));
     }
     maybe_done(now, out);
     return Status::kOk;
@@ -197,9 +188,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
   }
   size_t hdr_next = 0;
   auto take_hdr = [&]() { return hdr_pool_ + (hdr_next++) * hdr_area; };
-  local_done_.assign(layout_.total_segments(), 0);
-  rs_sent_.assign(layout_.total_segments(), 0);
-  redirect_.assign(layout_.total_segments(), 0);
+  seg_.assign(layout_.total_segments(), SegmentState{});
   owner_.resize(layout_.segments(pos_));
   for (auto& o : owner_) {
     o.acc = ContributionSet(n_);
@@ -210,7 +199,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
   // left unread: from the successor (skip notices) always; with skip-ahead on and at least 3
   // ranks also from the predecessor (bypassed pieces) and from the rank two ahead (bypass
   // requests).
-  bypassed_.assign(layout_.total_segments(), 0);
   // Every piece we send in the reduce-scatter: the relayed ones and our step-0 ones (those may
   // be sent after relayed ones: send_first_pieces waits for queued notices). fwd-done follows
   // the last of them, after any "bypassed" message.
@@ -218,15 +206,15 @@ Status RingAllreduce::start(double now, ActionList* out) {
     if (r.phase == Phase::kReduceScatter && r.chunk != pos_) ++rs_to_emit_;
   }
   rs_to_emit_ += layout_.segments(start_chunk);
-  open_[kBack] = true;
+  ctrl_.open[kBack] = true;
   post_ctrl_recv(kBack, now, out);
-  side_channels_ = p_.skip && n_ >= 3;
-  if (side_channels_) {
-    open_[kFwd] = open_[kFar] = true;
+  mode_.side_channels = p_.skip && n_ >= 3;
+  if (mode_.side_channels) {
+    ctrl_.open[kFwd] = ctrl_.open[kFar] = true;
     post_ctrl_recv(kFwd, now, out);
     post_ctrl_recv(kFar, now, out);
     if (rs_to_emit_ == 0) {
-      fwd_done_sent_ = true;
+      ctrl_.fwd_done_sent = true;
       send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
     }
   }
@@ -241,7 +229,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
     if (r.phase == Phase::kAllgather) r.header = take_hdr();
   }
   if (p_.skip) {
-    first_sends_deferred_ = true;
+    first_sends_.deferred = true;
   } else {
     send_first_pieces(now, out);
   }
@@ -253,10 +241,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
 }
 
 void RingAllreduce::cancel_op(Token t, ActionList* out) {
-  Action c;
-  c.kind = Action::Kind::kCancel;
-  c.token = t;
-  out->push_back(c);
+  out->push_back(cancel_action(t));
   --pending_;
 }
 
@@ -288,7 +273,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     r.t_ready = std::max(r.t_posted, t_pred_heard_);
     r.timed = true;
     t_pred_heard_ = now;
-    pred_silent_ = pred_absent_ = false;
+    mode_.pred = PredState::kHeard;
   }
   --pending_;
   ++stats_.messages_received;
@@ -316,12 +301,11 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
       const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
       aux_[extra].recv_slot = r.slot;
       post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
-                    slot_payload(recv_slot_base(r.slot), 0), expect, now, out);
-      out->back().header = hdr;
+                    slot_payload(recv_slot_base(r.slot), 0), expect, now, out, hdr);
       ++stats_.messages_sent;
     } else if (r.chunk == pos_) {
       r.state = OpState::kFinished;
-      SKIPRING_CHECK(owner_enqueue(r.seg, static_cast<int>(idx), now, out));
+      SKIPRING_CHECK(owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
     } else {
       ++awaiting_reduce_;
       SKIPRING_CHECK(start_reduces(now, out));
@@ -360,10 +344,9 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
     o.merging = false;
     --pending_;
     const int g = static_cast<int>(idx);
-    stats_.steps[n_ - 2].reduce_s += now - owner_merge_t_[g];
-    const int item = owner_merge_item_[g];
-    if (item >= 0) {
-      free_recv_slots_.push_back(recvs_[item].slot);
+    stats_.steps[n_ - 2].reduce_s += now - o.merge_t;
+    if (o.merging_item.is_ring()) {
+      free_recv_slots_.push_back(recvs_[o.merging_item.index].slot);
       post_receives(now, out);
     } else {
       o.extra_posted = false;  // its slot is free again
@@ -395,7 +378,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   StepRecord& rec = stats_.steps[r.step];
   rec.reduce_s += now - r.t_reduce;
   rec.t_end = now;
-  local_done_[r.seg_id] = 1;
+  seg_[r.seg_id].on_input_released();
   // The outgoing partial sums what came in plus our input.
   SKIPRING_CHECK(
       check_header(slot_hdr(recv_slot_base(r.slot), 0), r.phase, r.chunk, r.seg, &scratch_set_));
@@ -434,7 +417,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
     SKIPRING_CHECK(start_reduces(now, out));
   } else if (sent.reads_input) {
     // A send that read our input directly: only now may allgather overwrite it.
-    local_done_[sent.seg_id] = 1;
+    seg_[sent.seg_id].on_input_released();
     post_receives(now, out);
   }
   maybe_done(now, out);
@@ -444,32 +427,33 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
 Status RingAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   if (!p_.skip) return Status::kOk;
-  if (first_sends_deferred_) {
-    if (ctrl_seen_ != ctrl_seen_mark_) {
-      ctrl_seen_mark_ = ctrl_seen_;  // notices are still coming in: read them first
-      quiet_polls_ = 0;
+  if (first_sends_.deferred) {
+    if (ctrl_.seen != first_sends_.seen_mark) {
+      first_sends_.seen_mark = ctrl_.seen;  // notices are still coming in: read them first
+      first_sends_.quiet_polls = 0;
       return Status::kOk;
     }
-    if (++quiet_polls_ < p_.quiet_polls) return Status::kOk;
+    if (++first_sends_.quiet_polls < p_.quiet_polls) return Status::kOk;
     send_first_pieces(now, out);
   }
-  if (pred_silent_ && !pred_absent_ && t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {
-    pred_absent_ = true;
+  if (mode_.pred == PredState::kSilent &&
+      t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {
+    mode_.pred = PredState::kAbsent;
   }
   for (size_t i = wait_cursor_; i < next_post_; ++i) {
     RecvOp& r = recvs_[i];
     if (r.phase != Phase::kReduceScatter) break;
-    if (r.state == OpState::kPosted && r.skipped && side_channels_ && !bypass_requested_ &&
-        r.t_posted + kBypassFactor * piece_threshold(r) <= now) {
+    if (r.state == OpState::kPosted && r.skipped && mode_.side_channels &&
+        !mode_.bypass_requested && r.t_posted + kBypassFactor * piece_threshold(r) <= now) {
       // Still nothing long after the skip: the predecessor is absent or very slow. Ask the
       // rank before it to stop feeding it and send its pieces straight to their owners.
-      bypass_requested_ = true;
+      mode_.bypass_requested = true;
       ++stats_.bypass_requests;
       send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
     }
     if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
     if (skip_deadline(r) > now) continue;
-    if (rs_sent_[r.seg_id]) continue;  // cannot happen for ring pieces; defensive
+    if (seg_[r.seg_id].sent()) continue;  // cannot happen for ring pieces; defensive
     SKIPRING_CHECK(skip_piece(i, now, out));
   }
   post_receives(now, out);                  // each skip lends the receive window a slot
@@ -503,23 +487,19 @@ std::string RingAllreduce::describe() const {
   return fmt::format(
       "rank {} pending={} next_post={}/{} rs_unresolved={} rs_to_emit={} open={}{}{} "
       "bypass={} owner_open={} free_recv={} free_send={} reduce_cursor={} awaiting={} |{}",
-      p_.rank, pending_, next_post_, recvs_.size(), rs_unresolved_, rs_to_emit_, open_[0], open_[1],
-      open_[2], bypass_, owner_open, free_recv_slots_.size(), free_send_slots_.size(),
-      reduce_cursor_, awaiting_reduce_, unsent);
+      p_.rank, pending_, next_post_, recvs_.size(), rs_unresolved_, rs_to_emit_, ctrl_.open[0],
+      ctrl_.open[1], ctrl_.open[2], mode_.bypass_successor, owner_open, free_recv_slots_.size(),
+      free_send_slots_.size(), reduce_cursor_, awaiting_reduce_, unsent);
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 ||
-      next_post_ != recvs_.size() || awaiting_reduce_ != 0 || open_[kBack] || open_[kFwd] ||
-      open_[kFar]) {
+      next_post_ != recvs_.size() || awaiting_reduce_ != 0 || ctrl_.any_open()) {
     return;
   }
   for (const auto& o : owner_) {
     if (!o.full) return;
   }
-  done_ = true;
-  stats_.end = now;
-  stats_.summarise();
   piece_waits_.clear();
   for (const RecvOp& r : recvs_) {
     // Ring pieces this rank could have skipped but did not: their wait (from when the timer
@@ -539,9 +519,7 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (!piece_waits_.empty()) {
     stats_.rs_piece_wait_max = *std::max_element(piece_waits_.begin(), piece_waits_.end());
   }
-  Action a;
-  a.kind = Action::Kind::kDone;
-  out->push_back(a);
+  complete(now, out);
 }
 
 }  // namespace skipring

@@ -14,7 +14,7 @@ double RingAllreduce::piece_threshold(const RecvOp& r) const {
 }
 
 double RingAllreduce::skip_deadline(const RecvOp& r) const {
-  if (pred_absent_) return r.t_posted;
+  if (mode_.pred == PredState::kAbsent) return r.t_posted;
   return std::max(r.t_posted, t_pred_heard_) + piece_threshold(r);
 }
 
@@ -29,19 +29,12 @@ int RingAllreduce::add_aux(AuxKind kind, int c, int g) {
 }
 
 void RingAllreduce::post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes,
-                                  double now, ActionList* out) {
+                                  double now, ActionList* out, const uint8_t* hdr) {
   AuxOp& op = aux_[aux];
   op.t = now;
-  Action a;
-  a.kind = Action::Kind::kSend;
-  a.token = make_token(kTokAux, aux);
-  a.peer = peer;
-  a.tag = tag;
-  a.header = op.hdr.empty() ? nullptr : op.hdr.data();
-  a.header_bytes = hdr_bytes_;
-  a.payload = const_cast<void*>(payload);
-  a.payload_bytes = bytes;
-  out->push_back(a);
+  if (hdr == nullptr && !op.hdr.empty()) hdr = op.hdr.data();
+  out->push_back(message_action(Action::Kind::kSend, make_token(kTokAux, aux), peer, tag,
+                                const_cast<uint8_t*>(hdr), hdr_bytes_, payload, bytes));
   ++pending_;
 }
 
@@ -50,14 +43,9 @@ void RingAllreduce::post_ctrl_recv(int channel, double now, ActionList* out) {
   aux_[aux].channel = channel;
   aux_[aux].hdr.assign(hdr_bytes_, 0);
   aux_[aux].t = now;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokAux, aux);
-  a.peer = channel == kBack ? succ_ : channel == kFwd ? pred_ : p_.ring[(pos_ + 2) % n_];
-  a.tag = ctrl_tag(channel);
-  a.header = aux_[aux].hdr.data();
-  a.header_bytes = hdr_bytes_;
-  out->push_back(a);
+  const int peer = channel == kBack ? succ_ : channel == kFwd ? pred_ : p_.ring[(pos_ + 2) % n_];
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokAux, aux), peer,
+                                ctrl_tag(channel), aux_[aux].hdr.data(), hdr_bytes_, nullptr, 0));
   ++pending_;
 }
 
@@ -76,8 +64,8 @@ void RingAllreduce::send_ctrl(int channel, uint8_t flags, int c, int g, double n
 
 void RingAllreduce::piece_emitted(double now, ActionList* out) {
   // Once every ring piece we pass on has gone, no more bypass messages can follow.
-  if (--rs_to_emit_ == 0 && side_channels_ && !fwd_done_sent_) {
-    fwd_done_sent_ = true;
+  if (--rs_to_emit_ == 0 && mode_.side_channels && !ctrl_.fwd_done_sent) {
+    ctrl_.fwd_done_sent = true;
     send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
   }
 }
@@ -86,17 +74,14 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                                int slot, const ContributionSet& set, bool reads_input, double now,
                                ActionList* out) {
   const int seg_id = layout_.first_segment(c) + g;
-  rs_sent_[seg_id] = 1;
-  // Never bypass our successor for a piece we were bypassed for ourselves: at most one rank is
-  // routed around per segment, which keeps the allgather routes consistent.
-  const bool bypass = bypass_ && !redirect_[seg_id] && p_.ring[c] != succ_ && !bypassed_[seg_id];
-  if (!redirect_[seg_id] && !bypass) {
+  const PieceState route = seg_[seg_id].on_emit(mode_.bypass_successor && p_.ring[c] != succ_);
+  if (route == PieceState::kSentRing) {
     write_header(hdr, Phase::kReduceScatter, c, g, set);
     post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
     piece_emitted(now, out);
     return;
   }
-  if (bypass) {
+  if (route == PieceState::kSentBypass) {
     // Our successor is late (the rank after it asked): the piece goes straight to the owner
     // and the successor learns it has only its own input to send for (c, g).
     // The route word names the late rank: the owner routes its allgather around it.
@@ -104,10 +89,9 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                  static_cast<uint32_t>(succ_ + 1));
     const int extra = add_aux(AuxKind::kExtraSend, c, g);
     aux_[extra].send_slot = slot;
-    if (reads_input) aux_[extra].recv_slot = -2;
+    aux_[extra].reads_input = reads_input;
     post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
-                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
-    out->back().header = hdr;
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
     ++stats_.messages_sent;
     send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
     piece_emitted(now, out);
@@ -118,10 +102,10 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   // late rank, we name ourselves in the route word: the owner routes its allgather around us
   // (its chunk may have reached us before our predecessor started bypassing us).
   write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
-               self_late_ ? static_cast<uint32_t>(p_.rank + 1) : 0);
+               mode_.self_late ? static_cast<uint32_t>(p_.rank + 1) : 0);
   const int extra = add_aux(AuxKind::kExtraSend, c, g);
   aux_[extra].send_slot = slot;
-  if (self_late_ && (reads_input || !direct_)) {
+  if (mode_.self_late && (reads_input || !mode_.direct)) {
     // Being the late rank, every piece we owe an owner (our input alone, or a partial our
     // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
     // pieces of a later chunk that are ready earlier (the partials) would otherwise share our
@@ -138,18 +122,15 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
     send_paced(now, out);
   } else {
     post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
-                  layout_.segment_count(c, g) * layout_.elem_size(), now, out);
-    out->back().header = hdr;
+                  layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
     ++stats_.messages_sent;
   }
   const int ack = add_aux(AuxKind::kAckSend, c, g);
   aux_[ack].hdr.assign(hdr_bytes_, 0);
   write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
   post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
-  if (reads_input) {
-    // An own-input piece sent as an extra: the input is read until that send completes.
-    aux_[extra].recv_slot = -2;
-  }
+  // An own-input piece sent as an extra: the input is read until that send completes.
+  aux_[extra].reads_input = reads_input;
   piece_emitted(now, out);
 }
 
@@ -167,8 +148,8 @@ void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
 Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   r.skipped = true;
-  pred_silent_ = true;
-  disturbed_ = true;
+  if (mode_.pred == PredState::kHeard) mode_.pred = PredState::kSilent;
+  mode_.disturbed = true;
   ++stats_.skips;
   stats_.steps[r.step].skips += 1;
   // Our own contribution goes on now; the predecessor's piece will go straight to the owner.
@@ -179,14 +160,9 @@ Status RingAllreduce::skip_piece(size_t idx, double now, ActionList* out) {
   aux_[ack].hdr.assign(hdr_bytes_, 0);
   aux_[ack].t = now;
   recvs_[idx].ack_aux = ack;
-  Action a;
-  a.kind = Action::Kind::kRecv;
-  a.token = make_token(kTokAux, ack);
-  a.peer = pred_;
-  a.tag = tag_for(kTagAck, aux_[ack].seg_id);
-  a.header = aux_[ack].hdr.data();
-  a.header_bytes = hdr_bytes_;
-  out->push_back(a);
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokAux, ack), pred_,
+                                tag_for(kTagAck, aux_[ack].seg_id), aux_[ack].hdr.data(),
+                                hdr_bytes_, nullptr, 0));
   ++pending_;
   return Status::kOk;
 }
@@ -210,10 +186,10 @@ void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
 
 void RingAllreduce::resolve_rs_recv(double now, ActionList* out) {
   // Once every ring piece has arrived or been acknowledged we will send no more notices.
-  if (rs_unresolved_ == 0 && !rs_done_sent_) {
-    rs_done_sent_ = true;
+  if (rs_unresolved_ == 0 && !ctrl_.rs_done_sent) {
+    ctrl_.rs_done_sent = true;
     send_ctrl(kBack, kFlagRsDone, -1, -1, now, out);
-    if (side_channels_) send_ctrl(kFar, kFlagFarDone, -1, -1, now, out);
+    if (mode_.side_channels) send_ctrl(kFar, kFlagFarDone, -1, -1, now, out);
   }
 }
 
@@ -228,16 +204,16 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       WireHeader h;
       const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
       if (!why.empty()) return fail(why);
-      ++ctrl_seen_;
+      ++ctrl_.seen;
       const int channel = op.channel;
       if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
-        open_[channel] = false;
+        ctrl_.open[channel] = false;
         break;
       }
-      disturbed_ = true;
+      mode_.disturbed = true;
       if (channel == kFar) {
         if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
-        bypass_ = true;
+        mode_.bypass_successor = true;
         if (late_rank_ < 0) late_rank_ = succ_;
         SKIPRING_CHECK(start_reduces(now, out));  // may have been waiting for a send slot
       } else {
@@ -248,14 +224,15 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
         const int seg_id = layout_.first_segment(h.chunk) + h.segment;
         if (channel == kBack) {
           if (!(h.flags & kFlagNotice)) return fail("malformed notice");
-          self_late_ = true;
+          mode_.self_late = true;
           // Not yet sent: it will go straight to the owner. Already sent: the successor gets
           // it on its ring receive and forwards it itself.
-          if (!rs_sent_[seg_id]) redirect_[seg_id] = 1;
+          seg_[seg_id].on_notice();
         } else {
-          if (!(h.flags & kFlagBypassed) || bypassed_[seg_id]) return fail("malformed bypass");
-          self_late_ = true;
-          bypassed_[seg_id] = 1;
+          if (!(h.flags & kFlagBypassed) || !seg_[seg_id].on_pred_bypassed()) {
+            return fail("malformed bypass");
+          }
+          mode_.self_late = true;
           size_t ri = recvs_.size();
           for (size_t i = 0; i < next_post_; ++i) {
             if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
@@ -273,7 +250,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
     }
     case AuxKind::kAckRecv: {
       // The predecessor delivered its piece to the owner: our ring receive will never match.
-      disturbed_ = true;
+      mode_.disturbed = true;
       size_t ri = recvs_.size();
       for (size_t i = 0; i < recvs_.size(); ++i) {
         if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
@@ -296,14 +273,15 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
       if (payload_bytes != expect) return fail("extra piece of the wrong size");
       ++stats_.messages_received;
-      disturbed_ = true;
+      mode_.disturbed = true;
       // extra_posted stays set until the merge is done: the slot is still in use.
-      SKIPRING_CHECK(owner_enqueue(op.seg, -static_cast<int>(idx) - 1, now, out));
+      SKIPRING_CHECK(owner_enqueue(op.seg, OwnerItem::extra(static_cast<int>(idx)), now, out));
       break;
     }
     case AuxKind::kExtraSend: {
       // Copies: post_receives may add aux ops and move aux_ (and `op`) in memory.
       const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
+      const bool reads_input = op.reads_input;
       if (op.paced) {
         --paced_in_flight_;
         send_paced(now, out);
@@ -311,8 +289,8 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       if (send_slot >= 0) free_send_slots_.push_back(send_slot);
       if (recv_slot >= 0) {
         free_recv_slots_.push_back(recv_slot);
-      } else if (recv_slot == -2) {
-        local_done_[seg_id] = 1;
+      } else if (reads_input) {
+        seg_[seg_id].on_input_released();
       }
       post_receives(now, out);
       SKIPRING_CHECK(start_reduces(now, out));
