@@ -3,7 +3,12 @@
 // Events go in (start, a receive completed, a send completed, a reduction finished, the time
 // now); actions come out (post a send, post a receive, reduce, copy, done). The same core is
 // driven by the MPI progress engine (runtime/progress_engine.h), by the in-process harness of
-// n virtual ranks with a virtual clock (tests/unit/harness.h) and, later, under SimGrid SMPI.
+// n virtual ranks with a virtual clock (tests/unit/harness.h) and under SimGrid SMPI
+// (apps/skipring_sim, the same MPI engine).
+//
+// The implementation is in collectives/ring/ (one file per concern, private state types in
+// collectives/ring/state.h); docs/skip_ahead.md describes the skip-ahead protocol, where the
+// code for each part is, and which functions keep its invariants.
 //
 // Geometry: the buffer is split into n chunks (uneven when n does not divide count; empty
 // chunks send nothing) and each chunk into segments of at most segment_bytes, which are
@@ -130,7 +135,15 @@ class RingAllreduce final : public CoreBase {
   using AuxKind = ring::AuxKind;
   using OwnerItem = ring::OwnerItem;
 
-  // --- ring_allreduce.cpp: buffers, headers, messages, completion
+  // --- ring_allreduce.cpp: start, buffers, headers, completion
+  void init_step_records();
+  // Builds recvs_, the expected receive sequence; returns the number of allgather receives.
+  size_t build_receive_sequence();
+  // Carves the scratch buffer into slots and header buffers; sets up the per-segment state.
+  void carve_scratch(size_t ag_recvs);
+  void open_control_channels(double now, ActionList* out);
+  StepRecord& step_record(const RecvOp& r);
+  void record_piece_waits();
   uint8_t* seg_ptr(void* base, int c, int g) const;
   const uint8_t* input_ptr(int c, int g) const;
   void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set,
@@ -150,6 +163,10 @@ class RingAllreduce final : public CoreBase {
 
   // --- reduce_scatter.cpp: the receive window, ring sends, reductions in receive order
   void post_receives(double now, ActionList* out);
+  // A receive slot for the next ring piece (the window may grow), -1 when there is none.
+  int take_recv_slot();
+  Status on_ring_piece(size_t idx, double now, ActionList* out);
+  Status on_piece_reduced(size_t idx, double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
                  int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
   Status start_reduces(double now, ActionList* out);
@@ -171,6 +188,9 @@ class RingAllreduce final : public CoreBase {
   // Sends a completed segment of our chunk: around the late rank we know of (and to it
   // directly), to every rank (direct allgather), or to the successor.
   void send_own_segment(int g, double now, ActionList* out);
+  // Whether the allgather receive `r` may be posted now.
+  bool ag_recv_admitted(const RecvOp& r) const;
+  Status on_ag_segment(size_t idx, double now, ActionList* out);
 
   // --- skip.cpp: the skip rule, notices, acks, bypass, control channels
   int add_aux(AuxKind kind, int c, int g);
@@ -185,25 +205,50 @@ class RingAllreduce final : public CoreBase {
   void forward_own(size_t idx, double now, ActionList* out);
   void piece_emitted(double now, ActionList* out);
   void resolve_bypassed(size_t idx, double now, ActionList* out);
+  void resolve_bypassed_unposted(double now, ActionList* out);
   // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
   // ack to the successor when the successor asked for that.
   void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
                   const ContributionSet& set, bool reads_input, double now, ActionList* out);
+  void bypass_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                       const ContributionSet& set, bool reads_input, double now, ActionList* out);
+  void redirect_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                         const ContributionSet& set, bool reads_input, double now,
+                         ActionList* out);
+  // A piece that arrives after we skipped it goes to the owner unchanged.
+  void forward_late_piece(size_t idx, uint8_t* hdr, double now, ActionList* out);
   // How long a posted ring piece may be missing before it is skipped (grows with the step).
   double piece_threshold(const RecvOp& r) const;
   // When a posted ring piece that has not arrived gets skipped.
   double skip_deadline(const RecvOp& r) const;
+  // The skip rule and the bypass request, on each timer call.
+  Status check_skips(double now, ActionList* out);
   Status skip_piece(size_t idx, double now, ActionList* out);
   void resolve_rs_recv(double now, ActionList* out);
+  // A skip-ahead message completed (sent, or received: control, ack, extra piece).
   Status on_aux(size_t aux, size_t payload_bytes, double now, ActionList* out);
+  Status on_control(size_t aux, double now, ActionList* out);
+  Status on_bypass_request(double now, ActionList* out);
+  void on_notice(int seg_id);
+  Status on_bypassed(int seg_id, double now, ActionList* out);
+  Status on_ack(size_t aux, double now, ActionList* out);
+  Status on_extra_sent(size_t aux, double now, ActionList* out);
 
   // --- owner.cpp: the owner's merge and its receives for extra pieces
   Status owner_enqueue(int g, OwnerItem item, double now, ActionList* out);
   Status owner_merge(int g, double now, ActionList* out);
   void owner_post_extras(double now, ActionList* out);
+  Status on_owner_merged(int g, double now, ActionList* out);
+  Status on_extra_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
 
   // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
+  // Queues the extra piece `extra` (chunk c, segment g) among the paced ones.
+  void pace_piece(int extra, int c, int g, const uint8_t* hdr, const void* payload, double now,
+                  ActionList* out);
   void send_paced(double now, ActionList* out);
+  // With step 0's sends deferred: whether this poll brought no new control message for the
+  // RingParams::quiet_polls-th time in a row.
+  bool first_sends_due();
 
   RingParams p_;
   RingLayout layout_;

@@ -9,6 +9,18 @@
 namespace skipring {
 using namespace ring;
 
+bool RingAllreduce::ag_recv_admitted(const RecvOp& r) const {
+  // Allgather lands in the user's buffer: only once our reduce-scatter work on that segment no
+  // longer reads it (in place) and within the pipeline depth, except where receives are
+  // unwindowed (Mode::ag_unwindowed: skip-ahead on).
+  // Direct allgather, once the collective is disturbed: chunks complete at different times (a
+  // late rank's pieces reach one owner before another) and segments come from every owner, so
+  // each is received as soon as it is sent instead of through a window that would advance at
+  // the pace of the slowest chunk. Not on the late rank itself: there the final segments would
+  // crowd out the partials it still needs.
+  return (ag_posted_ < p_.depth || mode_.ag_unwindowed()) && seg_[r.seg_id].input_released;
+}
+
 int RingAllreduce::ag_next(int from, int chunk, int around) const {
   int to = (from + 1) % n_;
   if (p_.ring[to] == around) to = (to + 1) % n_;
@@ -84,4 +96,25 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
   if (around >= 0) send_ag(n_ - 2, pos_, g, hdr, seg, around, now, out);
 }
 
+Status RingAllreduce::on_ag_segment(size_t idx, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  SKIPRING_CHECK(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
+  if (!scratch_set_.full()) {
+    return fail(fmt::format("allgather of chunk {} carries incomplete set {}", r.chunk,
+                            scratch_set_.to_string()));
+  }
+  const uint32_t route = wire_route(r.header);
+  if ((route & kRouteAround) &&
+      ((route & kRouteLateMask) == 0 || (route & kRouteLateMask) > static_cast<uint32_t>(n_) ||
+       static_cast<int>((route & kRouteLateMask) - 1) == p_.ring[r.chunk])) {
+    return fail(
+        fmt::format("allgather of chunk {} segment {}: bad route {:#x}", r.chunk, r.seg, route));
+  }
+  --ag_posted_;
+  r.state = OpState::kFinished;
+  step_record(r).t_end = now;
+  forward_ag(idx, now, out);
+  post_receives(now, out);
+  return Status::kOk;
+}
 }  // namespace skipring

@@ -78,4 +78,40 @@ void RingAllreduce::owner_post_extras(double now, ActionList* out) {
   }
 }
 
+Status RingAllreduce::on_owner_merged(int g, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  o.merging = false;
+  --pending_;
+  stats_.steps[n_ - 2].reduce_s += now - o.merge_t;
+  if (o.merging_item.is_ring()) {
+    free_recv_slots_.push_back(recvs_[o.merging_item.index].slot);
+    post_receives(now, out);
+  } else {
+    o.extra_posted = false;  // its slot is free again
+  }
+  if (o.acc.full()) {
+    // Chunk segment complete: its allgather starts now. Nothing more can come straight to
+    // us for it (it would overlap), so the standing receive for such pieces is cancelled.
+    o.full = true;
+    if (o.extra_posted) {
+      cancel_aux(o.extra_aux, out);
+      o.extra_posted = false;
+    }
+    stats_.steps[n_ - 2].t_end = now;
+    send_own_segment(g, now, out);
+    return Status::kOk;
+  }
+  return owner_merge(g, now, out);
+}
+
+Status RingAllreduce::on_extra_piece(size_t idx, size_t payload_bytes, double now,
+                                     ActionList* out) {
+  const AuxOp& op = aux_[idx];
+  const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
+  if (payload_bytes != expect) return fail("extra piece of the wrong size");
+  ++stats_.messages_received;
+  mode_.disturbed = true;
+  // extra_posted stays set until the merge is done: the slot is still in use.
+  return owner_enqueue(op.seg, OwnerItem::extra(static_cast<int>(idx)), now, out);
+}
 }  // namespace skipring

@@ -46,43 +46,16 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
                               layout_.segment_count(r.chunk, r.seg) * layout_.elem_size());
     if (r.phase == Phase::kReduceScatter) {
       if (seg_[r.seg_id].pred_bypassed) {
-        // The predecessor already sent this piece to the owner: only our own goes on.
-        r.state = OpState::kFinished;
-        r.t_posted = r.t_arrived = now;
-        ++next_post_;
-        --rs_unresolved_;
-        forward_own(next_post_ - 1, now, out);
-        advance_wait_cursor();
-        resolve_rs_recv(now, out);
+        resolve_bypassed_unposted(now, out);
         continue;
       }
-      if (free_recv_slots_.empty() &&
-          (overflow_slots_.size() < stats_.skips || mode_.pred == PredState::kAbsent)) {
-        // Skipped receives keep their slots until the late rank answers; each skip lends the
-        // window one more slot so the ring keeps moving around a late rank. Once the
-        // predecessor is absent the window grows on demand: our own chunk's pieces from it
-        // cannot be skipped, and each would otherwise hold a slot until it arrives (one per
-        // segment: the window closed after `depth` segments and the ranks behind us started
-        // skipping us in turn).
-        overflow_slots_.emplace_back(new uint8_t[slot_bytes_]);
-        free_recv_slots_.push_back(p_.depth + static_cast<int>(overflow_slots_.size()) - 1);
-      }
-      if (free_recv_slots_.empty()) break;
-      r.slot = free_recv_slots_.back();
-      free_recv_slots_.pop_back();
+      const int slot = take_recv_slot();
+      if (slot < 0) break;
+      r.slot = slot;
       a.header = slot_hdr(recv_slot_base(r.slot), 0);
       a.payload = slot_payload(recv_slot_base(r.slot), 0);
     } else {
-      // Allgather lands in the user's buffer: only once our reduce-scatter work on that
-      // segment no longer reads it (in place) and within the pipeline depth.
-      // Direct allgather, once the collective is disturbed: chunks complete at different times
-      // (a late rank's pieces reach one owner before another) and segments come from every
-      // owner, so each is received as soon as it is sent instead of through a window that
-      // would advance at the pace of the slowest chunk. Not on the late rank itself: there
-      // the final segments would crowd out the partials it still needs.
-      if ((ag_posted_ >= p_.depth && !mode_.ag_unwindowed()) || !seg_[r.seg_id].input_released) {
-        break;
-      }
+      if (!ag_recv_admitted(r)) break;
       // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
       // exactly one message per segment reaches every rank, from whichever rank the route
       // names, and its header says where it goes on.
@@ -91,7 +64,7 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
     }
-    StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
+    StepRecord& rec = step_record(r);
     if (rec.t_start == 0) rec.t_start = now;
     r.state = OpState::kPosted;
     r.t_posted = now;
@@ -99,6 +72,24 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
     ++pending_;
     ++next_post_;
   }
+}
+
+int RingAllreduce::take_recv_slot() {
+  if (free_recv_slots_.empty() &&
+      (overflow_slots_.size() < stats_.skips || mode_.pred == PredState::kAbsent)) {
+    // Skipped receives keep their slots until the late rank answers; each skip lends the
+    // window one more slot so the ring keeps moving around a late rank. Once the
+    // predecessor is absent the window grows on demand: our own chunk's pieces from it
+    // cannot be skipped, and each would otherwise hold a slot until it arrives (one per
+    // segment: the window closed after `depth` segments and the ranks behind us started
+    // skipping us in turn).
+    overflow_slots_.emplace_back(new uint8_t[slot_bytes_]);
+    free_recv_slots_.push_back(p_.depth + static_cast<int>(overflow_slots_.size()) - 1);
+  }
+  if (free_recv_slots_.empty()) return -1;
+  const int slot = free_recv_slots_.back();
+  free_recv_slots_.pop_back();
+  return slot;
 }
 
 void RingAllreduce::advance_wait_cursor() {
@@ -154,4 +145,44 @@ Status RingAllreduce::start_reduces(double now, ActionList* out) {
   return Status::kOk;
 }
 
+Status RingAllreduce::on_ring_piece(size_t idx, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  --rs_unresolved_;
+  uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
+  SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
+  if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
+    return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
+                            r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
+  }
+  if (r.skipped) {
+    forward_late_piece(idx, hdr, now, out);
+  } else if (r.chunk == pos_) {
+    r.state = OpState::kFinished;
+    SKIPRING_CHECK(owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
+  } else {
+    ++awaiting_reduce_;
+    SKIPRING_CHECK(start_reduces(now, out));
+  }
+  resolve_rs_recv(now, out);
+  return Status::kOk;
+}
+Status RingAllreduce::on_piece_reduced(size_t idx, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  r.state = OpState::kFinished;
+  --pending_;
+  StepRecord& rec = stats_.steps[r.step];
+  rec.reduce_s += now - r.t_reduce;
+  rec.t_end = now;
+  seg_[r.seg_id].on_input_released();
+  // The outgoing partial sums what came in plus our input.
+  SKIPRING_CHECK(
+      check_header(slot_hdr(recv_slot_base(r.slot), 0), r.phase, r.chunk, r.seg, &scratch_set_));
+  scratch_set_.add(p_.rank);
+  free_recv_slots_.push_back(r.slot);
+  emit_piece(r.step, r.chunk, r.seg, slot_hdr(send_slot_base(r.out_slot), 0),
+             slot_payload(send_slot_base(r.out_slot), 0), r.out_slot, scratch_set_, false, now,
+             out);
+  post_receives(now, out);
+  return Status::kOk;
+}
 }  // namespace skipring

@@ -113,7 +113,25 @@ Status RingAllreduce::start(double now, ActionList* out) {
     maybe_done(now, out);
     return Status::kOk;
   }
+  init_step_records();
+  const size_t ag_recvs = build_receive_sequence();
+  carve_scratch(ag_recvs);
+  open_control_channels(now, out);
+  // Reduce-scatter, step 0 (send_first_pieces): sent now or, with skip-ahead on, once the
+  // queued notices are read (late.cpp: first_sends_due).
+  if (p_.skip) {
+    first_sends_.deferred = true;
+  } else {
+    send_first_pieces(now, out);
+  }
+  post_receives(now, out);
+  owner_post_extras(now, out);
+  resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
+  maybe_done(now, out);
+  return Status::kOk;
+}
 
+void RingAllreduce::init_step_records() {
   // Step records: RS steps 0..n-2, then AG steps 0..n-2.
   stats_.steps.resize(2 * (n_ - 1));
   for (int s = 0; s < n_ - 1; ++s) {
@@ -130,7 +148,9 @@ Status RingAllreduce::start(double now, ActionList* out) {
     ag.from = pred_;
     ag.to = (pos_ + 1) % n_ == ag.chunk ? -1 : succ_;
   }
+}
 
+size_t RingAllreduce::build_receive_sequence() {
   // The expected receive sequence, in blocks of `depth / 2` segments: block b holds segments
   // [b·k, (b+1)·k) of step 0, then the same segments of step 1, ... of step n-2. A piece of
   // step s then follows the piece of step s-1 it depends on by k receives, so k pieces are in
@@ -140,7 +160,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
   // receive i is receive i + k of its successor, inside the successor's window. Reduce-scatter
   // pieces come before allgather pieces, which are step-major (chunk by chunk: they need no
   // slots, so nothing bounds how far a chunk runs ahead).
-  const int start_chunk = (pos_ - 1 + n_) % n_;
   size_t ag_recvs = 0;
   int max_segs = 0;
   for (int c = 0; c < n_; ++c) max_segs = std::max(max_segs, layout_.segments(c));
@@ -161,10 +180,14 @@ Status RingAllreduce::start(double now, ActionList* out) {
       ++ag_recvs;
     }
   }
+  return ag_recvs;
+}
 
+void RingAllreduce::carve_scratch(size_t ag_recvs) {
   // Scratch: receive slots, send slots, owner extra slots (header + payload, payload 64-byte
   // aligned), then header-only buffers for the starter's sends, the owner's allgather sends
   // and every allgather receive.
+  const int start_chunk = (pos_ - 1 + n_) % n_;
   const size_t hdr_area = round_up(hdr_bytes_, 64);
   hdr_area_ = hdr_area;
   const size_t max_seg = std::min(layout_.segment_elems(), layout_.chunk_count(0));
@@ -186,15 +209,24 @@ Status RingAllreduce::start(double now, ActionList* out) {
     free_recv_slots_.push_back(i);
     free_send_slots_.push_back(i);
   }
-  size_t hdr_next = 0;
-  auto take_hdr = [&]() { return hdr_pool_ + (hdr_next++) * hdr_area; };
+  // Header pool: our step-0 sends, our chunk's allgather sends, every allgather receive.
+  first_hdrs_ = hdr_pool_;
+  owner_hdrs_ = first_hdrs_ + layout_.segments(start_chunk) * hdr_area;
+  uint8_t* next_hdr = owner_hdrs_ + layout_.segments(pos_) * hdr_area;
+  for (auto& r : recvs_) {
+    if (r.phase != Phase::kAllgather) continue;
+    r.header = next_hdr;
+    next_hdr += hdr_area;
+  }
   seg_.assign(layout_.total_segments(), SegmentState{});
   owner_.resize(layout_.segments(pos_));
   for (auto& o : owner_) {
     o.acc = ContributionSet(n_);
     o.acc.add(p_.rank);
   }
+}
 
+void RingAllreduce::open_control_channels(double now, ActionList* out) {
   // Control channels, open for the whole reduce-scatter so that no control message is ever
   // left unread: from the successor (skip notices) always; with skip-ahead on and at least 3
   // ranks also from the predecessor (bypassed pieces) and from the rank two ahead (bypass
@@ -205,7 +237,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
   for (const RecvOp& r : recvs_) {
     if (r.phase == Phase::kReduceScatter && r.chunk != pos_) ++rs_to_emit_;
   }
-  rs_to_emit_ += layout_.segments(start_chunk);
+  rs_to_emit_ += layout_.segments((pos_ - 1 + n_) % n_);
   ctrl_.open[kBack] = true;
   post_ctrl_recv(kBack, now, out);
   mode_.side_channels = p_.skip && n_ >= 3;
@@ -218,26 +250,6 @@ Status RingAllreduce::start(double now, ActionList* out) {
       send_ctrl(kFwd, kFlagFwdDone, -1, -1, now, out);
     }
   }
-
-  // Reduce-scatter, step 0 (send_first_pieces): headers from the pool, sent now or, with
-  // skip-ahead on, once the queued notices are read.
-  first_hdrs_ = take_hdr();
-  hdr_next += layout_.segments(start_chunk) - 1;
-  owner_hdrs_ = hdr_pool_ + hdr_next * hdr_area;
-  hdr_next += layout_.segments(pos_);
-  for (auto& r : recvs_) {
-    if (r.phase == Phase::kAllgather) r.header = take_hdr();
-  }
-  if (p_.skip) {
-    first_sends_.deferred = true;
-  } else {
-    send_first_pieces(now, out);
-  }
-  post_receives(now, out);
-  owner_post_extras(now, out);
-  resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
-  maybe_done(now, out);
-  return Status::kOk;
 }
 
 void RingAllreduce::cancel_op(Token t, ActionList* out) {
@@ -277,62 +289,22 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   }
   --pending_;
   ++stats_.messages_received;
-  StepRecord& rec = stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
+  StepRecord& rec = step_record(r);
   if (rec.segments++ == 0) rec.first_arrival = now;
   rec.last_arrival = now;
   advance_wait_cursor();
-
   if (r.phase == Phase::kReduceScatter) {
-    --rs_unresolved_;
-    uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
-    SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
-    if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
-      return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
-                              r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
-    }
-    if (r.skipped) {
-      // A late piece: we already forwarded our own contribution. It goes straight to the
-      // owner as it is; the ack we were also waiting for will never come.
-      r.state = OpState::kFinished;
-      ++stats_.late_pieces;
-      rec.late_pieces += 1;
-      cancel_aux(r.ack_aux, out);
-      write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagExtra);
-      const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
-      aux_[extra].recv_slot = r.slot;
-      post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
-                    slot_payload(recv_slot_base(r.slot), 0), expect, now, out, hdr);
-      ++stats_.messages_sent;
-    } else if (r.chunk == pos_) {
-      r.state = OpState::kFinished;
-      SKIPRING_CHECK(owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
-    } else {
-      ++awaiting_reduce_;
-      SKIPRING_CHECK(start_reduces(now, out));
-    }
-    resolve_rs_recv(now, out);
+    SKIPRING_CHECK(on_ring_piece(idx, now, out));
   } else {
-    SKIPRING_CHECK(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
-    if (!scratch_set_.full()) {
-      return fail(fmt::format("allgather of chunk {} carries incomplete set {}", r.chunk,
-                              scratch_set_.to_string()));
-    }
-    const uint32_t route = wire_route(r.header);
-    if ((route & kRouteAround) &&
-        ((route & kRouteLateMask) == 0 || (route & kRouteLateMask) > static_cast<uint32_t>(n_) ||
-         static_cast<int>((route & kRouteLateMask) - 1) == p_.ring[r.chunk])) {
-      return fail(
-          fmt::format("allgather of chunk {} segment {}: bad route {:#x}", r.chunk, r.seg, route));
-    }
-    --ag_posted_;
-    r.state = OpState::kFinished;
-    rec.t_end = now;
-    forward_ag(idx, now, out);
-    post_receives(now, out);
+    SKIPRING_CHECK(on_ag_segment(idx, now, out));
   }
   owner_post_extras(now, out);
   maybe_done(now, out);
   return Status::kOk;
+}
+
+StepRecord& RingAllreduce::step_record(const RecvOp& r) {
+  return stats_.steps[(r.phase == Phase::kAllgather ? n_ - 1 : 0) + r.step];
 }
 
 Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
@@ -340,54 +312,14 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   const size_t idx = token_index(t);
   if (token_kind(t) == kTokOwnerReduce) {
     if (idx >= owner_.size() || !owner_[idx].merging) return fail("unknown owner reduction");
-    OwnerPiece& o = owner_[idx];
-    o.merging = false;
-    --pending_;
-    const int g = static_cast<int>(idx);
-    stats_.steps[n_ - 2].reduce_s += now - o.merge_t;
-    if (o.merging_item.is_ring()) {
-      free_recv_slots_.push_back(recvs_[o.merging_item.index].slot);
-      post_receives(now, out);
-    } else {
-      o.extra_posted = false;  // its slot is free again
+    SKIPRING_CHECK(on_owner_merged(static_cast<int>(idx), now, out));
+  } else {
+    if (token_kind(t) != kTokReduce || idx >= recvs_.size() ||
+        recvs_[idx].state != OpState::kReducing) {
+      return fail("completion for an unknown reduction");
     }
-    if (o.acc.full()) {
-      // Chunk segment complete: its allgather starts now. Nothing more can come straight to
-      // us for it (it would overlap), so the standing receive for such pieces is cancelled.
-      o.full = true;
-      if (o.extra_posted) {
-        cancel_aux(o.extra_aux, out);
-        o.extra_posted = false;
-      }
-      stats_.steps[n_ - 2].t_end = now;
-      send_own_segment(g, now, out);
-    } else {
-      SKIPRING_CHECK(owner_merge(g, now, out));
-    }
-    owner_post_extras(now, out);
-    maybe_done(now, out);
-    return Status::kOk;
+    SKIPRING_CHECK(on_piece_reduced(idx, now, out));
   }
-  if (token_kind(t) != kTokReduce || idx >= recvs_.size() ||
-      recvs_[idx].state != OpState::kReducing) {
-    return fail("completion for an unknown reduction");
-  }
-  RecvOp& r = recvs_[idx];
-  r.state = OpState::kFinished;
-  --pending_;
-  StepRecord& rec = stats_.steps[r.step];
-  rec.reduce_s += now - r.t_reduce;
-  rec.t_end = now;
-  seg_[r.seg_id].on_input_released();
-  // The outgoing partial sums what came in plus our input.
-  SKIPRING_CHECK(
-      check_header(slot_hdr(recv_slot_base(r.slot), 0), r.phase, r.chunk, r.seg, &scratch_set_));
-  scratch_set_.add(p_.rank);
-  free_recv_slots_.push_back(r.slot);
-  emit_piece(r.step, r.chunk, r.seg, slot_hdr(send_slot_base(r.out_slot), 0),
-             slot_payload(send_slot_base(r.out_slot), 0), r.out_slot, scratch_set_, false, now,
-             out);
-  post_receives(now, out);
   owner_post_extras(now, out);
   maybe_done(now, out);
   return Status::kOk;
@@ -428,34 +360,10 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   if (!p_.skip) return Status::kOk;
   if (first_sends_.deferred) {
-    if (ctrl_.seen != first_sends_.seen_mark) {
-      first_sends_.seen_mark = ctrl_.seen;  // notices are still coming in: read them first
-      first_sends_.quiet_polls = 0;
-      return Status::kOk;
-    }
-    if (++first_sends_.quiet_polls < p_.quiet_polls) return Status::kOk;
+    if (!first_sends_due()) return Status::kOk;
     send_first_pieces(now, out);
   }
-  if (mode_.pred == PredState::kSilent &&
-      t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {
-    mode_.pred = PredState::kAbsent;
-  }
-  for (size_t i = wait_cursor_; i < next_post_; ++i) {
-    RecvOp& r = recvs_[i];
-    if (r.phase != Phase::kReduceScatter) break;
-    if (r.state == OpState::kPosted && r.skipped && mode_.side_channels &&
-        !mode_.bypass_requested && r.t_posted + kBypassFactor * piece_threshold(r) <= now) {
-      // Still nothing long after the skip: the predecessor is absent or very slow. Ask the
-      // rank before it to stop feeding it and send its pieces straight to their owners.
-      mode_.bypass_requested = true;
-      ++stats_.bypass_requests;
-      send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
-    }
-    if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
-    if (skip_deadline(r) > now) continue;
-    if (seg_[r.seg_id].sent()) continue;  // cannot happen for ring pieces; defensive
-    SKIPRING_CHECK(skip_piece(i, now, out));
-  }
+  SKIPRING_CHECK(check_skips(now, out));
   post_receives(now, out);                  // each skip lends the receive window a slot
   SKIPRING_CHECK(start_reduces(now, out));  // skipped pieces no longer hold up later ones
   maybe_done(now, out);
@@ -500,6 +408,11 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   for (const auto& o : owner_) {
     if (!o.full) return;
   }
+  record_piece_waits();
+  complete(now, out);
+}
+
+void RingAllreduce::record_piece_waits() {
   piece_waits_.clear();
   for (const RecvOp& r : recvs_) {
     // Ring pieces this rank could have skipped but did not: their wait (from when the timer
@@ -519,7 +432,6 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (!piece_waits_.empty()) {
     stats_.rs_piece_wait_max = *std::max_element(piece_waits_.begin(), piece_waits_.end());
   }
-  complete(now, out);
 }
 
 }  // namespace skipring

@@ -74,52 +74,53 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
                                int slot, const ContributionSet& set, bool reads_input, double now,
                                ActionList* out) {
   const int seg_id = layout_.first_segment(c) + g;
-  const PieceState route = seg_[seg_id].on_emit(mode_.bypass_successor && p_.ring[c] != succ_);
-  if (route == PieceState::kSentRing) {
-    write_header(hdr, Phase::kReduceScatter, c, g, set);
-    post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
-    piece_emitted(now, out);
-    return;
+  switch (seg_[seg_id].on_emit(mode_.bypass_successor && p_.ring[c] != succ_)) {
+    case PieceState::kSentRing:
+      write_header(hdr, Phase::kReduceScatter, c, g, set);
+      post_send(Phase::kReduceScatter, record, c, g, hdr, payload, slot, now, out, reads_input);
+      break;
+    case PieceState::kSentBypass:
+      bypass_to_owner(c, g, hdr, payload, slot, set, reads_input, now, out);
+      break;
+    default:  // kSentToOwner
+      redirect_to_owner(c, g, hdr, payload, slot, set, reads_input, now, out);
+      break;
   }
-  if (route == PieceState::kSentBypass) {
-    // Our successor is late (the rank after it asked): the piece goes straight to the owner
-    // and the successor learns it has only its own input to send for (c, g).
-    // The route word names the late rank: the owner routes its allgather around it.
-    write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
-                 static_cast<uint32_t>(succ_ + 1));
-    const int extra = add_aux(AuxKind::kExtraSend, c, g);
-    aux_[extra].send_slot = slot;
-    aux_[extra].reads_input = reads_input;
-    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
-                  layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
-    ++stats_.messages_sent;
-    send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
-    piece_emitted(now, out);
-    return;
-  }
+  piece_emitted(now, out);
+}
+
+void RingAllreduce::bypass_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                                    const ContributionSet& set, bool reads_input, double now,
+                                    ActionList* out) {
+  // Our successor is late (the rank after it asked): the piece goes straight to the owner
+  // and the successor learns it has only its own input to send for (c, g).
+  // The route word names the late rank: the owner routes its allgather around it.
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra, static_cast<uint32_t>(succ_ + 1));
+  const int extra = add_aux(AuxKind::kExtraSend, c, g);
+  aux_[extra].send_slot = slot;
+  aux_[extra].reads_input = reads_input;
+  post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, aux_[extra].seg_id), payload,
+                layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
+  ++stats_.messages_sent;
+  send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
+}
+
+void RingAllreduce::redirect_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                                      const ContributionSet& set, bool reads_input, double now,
+                                      ActionList* out) {
   // The successor skipped us for this piece: it goes straight to the chunk's owner, and the
   // successor's ring receive is answered by an ack carrying the set we delivered. Being the
   // late rank, we name ourselves in the route word: the owner routes its allgather around us
   // (its chunk may have reached us before our predecessor started bypassing us).
+  const int seg_id = layout_.first_segment(c) + g;
   write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
                mode_.self_late ? static_cast<uint32_t>(p_.rank + 1) : 0);
   const int extra = add_aux(AuxKind::kExtraSend, c, g);
   aux_[extra].send_slot = slot;
+  // An own-input piece sent as an extra: the input is read until that send completes.
+  aux_[extra].reads_input = reads_input;
   if (mode_.self_late && (reads_input || !mode_.direct)) {
-    // Being the late rank, every piece we owe an owner (our input alone, or a partial our
-    // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
-    // pieces of a later chunk that are ready earlier (the partials) would otherwise share our
-    // link with the current chunk, and chunks would complete together again. With the direct
-    // allgather (one host: no link to share) only our input is: pacing the partials too made
-    // the harness's shared-memory model slower (n = 8: 34.0 -> 44.2 us after the arrival).
-    // Deadlock-free: the owner keeps a receive posted for every incomplete segment
-    // (owner_post_extras), so a paced piece in flight always completes (and frees its send slot, if
-    // it holds one).
-    aux_[extra].paced = true;
-    paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g,
-                                extra, p_.ring[c], hdr, payload});
-    std::push_heap(paced_.begin(), paced_.end(), paced_later);
-    send_paced(now, out);
+    pace_piece(extra, c, g, hdr, payload, now, out);
   } else {
     post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
                   layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
@@ -129,9 +130,6 @@ void RingAllreduce::emit_piece(int record, int c, int g, uint8_t* hdr, const voi
   aux_[ack].hdr.assign(hdr_bytes_, 0);
   write_header(aux_[ack].hdr.data(), Phase::kReduceScatter, c, g, set, kFlagAck);
   post_aux_send(ack, succ_, tag_for(kTagAck, seg_id), nullptr, 0, now, out);
-  // An own-input piece sent as an extra: the input is read until that send completes.
-  aux_[extra].reads_input = reads_input;
-  piece_emitted(now, out);
 }
 
 void RingAllreduce::forward_own(size_t idx, double now, ActionList* out) {
@@ -194,108 +192,23 @@ void RingAllreduce::resolve_rs_recv(double now, ActionList* out) {
 }
 
 Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, ActionList* out) {
-  // `op` is only valid until the next add_aux (aux_ may move): read what is needed first.
   AuxOp& op = aux_[idx];
   if (op.done || op.cancelled) return Status::kOk;  // completion of a cancelled receive
   op.done = true;
   --pending_;
   switch (op.kind) {
-    case AuxKind::kCtrlRecv: {
-      WireHeader h;
-      const std::string why = decode_wire_control(op.hdr.data(), p_.seq, &h);
-      if (!why.empty()) return fail(why);
-      ++ctrl_.seen;
-      const int channel = op.channel;
-      if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
-        ctrl_.open[channel] = false;
-        break;
-      }
-      mode_.disturbed = true;
-      if (channel == kFar) {
-        if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
-        mode_.bypass_successor = true;
-        if (late_rank_ < 0) late_rank_ = succ_;
-        SKIPRING_CHECK(start_reduces(now, out));  // may have been waiting for a send slot
-      } else {
-        if (h.chunk >= static_cast<uint32_t>(n_) ||
-            h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
-          return fail("malformed control message");
-        }
-        const int seg_id = layout_.first_segment(h.chunk) + h.segment;
-        if (channel == kBack) {
-          if (!(h.flags & kFlagNotice)) return fail("malformed notice");
-          mode_.self_late = true;
-          // Not yet sent: it will go straight to the owner. Already sent: the successor gets
-          // it on its ring receive and forwards it itself.
-          seg_[seg_id].on_notice();
-        } else {
-          if (!(h.flags & kFlagBypassed) || !seg_[seg_id].on_pred_bypassed()) {
-            return fail("malformed bypass");
-          }
-          mode_.self_late = true;
-          size_t ri = recvs_.size();
-          for (size_t i = 0; i < next_post_; ++i) {
-            if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
-          }
-          if (ri < recvs_.size()) {
-            if (recvs_[ri].state != OpState::kPosted) {
-              return fail("bypass notice for a piece that arrived");
-            }
-            resolve_bypassed(ri, now, out);
-          }  // not posted yet: post_receives resolves it
-        }
-      }
-      post_ctrl_recv(channel, now, out);
+    case AuxKind::kCtrlRecv:
+      SKIPRING_CHECK(on_control(idx, now, out));
       break;
-    }
-    case AuxKind::kAckRecv: {
-      // The predecessor delivered its piece to the owner: our ring receive will never match.
-      mode_.disturbed = true;
-      size_t ri = recvs_.size();
-      for (size_t i = 0; i < recvs_.size(); ++i) {
-        if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
-      }
-      if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
-      SKIPRING_CHECK(
-          check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg, &scratch_set_));
-      RecvOp& r = recvs_[ri];
-      cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
-      r.state = OpState::kFinished;
-      r.t_arrived = now;
-      free_recv_slots_.push_back(r.slot);
-      --rs_unresolved_;
-      advance_wait_cursor();
-      post_receives(now, out);
-      resolve_rs_recv(now, out);
+    case AuxKind::kAckRecv:
+      SKIPRING_CHECK(on_ack(idx, now, out));
       break;
-    }
-    case AuxKind::kExtraRecv: {
-      const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
-      if (payload_bytes != expect) return fail("extra piece of the wrong size");
-      ++stats_.messages_received;
-      mode_.disturbed = true;
-      // extra_posted stays set until the merge is done: the slot is still in use.
-      SKIPRING_CHECK(owner_enqueue(op.seg, OwnerItem::extra(static_cast<int>(idx)), now, out));
+    case AuxKind::kExtraRecv:
+      SKIPRING_CHECK(on_extra_piece(idx, payload_bytes, now, out));
       break;
-    }
-    case AuxKind::kExtraSend: {
-      // Copies: post_receives may add aux ops and move aux_ (and `op`) in memory.
-      const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
-      const bool reads_input = op.reads_input;
-      if (op.paced) {
-        --paced_in_flight_;
-        send_paced(now, out);
-      }
-      if (send_slot >= 0) free_send_slots_.push_back(send_slot);
-      if (recv_slot >= 0) {
-        free_recv_slots_.push_back(recv_slot);
-      } else if (reads_input) {
-        seg_[seg_id].on_input_released();
-      }
-      post_receives(now, out);
-      SKIPRING_CHECK(start_reduces(now, out));
+    case AuxKind::kExtraSend:
+      SKIPRING_CHECK(on_extra_sent(idx, now, out));
       break;
-    }
     case AuxKind::kCtrlSend:
     case AuxKind::kAckSend:
       break;
@@ -305,4 +218,162 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
   return Status::kOk;
 }
 
+Status RingAllreduce::on_control(size_t idx, double now, ActionList* out) {
+  WireHeader h;
+  const std::string why = decode_wire_control(aux_[idx].hdr.data(), p_.seq, &h);
+  if (!why.empty()) return fail(why);
+  ++ctrl_.seen;
+  // Copied: the handlers below may add aux ops and move aux_ in memory.
+  const int channel = aux_[idx].channel;
+  if (h.flags & (kFlagRsDone | kFlagFwdDone | kFlagFarDone)) {
+    ctrl_.open[channel] = false;
+    return Status::kOk;
+  }
+  mode_.disturbed = true;
+  if (channel == kFar) {
+    if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
+    SKIPRING_CHECK(on_bypass_request(now, out));
+  } else {
+    if (h.chunk >= static_cast<uint32_t>(n_) ||
+        h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
+      return fail("malformed control message");
+    }
+    const int seg_id = layout_.first_segment(h.chunk) + h.segment;
+    if (channel == kBack) {
+      if (!(h.flags & kFlagNotice)) return fail("malformed notice");
+      on_notice(seg_id);
+    } else {
+      if (!(h.flags & kFlagBypassed)) return fail("malformed bypass");
+      SKIPRING_CHECK(on_bypassed(seg_id, now, out));
+    }
+  }
+  post_ctrl_recv(channel, now, out);
+  return Status::kOk;
+}
+
+Status RingAllreduce::on_bypass_request(double now, ActionList* out) {
+  // The rank after our successor asks: our successor is late, its pieces go to the owners.
+  mode_.bypass_successor = true;
+  if (late_rank_ < 0) late_rank_ = succ_;
+  return start_reduces(now, out);  // may have been waiting for a send slot
+}
+
+void RingAllreduce::on_notice(int seg_id) {
+  // Our successor skipped us for this segment.
+  mode_.self_late = true;
+  // Not yet sent: it will go straight to the owner. Already sent: the successor gets it on its
+  // ring receive and forwards it itself.
+  seg_[seg_id].on_notice();
+}
+
+Status RingAllreduce::on_bypassed(int seg_id, double now, ActionList* out) {
+  // Our predecessor sent its piece for this segment straight to the owner.
+  if (!seg_[seg_id].on_pred_bypassed()) return fail("malformed bypass");
+  mode_.self_late = true;
+  size_t ri = recvs_.size();
+  for (size_t i = 0; i < next_post_; ++i) {
+    if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
+  }
+  if (ri < recvs_.size()) {
+    if (recvs_[ri].state != OpState::kPosted) {
+      return fail("bypass notice for a piece that arrived");
+    }
+    resolve_bypassed(ri, now, out);
+  }  // not posted yet: post_receives resolves it
+  return Status::kOk;
+}
+
+Status RingAllreduce::on_ack(size_t idx, double now, ActionList* out) {
+  // The predecessor delivered its piece to the owner: our ring receive will never match.
+  mode_.disturbed = true;
+  size_t ri = recvs_.size();
+  for (size_t i = 0; i < recvs_.size(); ++i) {
+    if (recvs_[i].ack_aux == static_cast<int>(idx)) ri = i;
+  }
+  if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
+  const AuxOp& op = aux_[idx];
+  SKIPRING_CHECK(
+      check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg, &scratch_set_));
+  RecvOp& r = recvs_[ri];
+  cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
+  r.state = OpState::kFinished;
+  r.t_arrived = now;
+  free_recv_slots_.push_back(r.slot);
+  --rs_unresolved_;
+  advance_wait_cursor();
+  post_receives(now, out);
+  resolve_rs_recv(now, out);
+  return Status::kOk;
+}
+
+Status RingAllreduce::on_extra_sent(size_t idx, double now, ActionList* out) {
+  // Copies: send_paced and post_receives may add aux ops and move aux_ in memory.
+  const AuxOp& op = aux_[idx];
+  const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
+  const bool reads_input = op.reads_input;
+  if (op.paced) {
+    --paced_in_flight_;
+    send_paced(now, out);
+  }
+  if (send_slot >= 0) free_send_slots_.push_back(send_slot);
+  if (recv_slot >= 0) {
+    free_recv_slots_.push_back(recv_slot);
+  } else if (reads_input) {
+    seg_[seg_id].on_input_released();
+  }
+  post_receives(now, out);
+  return start_reduces(now, out);
+}
+
+void RingAllreduce::forward_late_piece(size_t idx, uint8_t* hdr, double now, ActionList* out) {
+  // A late piece: we already forwarded our own contribution. It goes straight to the owner as
+  // it is (its set is in scratch_set_); the ack we were also waiting for will never come.
+  RecvOp& r = recvs_[idx];
+  r.state = OpState::kFinished;
+  ++stats_.late_pieces;
+  step_record(r).late_pieces += 1;
+  cancel_aux(r.ack_aux, out);
+  write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagExtra);
+  const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
+  aux_[extra].recv_slot = r.slot;
+  post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
+                slot_payload(recv_slot_base(r.slot), 0),
+                layout_.segment_count(r.chunk, r.seg) * layout_.elem_size(), now, out, hdr);
+  ++stats_.messages_sent;
+}
+Status RingAllreduce::check_skips(double now, ActionList* out) {
+  if (mode_.pred == PredState::kSilent &&
+      t_pred_heard_ + kBypassFactor * p_.skip_threshold_s <= now) {
+    mode_.pred = PredState::kAbsent;
+  }
+  for (size_t i = wait_cursor_; i < next_post_; ++i) {
+    RecvOp& r = recvs_[i];
+    if (r.phase != Phase::kReduceScatter) break;
+    if (r.state == OpState::kPosted && r.skipped && mode_.side_channels &&
+        !mode_.bypass_requested && r.t_posted + kBypassFactor * piece_threshold(r) <= now) {
+      // Still nothing long after the skip: the predecessor is absent or very slow. Ask the
+      // rank before it to stop feeding it and send its pieces straight to their owners.
+      mode_.bypass_requested = true;
+      ++stats_.bypass_requests;
+      send_ctrl(kFar, kFlagBypassReq, -1, -1, now, out);
+    }
+    if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
+    if (skip_deadline(r) > now) continue;
+    if (seg_[r.seg_id].sent()) continue;  // cannot happen for ring pieces; defensive
+    SKIPRING_CHECK(skip_piece(i, now, out));
+  }
+  return Status::kOk;
+}
+void RingAllreduce::resolve_bypassed_unposted(double now, ActionList* out) {
+  // The next receive to post is a ring piece the predecessor already sent to the owner: it is
+  // never posted, and only our own input goes on.
+  RecvOp& r = recvs_[next_post_];
+  r.state = OpState::kFinished;
+  r.t_posted = r.t_arrived = now;
+  ++next_post_;
+  --rs_unresolved_;
+  forward_own(next_post_ - 1, now, out);
+  advance_wait_cursor();
+  resolve_rs_recv(now, out);
+}
 }  // namespace skipring
