@@ -213,8 +213,7 @@ class RingAllreduce final : public CoreBase {
   void bypass_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
                        const ContributionSet& set, bool reads_input, double now, ActionList* out);
   void redirect_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
-                         const ContributionSet& set, bool reads_input, double now,
-                         ActionList* out);
+                         const ContributionSet& set, bool reads_input, double now, ActionList* out);
   // A piece that arrives after we skipped it goes to the owner unchanged.
   void forward_late_piece(size_t idx, uint8_t* hdr, double now, ActionList* out);
   // How long a posted ring piece may be missing before it is skipped (grows with the step).
@@ -305,7 +304,7 @@ class RingAllreduce final : public CoreBase {
   // between all messages in flight on it).
   std::vector<std::deque<ring::QueuedSend>> ag_queue_;
   std::vector<int> ag_in_flight_;
-  size_t ag_waiting_ = 0;  // sends in ag_queue_
+  size_t ag_waiting_ = 0;                                   // sends in ag_queue_
   std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
   std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
   std::vector<double> piece_waits_;
