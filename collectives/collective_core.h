@@ -67,6 +67,33 @@ inline Action copy_action(void* dst, const void* src, size_t bytes) {
   return a;
 }
 
+// A kReduce action: dst = a op b over `count` elements of `dtype`; completes with
+// on_reduce(token).
+inline Action reduce_action(Token token, void* dst, const void* a, const void* b, size_t count,
+                            DType dtype, ROp op) {
+  Action r;
+  r.kind = Action::Kind::kReduce;
+  r.token = token;
+  r.dst = dst;
+  r.a = a;
+  r.b = b;
+  r.count = count;
+  r.dtype = dtype;
+  r.op = op;
+  return r;
+}
+
+// A kCancel action: cancel the outstanding receive `token`.
+inline Action cancel_action(Token token) {
+  Action c;
+  c.kind = Action::Kind::kCancel;
+  c.token = token;
+  return c;
+}
+
+// A next_deadline() that is due at the driver's next poll, whatever the clock says.
+constexpr double kAtNextPoll = -std::numeric_limits<double>::infinity();
+
 class CollectiveCore {
  public:
   virtual ~CollectiveCore() = default;
@@ -77,7 +104,8 @@ class CollectiveCore {
   virtual Status on_send(Token t, double now, ActionList* out) = 0;
   virtual Status on_reduce(Token t, double now, ActionList* out) = 0;
   virtual Status on_time(double now, ActionList* out) = 0;
-  // Next clock time at which on_time must be called; +inf when none.
+  // Next clock time at which on_time must be called; +inf when none, kAtNextPoll when at the
+  // next poll.
   virtual double next_deadline() const = 0;
   virtual bool done() const = 0;
   // Text of the last protocol error.

@@ -3,7 +3,12 @@
 // Events go in (start, a receive completed, a send completed, a reduction finished, the time
 // now); actions come out (post a send, post a receive, reduce, copy, done). The same core is
 // driven by the MPI progress engine (runtime/progress_engine.h), by the in-process harness of
-// n virtual ranks with a virtual clock (tests/unit/harness.h) and, later, under SimGrid SMPI.
+// n virtual ranks with a virtual clock (tests/unit/harness.h) and under SimGrid SMPI
+// (apps/skipring_sim, the same MPI engine).
+//
+// The implementation is in collectives/ring/ (one file per concern, private state types in
+// collectives/ring/state.h); docs/skip_ahead.md describes the skip-ahead protocol, where the
+// code for each part is, and which functions keep its invariants.
 //
 // Geometry: the buffer is split into n chunks (uneven when n does not divide count; empty
 // chunks send nothing) and each chunk into segments of at most segment_bytes, which are
@@ -28,15 +33,13 @@
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
 #include "collectives/dtype.h"
+#include "collectives/ring/state.h"
 #include "collectives/wire_header.h"
 #include "runtime/status.h"
 #include "runtime/transport.h"
 #include "straggler/step_stats.h"
 
 namespace skipring {
-
-
-
 
 // Chunk and segment geometry, identical on every rank.
 class RingLayout {
@@ -102,7 +105,7 @@ struct RingParams {
 // defined on the type, buffers are present when count > 0.
 Status validate_common(const RingParams& p, std::string* why);
 
-class RingAllreduce final : public CollectiveCore {
+class RingAllreduce final : public CoreBase {
  public:
   // Checks the parameters (ring is a permutation containing rank, op valid on dtype, ...).
   static Status validate(const RingParams& p, std::string* why);
@@ -118,112 +121,65 @@ class RingAllreduce final : public CollectiveCore {
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
-  // Timers (the skip-ahead decision lives here once straggler handling is on).
+  // Timers: the skip rule, the bypass request, step 0's deferred sends.
   Status on_time(double now, ActionList* out) override;
   double next_deadline() const override;
 
-  bool done() const override { return done_; }
-  const std::string& error() const override { return error_; }
-  const CollectiveStats& stats() const override { return stats_; }
   std::string describe() const override;
   const RingLayout& layout() const { return layout_; }
 
  private:
-  enum class OpState : uint8_t { kWaiting, kPosted, kArrived, kReducing, kFinished };
-  struct RecvOp {
-    Phase phase;
-    int step;
-    int chunk;
-    int seg;
-    int seg_id;  // layout-wide segment index
-    OpState state = OpState::kWaiting;
-    int slot = -1;          // RS: receive slot holding header + payload
-    int out_slot = -1;      // RS: send slot the reduction writes into
-    uint8_t* header = nullptr;  // AG: header buffer (payload lands in recvbuf)
-    double t_posted = 0;
-    double t_ready = 0;    // when its timer started: max(posted, previous piece from pred)
-    double t_arrived = 0;
-    double t_reduce = 0;
-    bool skipped = false;   // RS: we forwarded our own contribution without this piece
-    bool timed = false;     // RS: arrived on the ring receive (t_ready..t_arrived is a wait)
-    int ack_aux = -1;       // RS skipped: the receive of the predecessor's redirect ack
-  };
-  struct SendOp {
-    Phase phase;
-    int step;  // index of the step record this send's transfer time is added to
-    int seg_id;
-    int slot = -1;  // RS send slot to release on completion
-    bool done = false;
-    double t_posted = 0;
-    bool reads_input = false;  // payload is our input: input may change once it completes
-    int ag_peer = -1;  // an allgather send from a per-peer queue (ag_queue_): its peer
-  };
-  // An allgather send waiting for its turn on the link to `peer` (ag_queue_).
-  struct QueuedSend {
-    int record;
-    int chunk;
-    int seg;
-    uint8_t* hdr;
-    const void* payload;
-  };
-  // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
-  enum class AuxKind : uint8_t { kCtrlRecv, kCtrlSend, kAckRecv, kAckSend, kExtraSend,
-                                 kExtraRecv };
-  // Control channels: from the successor (notices), from the predecessor (bypass), from the
-  // rank two ahead (bypass requests). Each ends with a "done" message on the same tag.
-  enum Channel : int { kBack = 0, kFwd = 1, kFar = 2, kChannels = 3 };
-  struct AuxOp {
-    AuxKind kind;
-    int channel = kBack;
-    int seg_id = -1;
-    int chunk = -1;
-    int seg = -1;
-    int recv_slot = -1;   // kExtraSend from a receive slot (late piece): release on completion
-    int send_slot = -1;   // kExtraSend from a send slot (redirected piece)
-    int extra_slot = -1;  // kExtraRecv: owner-side slot
-    bool done = false;
-    bool cancelled = false;
-    bool paced = false;   // kExtraSend: one of the late rank's paced pieces
-    double t = 0;
-    std::vector<uint8_t> hdr;  // header-only messages own their header here
-  };
-  // A piece waiting to go straight to its owner (we are the late rank; emit_piece).
-  struct PacedPiece {
-    int order;  // chunks in the order we reach them (step), then segments
-    int aux;
-    int peer;
-    const uint8_t* hdr;
-    const void* payload;
-  };
-  // Heap order of paced_: the piece reached first comes out first.
-  static bool paced_later(const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; }
-  // The owner's view of one segment of its own chunk: pieces merge in arrival order.
-  struct OwnerPiece {
-    ContributionSet acc;        // ranks summed into recvbuf (own input once started)
-    bool started = false;       // recvbuf holds a partial (own input merged)
-    bool merging = false;       // a reduction into recvbuf is in flight
-    bool main_merged = false;   // the ring piece has been merged
-    bool extra_posted = false;  // an extra receive is outstanding (or its slot in use)
-    int extra_aux = -1;         // that receive
-    bool full = false;
-    std::vector<int> queue;     // arrived pieces: >= 0 recv index, < 0 -(aux index) - 1
-  };
+  using RecvOp = ring::RecvOp;
+  using SendOp = ring::SendOp;
+  using AuxOp = ring::AuxOp;
+  using AuxKind = ring::AuxKind;
+  using OwnerItem = ring::OwnerItem;
 
-  Status fail(std::string why);
+  // --- ring_allreduce.cpp: start, buffers, headers, completion
+  void init_step_records();
+  // Builds recvs_, the expected receive sequence; returns the number of allgather receives.
+  size_t build_receive_sequence();
+  // Carves the scratch buffer into slots and header buffers; sets up the per-segment state.
+  void carve_scratch(size_t ag_recvs);
+  void open_control_channels(double now, ActionList* out);
+  StepRecord& step_record(const RecvOp& r);
+  void record_piece_waits();
   uint8_t* seg_ptr(void* base, int c, int g) const;
   const uint8_t* input_ptr(int c, int g) const;
   void write_header(uint8_t* hdr, Phase phase, int chunk, int seg, const ContributionSet& set,
                     uint8_t flags = 0, uint32_t route = 0);
   Status check_header(const uint8_t* hdr, Phase phase, int chunk, int seg, ContributionSet* set);
+  void maybe_done(double now, ActionList* out);
+  int pos_of(int rank) const;
+  int tag_for(int kind, int seg_id) const;
+  uint8_t* slot_hdr(uint8_t* base, int slot) const;
+  uint8_t* slot_payload(uint8_t* base, int slot) const;
+  uint8_t* recv_slot_base(int slot) const;
+  uint8_t* send_slot_base(int slot) const;
+  // Cancels a posted receive (it no longer counts as pending); cancel_aux also marks the
+  // auxiliary receive so that a completion racing the cancel is ignored.
+  void cancel_op(Token t, ActionList* out);
+  void cancel_aux(int aux, ActionList* out);
+
+  // --- reduce_scatter.cpp: the receive window, ring sends, reductions in receive order
   void post_receives(double now, ActionList* out);
+  // A receive slot for the next ring piece (the window may grow), -1 when there is none.
+  int take_recv_slot();
+  Status on_ring_piece(size_t idx, double now, ActionList* out);
+  Status on_piece_reduced(size_t idx, double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
                  int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
+  Status start_reduces(double now, ActionList* out);
+  void advance_wait_cursor();
+  // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
+  void send_first_pieces(double now, ActionList* out);
+
+  // --- allgather.cpp: routes, forwarding, per-peer queues, direct
   // Sends an allgather segment to `peer`: posted now, or once a straggler is around, queued
   // behind the segments already going to that peer (at most kAgInFlight in flight per peer).
   void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer,
                double now, ActionList* out);
   void pump_ag(int peer, double now, ActionList* out);
-  bool ag_queued() const { return side_channels_ && disturbed_ && !direct_; }
   // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
   // The ring position an allgather segment of chunk `chunk` goes to from position `from` when
@@ -232,50 +188,66 @@ class RingAllreduce final : public CollectiveCore {
   // Sends a completed segment of our chunk: around the late rank we know of (and to it
   // directly), to every rank (direct allgather), or to the successor.
   void send_own_segment(int g, double now, ActionList* out);
-  Status start_reduces(double now, ActionList* out);
-  void advance_wait_cursor();
-  void maybe_done(double now, ActionList* out);
-  int pos_of(int rank) const;
-  int tag_for(int kind, int seg_id) const;
-  uint8_t* slot_hdr(uint8_t* base, int slot) const;
-  uint8_t* slot_payload(uint8_t* base, int slot) const;
+  // Whether the allgather receive `r` may be posted now.
+  bool ag_recv_admitted(const RecvOp& r) const;
+  Status on_ag_segment(size_t idx, double now, ActionList* out);
 
-  // Skip-ahead protocol.
+  // --- skip.cpp: the skip rule, notices, acks, bypass, control channels
   int add_aux(AuxKind kind, int c, int g);
+  // Posts the send of aux op `aux` (header: `hdr`, or the op's own header when null).
   void post_aux_send(int aux, int peer, int tag, const void* payload, size_t bytes, double now,
-                     ActionList* out);
+                     ActionList* out, const uint8_t* hdr = nullptr);
   void post_ctrl_recv(int channel, double now, ActionList* out);
   void send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
                  const ContributionSet* set = nullptr);
   int ctrl_tag(int channel) const { return p_.tag_span - 1 - channel; }
   // Own contribution for a ring piece we will not get (skip or predecessor bypassed us).
   void forward_own(size_t idx, double now, ActionList* out);
-  // The late rank's pieces to the owners go out chunk by chunk, a few at a time.
-  void send_paced(double now, ActionList* out);
   void piece_emitted(double now, ActionList* out);
   void resolve_bypassed(size_t idx, double now, ActionList* out);
-  uint8_t* recv_slot_base(int slot) const;
-  uint8_t* send_slot_base(int slot) const;
+  void resolve_bypassed_unposted(double now, ActionList* out);
   // Sends our piece for (c, g): to the successor, or straight to the owner plus a redirect
   // ack to the successor when the successor asked for that.
   void emit_piece(int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
                   const ContributionSet& set, bool reads_input, double now, ActionList* out);
-  // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
-  void send_first_pieces(double now, ActionList* out);
-  // Cancels a posted receive (it no longer counts as pending); cancel_aux also marks the
-  // auxiliary receive so that a completion racing the cancel is ignored.
-  void cancel_op(Token t, ActionList* out);
-  void cancel_aux(int aux, ActionList* out);
+  void bypass_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                       const ContributionSet& set, bool reads_input, double now, ActionList* out);
+  void redirect_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
+                         const ContributionSet& set, bool reads_input, double now, ActionList* out);
+  // A piece that arrives after we skipped it goes to the owner unchanged.
+  void forward_late_piece(size_t idx, uint8_t* hdr, double now, ActionList* out);
   // How long a posted ring piece may be missing before it is skipped (grows with the step).
   double piece_threshold(const RecvOp& r) const;
   // When a posted ring piece that has not arrived gets skipped.
   double skip_deadline(const RecvOp& r) const;
+  // The skip rule and the bypass request, on each timer call.
+  Status check_skips(double now, ActionList* out);
   Status skip_piece(size_t idx, double now, ActionList* out);
   void resolve_rs_recv(double now, ActionList* out);
-  Status owner_enqueue(int g, int item, double now, ActionList* out);
+  // A skip-ahead message completed (sent, or received: control, ack, extra piece).
+  Status on_aux(size_t aux, size_t payload_bytes, double now, ActionList* out);
+  Status on_control(size_t aux, double now, ActionList* out);
+  Status on_bypass_request(double now, ActionList* out);
+  void on_notice(int seg_id);
+  Status on_bypassed(int seg_id, double now, ActionList* out);
+  Status on_ack(size_t aux, double now, ActionList* out);
+  Status on_extra_sent(size_t aux, double now, ActionList* out);
+
+  // --- owner.cpp: the owner's merge and its receives for extra pieces
+  Status owner_enqueue(int g, OwnerItem item, double now, ActionList* out);
   Status owner_merge(int g, double now, ActionList* out);
   void owner_post_extras(double now, ActionList* out);
-  Status on_aux(size_t aux, size_t payload_bytes, double now, ActionList* out);
+  Status on_owner_merged(int g, double now, ActionList* out);
+  Status on_extra_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
+
+  // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
+  // Queues the extra piece `extra` (chunk c, segment g) among the paced ones.
+  void pace_piece(int extra, int c, int g, const uint8_t* hdr, const void* payload, double now,
+                  ActionList* out);
+  void send_paced(double now, ActionList* out);
+  // With step 0's sends deferred: whether this poll brought no new control message for the
+  // RingParams::quiet_polls-th time in a row.
+  bool first_sends_due();
 
   RingParams p_;
   RingLayout layout_;
@@ -300,57 +272,23 @@ class RingAllreduce final : public CollectiveCore {
   size_t next_post_ = 0;    // first receive not yet posted
   size_t wait_cursor_ = 0;  // first receive whose arrival is not yet accounted as wait
   double wait_clock_ = 0;
-  int ag_posted_ = 0;       // AG receives posted and not yet arrived
+  int ag_posted_ = 0;          // AG receives posted and not yet arrived
   size_t reduce_cursor_ = 0;   // next ring piece to reduce, in receive-sequence order
   int awaiting_reduce_ = 0;    // ring pieces arrived and not yet reduced
   std::vector<SendOp> sends_;
-  std::vector<uint8_t> local_done_;  // per segment id: our RS part no longer reads the input
 
   std::vector<AuxOp> aux_;
-  std::vector<OwnerPiece> owner_;      // per segment of our own chunk
-  std::vector<uint8_t> rs_sent_;       // per segment id: our RS piece has left (or is leaving)
-  std::vector<uint8_t> redirect_;      // per segment id: successor asked for owner delivery
-  int rs_unresolved_ = 0;              // RS ring receives not yet arrived or acknowledged
-  bool open_[kChannels] = {false, false, false};  // control channel may still deliver
-  bool rs_done_sent_ = false;
-  bool side_channels_ = false;    // forward and far control channels in use (skip, n >= 3)
-  bool bypass_ = false;           // successor is late: its pieces go straight to the owners
-  bool bypass_requested_ = false; // we asked our predecessor's predecessor to bypass
+  std::vector<ring::SegmentState> seg_;  // per segment id
+  std::vector<ring::OwnerPiece> owner_;  // per segment of our own chunk
+  int rs_unresolved_ = 0;                // RS ring receives not yet arrived or acknowledged
+  int rs_to_emit_ = 0;                   // ring pieces we still have to send on (or bypass)
+  ring::ControlState ctrl_;
+  ring::Mode mode_;
   // The skip timer runs per channel, not per posted receive: a piece is due a threshold after
   // max(its receive was posted, the predecessor's previous ring piece arrived). Receives are
   // posted a window ahead, so timing them from posting would skip the tail of every window.
   double t_pred_heard_ = 0;
-  // We skipped the predecessor and nothing came from it since.
-  bool pred_silent_ = false;
-  // ... and that for kBypassFactor thresholds: it is absent (a late rank, not a descheduled
-  // one). Then every posted piece of it is skipped at once instead of a threshold each, and
-  // the receive window grows on demand.
-  bool pred_absent_ = false;
-  // With skip-ahead on, step 0's sends wait until the notices already queued for us have been
-  // read (a poll that brings no new control message): a rank that arrives late then sends the
-  // pieces its successor skipped straight to their owners instead of through the successor.
-  bool first_sends_deferred_ = false;
-  uint64_t ctrl_seen_ = 0;       // control messages read so far
-  uint64_t ctrl_seen_mark_ = 0;  // ... at the previous timer call
-  int quiet_polls_ = 0;           // timer calls in a row without a new control message
-  // Direct allgather (RingParams::direct_allgather with skip-ahead, n >= 3).
-  bool direct_ = false;
-  // This collective met a straggler (we skipped, were skipped or bypassed, got a redirect ack
-  // or a piece straight from another rank): our chunk's segments completed from now on go to
-  // every rank directly (kRouteDirect) when direct_ ...
-  bool disturbed_ = false;
-  // ... unless we are the straggler (our successor skipped us or our predecessor bypassed us):
-  // our own link is the busy one, so our segments still go around the ring (one send each).
-  bool self_late_ = false;
-  // Our completed segments go to every rank directly, and (not being the late rank) we take
-  // every allgather segment as soon as it comes rather than through a window of `depth`.
-  bool goes_direct() const { return direct_ && disturbed_ && !self_late_; }
-  // Allgather receives without a window whenever skip-ahead is on: chunks complete out of ring
-  // order once a straggler is around, every allgather receive is from any source (the owner
-  // routes each segment), and the senders' per-peer queues (ag_queue_) hold segments back in
-  // their own order, which is deadlock-free only if every receive gets posted regardless of
-  // what arrived before it (a receiver does not know yet that a straggler is around).
-  bool ag_unwindowed() const { return side_channels_; }
+  ring::FirstSends first_sends_;
   // A late rank we know of (communicator rank, -1: none): our successor once we bypass it, or
   // the rank a bypassed piece of our chunk names. Our completed segments go around it and to
   // it directly (docs/skip_ahead.md, "The allgather around the late rank").
@@ -358,30 +296,21 @@ class RingAllreduce final : public CollectiveCore {
   // Being the late rank, our pieces for the owners go out chunk by chunk with at most
   // kPacedInFlight in flight, so that chunks complete one after another and their allgather
   // overlaps the rest of our sending (posted at once, every chunk completed at the end).
-  std::vector<PacedPiece> paced_;  // min-heap on order
+  std::vector<ring::PacedPiece> paced_;  // min-heap on order
   int paced_in_flight_ = 0;
-  // Allgather sends once a straggler is around (ag_queued()), per peer (communicator rank),
+  // Allgather sends once a straggler is around (Mode::ag_queued), per peer (communicator rank),
   // in the order they became sendable: the chunk that completed first crosses each link first
   // instead of sharing it with every segment posted after it (SimGrid, like TCP, shares a link
   // between all messages in flight on it).
-  std::vector<std::deque<QueuedSend>> ag_queue_;
+  std::vector<std::deque<ring::QueuedSend>> ag_queue_;
   std::vector<int> ag_in_flight_;
-  size_t ag_waiting_ = 0;  // sends in ag_queue_
-  std::vector<uint8_t> bypassed_; // per segment id: predecessor sent its piece to the owner
-  int rs_to_emit_ = 0;            // ring pieces we still have to send on (or bypass)
-  bool fwd_done_sent_ = false;
+  size_t ag_waiting_ = 0;                                   // sends in ag_queue_
   std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
   std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
-  std::vector<int> owner_merge_item_;  // per owner segment: the piece being merged
-  std::vector<double> owner_merge_t_;  // per owner segment: when that merge started
   std::vector<double> piece_waits_;
 
   int pending_ = 0;  // receives + sends + reduces not finished
-  bool done_ = false;
-  bool failed_ = false;
-  std::string error_;
   ContributionSet scratch_set_;
-  CollectiveStats stats_;
 };
 
 }  // namespace skipring

@@ -1,0 +1,52 @@
+// What the ring all-reduce's source files (collectives/ring/*.cpp) share and nothing else
+// includes: the token encoding, the message tag kinds and the protocol's constants.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/ring_allreduce.h"
+
+namespace skipring {
+namespace ring {
+
+// Token = kind in the top three bits, index below. hier_allreduce embeds the ring and relies
+// on its kinds using 0..4 of the top three bits: keep them.
+enum TokenKind : uint32_t {
+  kTokRecv = 0,
+  kTokSend = 1,
+  kTokReduce = 2,       // ring piece reduction (index: receive)
+  kTokAux = 3,          // skip-ahead protocol message (index: aux op)
+  kTokOwnerReduce = 4,  // owner merge (index: owner segment)
+};
+constexpr uint32_t kTokShift = 29;
+constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
+// Tag = 4 * segment id + kind; the control tags are tag_span - 1 .. tag_span - 3. Segments are
+// made large enough that every tag of a collective is distinct (effective_segment_bytes), so
+// tags never wrap.
+constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
+// A skipped piece still missing this many thresholds after it was due triggers the bypass.
+constexpr double kBypassFactor = 4.0;
+// Skip cascade suppression: a ring piece of reduce-scatter step s depends on s upstream ranks,
+// and the rank next to a straggler skips it only after its own threshold, so the piece reaches
+// us up to (threshold + one hop) late although our predecessor is fine. All timers of a
+// window start at about the same time (receives are posted ahead), so without a margin every
+// rank downstream of a straggler would skip its healthy predecessor too (measured: with one
+// late rank of 4, all four ranks skipped each other). Step s therefore waits
+// threshold * (1 + s * kStepGrace).
+constexpr double kStepGrace = 0.5;
+// The late rank's pieces to the owners in flight at once (RingAllreduce::send_paced).
+constexpr int kPacedInFlight = 8;
+// Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
+constexpr int kAgInFlight = 2;
+
+inline Token make_token(TokenKind k, size_t idx) {
+  return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
+}
+inline TokenKind token_kind(Token t) { return static_cast<TokenKind>(t >> kTokShift); }
+inline size_t token_index(Token t) { return t & kTokMask; }
+
+inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace ring
+}  // namespace skipring

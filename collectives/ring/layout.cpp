@@ -1,0 +1,88 @@
+// Chunk and segment geometry (RingLayout) and parameter checks.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+RingLayout::RingLayout(int n, size_t count, size_t elem_size, size_t segment_bytes)
+    : n_(n), count_(count), elem_(elem_size) {
+  seg_elems_ = std::max<size_t>(1, segment_bytes / std::max<size_t>(1, elem_size));
+  first_seg_.resize(n + 1);
+  int acc = 0;
+  for (int c = 0; c < n; ++c) {
+    first_seg_[c] = acc;
+    acc += segments(c);
+  }
+  first_seg_[n] = acc;
+}
+
+size_t RingLayout::chunk_offset(int c) const {
+  const size_t base = count_ / n_, extra = count_ % n_;
+  return c * base + std::min<size_t>(c, extra);
+}
+
+size_t RingLayout::chunk_count(int c) const {
+  return count_ / n_ + (static_cast<size_t>(c) < count_ % n_ ? 1 : 0);
+}
+
+int RingLayout::segments(int c) const {
+  return static_cast<int>((chunk_count(c) + seg_elems_ - 1) / seg_elems_);
+}
+
+size_t RingLayout::segment_count(int c, int g) const {
+  const size_t start = g * seg_elems_;
+  return std::min(seg_elems_, chunk_count(c) - start);
+}
+
+Status validate_common(const RingParams& p, std::string* why) {
+  const int n = static_cast<int>(p.ring.size());
+  if (n < 1) return *why = "empty ring", Status::kErrArg;
+  std::vector<char> seen(n, 0);
+  for (int r : p.ring) {
+    if (r < 0 || r >= n || seen[r])
+      return *why = "ring order is not a permutation", Status::kErrArg;
+    seen[r] = 1;
+  }
+  if (p.rank < 0 || p.rank >= n) return *why = "rank outside the ring", Status::kErrArg;
+  if (!op_valid(p.op, p.dtype)) {
+    *why = fmt::format("{} is not defined on {}", rop_name(p.op), dtype_name(p.dtype));
+    return Status::kErrOp;
+  }
+  if (p.count > 0 && (p.recvbuf == nullptr || p.sendbuf == nullptr)) {
+    return *why = "null buffer", Status::kErrBuffer;
+  }
+  return Status::kOk;
+}
+
+Status RingAllreduce::validate(const RingParams& p, std::string* why) {
+  SKIPRING_CHECK(validate_common(p, why));
+  if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
+  if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
+  if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
+  return Status::kOk;
+}
+
+size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
+  // At most (tag_span - 1) / 4 segments in all, each chunk rounding up by one.
+  const size_t n = std::max<size_t>(1, p.ring.size());
+  // (the top 3 tags are the control channels)
+  const size_t max_segments = static_cast<size_t>(std::max(1, (p.tag_span - 4) / 4));
+  const size_t elem = dtype_size(p.dtype);
+  size_t seg = std::max(p.segment_bytes, elem);
+  if (max_segments > n) {
+    // Whole elements per segment, rounded up, so that no chunk needs more segments than its
+    // share of the tag space.
+    const size_t per_chunk_elems = p.count / n + 1;
+    const size_t segs_per_chunk = max_segments / n;
+    const size_t seg_elems = (per_chunk_elems + segs_per_chunk - 1) / segs_per_chunk;
+    seg = std::max(seg, seg_elems * elem);
+  }
+  return seg;
+}
+
+}  // namespace skipring
