@@ -35,9 +35,9 @@
 #include "collectives/dtype.h"
 #include "collectives/ring/state.h"
 #include "collectives/wire_header.h"
-#include "runtime/status.h"
-#include "runtime/transport.h"
-#include "straggler/step_stats.h"
+#include "common/status.h"
+#include "common/step_stats.h"
+#include "common/token.h"
 
 namespace skipring {
 

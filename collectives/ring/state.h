@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "collectives/contribution_set.h"
-#include "straggler/step_stats.h"
+#include "common/step_stats.h"
 
 namespace skipring {
 namespace ring {
