@@ -1,17 +1,172 @@
-// The algorithm table (collectives/algorithms.h): auto's choice over a grid of communicators,
-// message sizes and cost parameters, against the choices the code made before the table.
+// The algorithm table (collectives/algorithms.h): one row per id, unique names that parse back,
+// factories that build working cores, and auto's choice over a grid of communicators, message
+// sizes and cost parameters against the choices the code made before the table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms.h"
+#include "collectives/collective_core.h"
+#include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
+#include "runtime/config.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/test_data.h"
+#include "topology/multitree.h"
 
 namespace skipring {
 namespace {
+
+TEST(AlgoTable, EveryIdHasExactlyOneRow) {
+  const std::vector<AlgoRow>& table = algo_table();
+  ASSERT_EQ(static_cast<int>(table.size()), kAlgoCount);
+  std::vector<int> rows_of(kAlgoCount, 0);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const int id = static_cast<int>(table[i].id);
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, kAlgoCount);
+    ++rows_of[id];
+    EXPECT_EQ(id, static_cast<int>(i)) << "rows in id order";
+    EXPECT_EQ(&algo_row(table[i].id), &algo_row(static_cast<Algo>(i)));
+  }
+  for (int id = 0; id < kAlgoCount; ++id) EXPECT_EQ(rows_of[id], 1) << "Algo " << id;
+}
+
+TEST(AlgoTable, NamesAreUniqueAndRoundTrip) {
+  std::set<std::string> names;
+  for (const AlgoRow& r : algo_table()) {
+    ASSERT_NE(r.name, nullptr);
+    EXPECT_TRUE(names.insert(r.name).second) << "duplicate name " << r.name;
+    EXPECT_STREQ(algo_name(r.id), r.name);
+    Algo back = Algo::kAuto;
+    ASSERT_TRUE(parse_algo(r.name, &back)) << r.name;
+    EXPECT_EQ(back, r.id) << r.name;
+    std::string upper = r.name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    ASSERT_TRUE(parse_algo(upper, &back)) << upper;
+    EXPECT_EQ(back, r.id) << upper;
+    ASSERT_NE(r.description, nullptr);
+    EXPECT_GT(std::strlen(r.description), 10u) << r.name;
+    EXPECT_EQ(std::strchr(r.description, '\n'), nullptr) << "one line: " << r.name;
+  }
+  Algo x = Algo::kRing;
+  EXPECT_FALSE(parse_algo("", &x));
+  EXPECT_FALSE(parse_algo("ringg", &x));
+  EXPECT_EQ(x, Algo::kRing);
+}
+
+TEST(AlgoTable, RowsAreComplete) {
+  for (const AlgoRow& r : algo_table()) {
+    if (r.id == Algo::kAuto) {
+      EXPECT_EQ(r.cost, nullptr);
+      EXPECT_EQ(r.make, nullptr);
+      EXPECT_EQ(r.select_order, 0);
+      continue;
+    }
+    EXPECT_NE(r.cost, nullptr) << r.name;
+    EXPECT_NE(r.make, nullptr) << r.name;
+    EXPECT_NE(r.with_skip, Algo::kAuto) << r.name;
+    EXPECT_EQ(algo_row(r.with_skip).with_skip, r.with_skip) << r.name;
+  }
+  // The order auto compares in (ties keep the earlier): as before the table.
+  const std::vector<Algo> expected = {Algo::kRd,   Algo::kRabenseifner, Algo::kRing,
+                                      Algo::kTree, Algo::kMultiTree,    Algo::kHier};
+  EXPECT_EQ(modelled_algos(), expected);
+  std::set<int> orders;
+  for (Algo a : modelled_algos()) EXPECT_TRUE(orders.insert(algo_row(a).select_order).second);
+}
+
+TEST(AlgoTable, ParserTextAndErrorListTheTable) {
+  // What SKIPRING_ALGO accepts (README, skipring_info, the error text) is the table's names.
+  EXPECT_EQ(algo_names(), "auto, ring, skipring, rd, rabenseifner, tree, multitree, hier");
+  Config c;
+  std::string error;
+  const auto env = [](const char* name, std::string* value) {
+    if (std::string(name) != "SKIPRING_ALGO") return false;
+    *value = "nosuch";
+    return true;
+  };
+  EXPECT_EQ(load_config(env, &c, &error), Status::kErrConfig);
+  EXPECT_NE(error.find(algo_names()), std::string::npos) << error;
+}
+
+TEST(AlgoTable, FactoriesBuildCoresThatAllReduce) {
+  // Every row's factory, run on 4 ranks on 2 hosts in the harness: int32 sums are exact.
+  const std::vector<int> host_of = {0, 0, 1, 1};
+  LinkGraph g(4);
+  std::string why;
+  for (int u = 0; u < 4; ++u) {
+    for (int v = u + 1; v < 4; ++v) {
+      ASSERT_EQ(g.add_link(u, v, 1e-6, host_of[u] == host_of[v] ? 10e9 : 1e9, &why), Status::kOk);
+    }
+  }
+  std::map<int, MultiTreePlan> plans;
+  for (int k : {1, 2}) {
+    PlannerParams pp;
+    pp.max_trees = k;
+    ASSERT_EQ(plan_multitree(g, pp, &plans[k], &why), Status::kOk) << why;
+  }
+  int built = 0;
+  for (const AlgoRow& r : algo_table()) {
+    if (r.make == nullptr) continue;
+    harness::Options o;
+    o.n = 4;
+    o.count = 1000;
+    o.segment_bytes = 256;
+    o.collectives = 2;
+    o.tag_span = 1 << 20;
+    o.skip = r.skip_ahead;
+    std::vector<int> requested;  // tree plans asked for
+    o.make_core = [&](const RingParams& p, std::vector<uint8_t>* scratch) {
+      AlgoContext ctx;
+      ctx.params = &p;
+      ctx.scratch = scratch;
+      ctx.host_of_rank = &host_of;
+      ctx.multitree_k = 2;
+      ctx.tree_plan = [&](int k, const MultiTreePlan** out) {
+        requested.push_back(k);
+        *out = &plans.at(k);
+        return Status::kOk;
+      };
+      std::unique_ptr<CollectiveCore> core;
+      EXPECT_EQ(r.make(ctx, &core), Status::kOk) << r.name;
+      return core;
+    };
+    const testdata::Buffers in = testdata::make_inputs(o, 7);
+    const harness::Result res = harness::run(o, in);
+    ASSERT_EQ(res.status, Status::kOk) << r.name << ": " << res.error;
+    for (int c = 0; c < o.collectives; ++c) {
+      for (size_t i = 0; i < o.count; ++i) {
+        uint32_t sum = 0;  // wrapping, like the kernel's int32 sum
+        for (int q = 0; q < o.n; ++q) {
+          uint32_t v;
+          std::memcpy(&v, in[c][q].data() + i * sizeof v, sizeof v);
+          sum += v;
+        }
+        for (int q = 0; q < o.n; ++q) {
+          uint32_t v;
+          std::memcpy(&v, res.outputs[c][q].data() + i * sizeof v, sizeof v);
+          ASSERT_EQ(v, sum) << r.name << " collective " << c << " rank " << q << " element " << i;
+        }
+      }
+    }
+    if (r.id == Algo::kTree || r.id == Algo::kMultiTree) {
+      ASSERT_FALSE(requested.empty()) << r.name;
+      EXPECT_EQ(requested.front(), r.id == Algo::kTree ? 1 : 2) << r.name;
+    }
+    ++built;
+  }
+  EXPECT_EQ(built, kAlgoCount - 1);  // every row but auto
+}
 
 struct GridTopo {
   const char* label;
