@@ -1,5 +1,6 @@
 // skipring_info: prints the version, every SKIPRING_* parameter with its current value, and
 // the build's optional features. Exits non-zero (naming the variable) on a bad value.
+// --algo: the cost model's parameters, auto's choice per size and the algorithms.
 // --topology: the topology gathered at communicator setup instead (per rank host, package,
 // NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops).
 // --markdown / --markdown-simgrid: README.md's parameter tables (no MPI; the readme_params
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "collectives/algorithms.h"
 #include "runtime/config.h"
 #include "runtime/api_internal.h"
 #include "runtime/params.h"
@@ -105,7 +107,14 @@ int main(int argc, char** argv) {
     const int arc = rc == MPI_SUCCESS
                         ? skipring::describe_selection(MPI_COMM_WORLD, size_t{256} << 20, &table)
                         : rc;
-    if (rank == 0 && arc == MPI_SUCCESS) fmt::print("{}", table);
+    if (rank == 0 && arc == MPI_SUCCESS) {
+      fmt::print("{}", table);
+      // The algorithm table's rows (collectives/algorithms.h): what SKIPRING_ALGO accepts.
+      fmt::print("algorithms (SKIPRING_ALGO):\n");
+      for (const skipring::AlgoRow& r : skipring::algo_table()) {
+        fmt::print("  {:<13} {}\n", r.name, r.description);
+      }
+    }
     MPI_Finalize();
     return arc == MPI_SUCCESS ? 0 : 1;
   }

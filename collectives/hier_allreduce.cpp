@@ -14,14 +14,14 @@
 namespace skipring {
 namespace {
 
-// Our tokens use kinds 5..7 of the top three bits; the embedded ring's use 0..4.
-enum TokenKind : uint32_t { kTokRecv = 5, kTokSend = 6, kTokReduce = 7 };
-constexpr uint32_t kFirstOwnKind = 5;
+// Our tokens: a kind in the top bits (common/token.h), an index below. kTokRing is the embedded
+// ring's (NestedCore maps each of its operations to one index: its own token numbers stay its
+// own).
+enum TokenKind : uint32_t { kTokRecv = 0, kTokSend = 1, kTokReduce = 2, kTokRing = 3 };
 
 Token make_token(TokenKind k, size_t idx) { return pack_token(k, idx); }
 uint32_t token_kind(Token t) { return token_kind_of(t); }
 size_t token_index(Token t) { return token_index_of(t); }
-bool own_token(Token t) { return token_kind(t) >= kFirstOwnKind; }
 
 int smallest_host(const std::vector<int>& host_of, int n) {
   std::vector<int> size(n, 0);
@@ -71,7 +71,8 @@ HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
       elem_(dtype_size(p.dtype)),
       in_place_(p.sendbuf == p.recvbuf),
       layout_(1, 0, 1, 1),
-      scratch_(scratch) {
+      scratch_(scratch),
+      ring_(make_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
   ring_span_ = p_.tag_span / 2;
   tag_rs_ = ring_span_;
   tag_ag_ = ring_span_ + (p_.tag_span - ring_span_) / 2;
@@ -435,10 +436,8 @@ Status HierAllreduce::start_ring(double now, ActionList* out) {
     return st;
   }
   // Phase 1 of our block is over: its scratch is free for the ring.
-  ring_ = std::make_unique<RingAllreduce>(rp, scratch_);
-  ring_started_ = true;
   ActionList ring_out;
-  const Status rs = ring_->start(now, &ring_out);
+  const Status rs = ring_.start(std::make_unique<RingAllreduce>(rp, scratch_), now, &ring_out);
   return forward_ring(rs, ring_out, now, out);
 }
 
@@ -446,14 +445,11 @@ Status HierAllreduce::forward_ring(Status st, const ActionList& ring_out, double
                                    ActionList* out) {
   if (!ok(st)) {
     failed_ = true;
-    error_ = fmt::format("rank {} seq {}: inter-host ring: {}", p_.rank, p_.seq, ring_->error());
+    error_ = fmt::format("rank {} seq {}: inter-host ring: {}", p_.rank, p_.seq, ring_.error());
     return st;
   }
+  // ring_out holds the ring's actions with our tokens, without its kDone (NestedCore).
   for (Action a : ring_out) {
-    if (a.kind == Action::Kind::kDone) continue;
-    if (a.kind != Action::Kind::kCopy && own_token(a.token)) {
-      return fail(fmt::format("inter-host ring token {:#x} collides with ours", a.token));
-    }
     if (a.kind == Action::Kind::kSend || a.kind == Action::Kind::kRecv) {
       // Ring peers are host ids. A receive from any source (-1: the ring's pieces that come
       // straight to a chunk's owner) stays one: only our sub-ring sends on ring tags to us,
@@ -465,14 +461,18 @@ Status HierAllreduce::forward_ring(Status st, const ActionList& ring_out, double
     // Final data of the block, which phase 3 may send on at once: what the ring receives into
     // the block (only its allgather does; its reduce-scatter pieces land in scratch) once it
     // has arrived, and what it sends from the block in its allgather (its own chunk, final).
-    if (a.kind == Action::Kind::kRecv && in_block(a.payload, a.payload_bytes)) {
+    // A cancelled receive delivers nothing (and NestedCore may give its token to a later one).
+    if (a.kind == Action::Kind::kCancel) {
+      ring_ag_recvs_.erase(a.token);
+    } else if (a.kind == Action::Kind::kRecv && in_block(a.payload, a.payload_bytes)) {
       ring_ag_recvs_.emplace(a.token, std::make_pair(a.payload, a.payload_bytes));
     } else if (a.kind == Action::Kind::kSend && a.phase == static_cast<int8_t>(Phase::kAllgather) &&
                in_block(a.payload, a.payload_bytes)) {
       mark_final(a.payload, a.payload_bytes, now, out);
     }
   }
-  if (ring_->done() && !ring_done_) {
+  // The ring's completion: every byte of the block is final.
+  if (ring_.done() && !ring_done_) {
     ring_done_ = true;
     for (int g = 0; g < layout_.segments(local_); ++g) send_block_segment(g, now, out);
   }
@@ -482,10 +482,10 @@ Status HierAllreduce::forward_ring(Status st, const ActionList& ring_out, double
 
 Status HierAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (!own_token(t)) {
-    if (!ring_ || ring_done_) return fail("completion for an unknown ring receive");
+  if (ring_.owns(t)) {
+    if (!ring_.started() || ring_done_) return fail("completion for an unknown ring receive");
     ActionList ring_out;
-    const Status st = ring_->on_recv(t, payload_bytes, now, &ring_out);
+    const Status st = ring_.on_recv(t, payload_bytes, now, &ring_out);
     const auto ag = ring_ag_recvs_.find(t);
     if (ok(st) && ag != ring_ag_recvs_.end()) {
       mark_final(ag->second.first, ag->second.second, now, out);
@@ -535,10 +535,10 @@ Status HierAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
 
 Status HierAllreduce::on_send(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (!own_token(t)) {
-    if (!ring_ || ring_done_) return fail("completion for an unknown ring send");
+  if (ring_.owns(t)) {
+    if (!ring_.started() || ring_done_) return fail("completion for an unknown ring send");
     ActionList ring_out;
-    const Status st = ring_->on_send(t, now, &ring_out);
+    const Status st = ring_.on_send(t, now, &ring_out);
     return forward_ring(st, ring_out, now, out);
   }
   const size_t idx = token_index(t);
@@ -565,10 +565,10 @@ Status HierAllreduce::on_send(Token t, double now, ActionList* out) {
 
 Status HierAllreduce::on_reduce(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (!own_token(t)) {
-    if (!ring_ || ring_done_) return fail("completion for an unknown ring reduction");
+  if (ring_.owns(t)) {
+    if (!ring_.started() || ring_done_) return fail("completion for an unknown ring reduction");
     ActionList ring_out;
-    const Status st = ring_->on_reduce(t, now, &ring_out);
+    const Status st = ring_.on_reduce(t, now, &ring_out);
     return forward_ring(st, ring_out, now, out);
   }
   const size_t g = token_index(t);
@@ -594,14 +594,14 @@ Status HierAllreduce::on_reduce(Token t, double now, ActionList* out) {
 
 Status HierAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (!ring_ || ring_done_) return Status::kOk;
+  if (!ring_.started() || ring_done_) return Status::kOk;
   ActionList ring_out;
-  const Status st = ring_->on_time(now, &ring_out);
+  const Status st = ring_.on_time(now, &ring_out);
   return forward_ring(st, ring_out, now, out);
 }
 
 double HierAllreduce::next_deadline() const {
-  if (ring_ && !ring_done_ && !failed_) return ring_->next_deadline();
+  if (ring_.started() && !ring_done_ && !failed_) return ring_.next_deadline();
   return std::numeric_limits<double>::infinity();
 }
 
@@ -613,8 +613,8 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
     if (!r.arrived) return;
   }
   stats_.steps = local_rs_steps_;
-  if (ring_) {
-    const CollectiveStats& rs = ring_->stats();
+  if (ring_.started()) {
+    const CollectiveStats& rs = ring_.core().stats();
     for (StepRecord r : rs.steps) {
       if (r.from >= 0) r.from = local_rank(r.from, local_);
       if (r.to >= 0) r.to = local_rank(r.to, local_);
@@ -640,10 +640,10 @@ std::string HierAllreduce::describe() const {
       "reduced {}/{}, ring {}",
       p_.rank, host_, local_, m_, blocks_, pending_, waiting, segs_reduced_,
       owner_ ? layout_.segments(local_) : 0,
-      ring_done_      ? "done"
-      : ring_started_ ? "running"
-                      : "not started");
-  if (ring_ && !ring_done_) s += "\n    ring: " + ring_->describe();
+      ring_done_        ? "done"
+      : ring_.started() ? "running"
+                        : "not started");
+  if (ring_.started() && !ring_done_) s += "\n    ring: " + ring_.core().describe();
   return s;
 }
 

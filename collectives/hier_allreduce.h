@@ -19,10 +19,11 @@
 //     sums and that the block ends with exactly its host's ranks.
 //  2. Inter-host all-reduce: once all of block j is reduced locally, the owners of block j on
 //     all hosts run an embedded RingAllreduce on it in place (virtual ranks = host ids, its
-//     own contribution sets over host positions, skip / skip_threshold_s passed through). Its
-//     actions are forwarded with peers mapped to communicator ranks; its tags keep the lower
-//     half of tag_span, its tokens keep kinds 0..4 of the top three bits (ours are 5..7).
-//     Skipped when H == 1.
+//     own contribution sets over host positions, skip / skip_threshold_s passed through),
+//     composed as a black box through a NestedCore (nested_core.h): its tokens are mapped into
+//     one kind of ours through a table, its actions forwarded with peers mapped to communicator
+//     ranks, and its end is its done(). Its tags keep the lower half of tag_span. Skipped when
+//     H == 1.
 //  3. Local allgather (WireHeader phase 14): the owner sends every segment of block j to every
 //     other rank of its host as soon as it is final: with H == 1 when it is folded, else when
 //     the ring has made all its bytes final (a ring receive into the block completed, or a
@@ -57,6 +58,7 @@
 
 #include "collectives/collective_core.h"
 #include "collectives/contribution_set.h"
+#include "collectives/nested_core.h"
 #include "collectives/ring_allreduce.h"
 #include "common/phases.h"
 #include "common/status.h"
@@ -181,10 +183,9 @@ class HierAllreduce final : public CoreBase {
   std::vector<int> p1_sends_left_;  // per layout segment id: phase-1 sends still reading it
   int segs_reduced_ = 0;
   bool block_reduced_ = false;  // phase 1 of our block done (or nothing to do)
-  bool ring_started_ = false;
-  bool ring_done_ = false;
-  std::unique_ptr<RingAllreduce> ring_;
-  // Phase 3 during the ring's allgather: its receives into our block (token -> region), the
+  bool ring_done_ = false;  // the ring's done() was seen (and phase 3 sent the block on)
+  NestedCore ring_;         // the inter-host ring, its tokens one kind of ours
+  // Phase 3 during the ring's allgather: its receives into our block (our token -> region), the
   // block regions known final (by offset), final bytes and sent flag per segment of our block.
   std::unordered_map<Token, std::pair<void*, size_t>> ring_ag_recvs_;
   std::set<size_t> final_regions_;

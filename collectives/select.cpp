@@ -94,53 +94,73 @@ std::string CostParams::to_string() const {
 }
 
 const std::vector<Algo>& modelled_algos() {
-  static const std::vector<Algo> kAlgos = {Algo::kRd,   Algo::kRabenseifner, Algo::kRing,
-                                           Algo::kTree, Algo::kMultiTree,    Algo::kHier};
+  static const std::vector<Algo> kAlgos = [] {
+    std::vector<const AlgoRow*> rows;
+    for (const AlgoRow& r : algo_table()) {
+      if (r.select_order > 0) rows.push_back(&r);
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const AlgoRow* a, const AlgoRow* b) {
+      return a->select_order < b->select_order;
+    });
+    std::vector<Algo> ids;
+    for (const AlgoRow* r : rows) ids.push_back(r->id);
+    return ids;
+  }();
   return kAlgos;
+}
+
+double cost_rd(size_t bytes, const TopologySummary& t, const CostParams& p, size_t) {
+  // The direct path: no engine, so no sigma.
+  const double S = static_cast<double>(bytes);
+  const double m = memory_factor(S, p);
+  return rd_cost(S, std::max(1, t.n), flat_alpha(t, p), flat_beta(t, p) * m, p.gamma_s * m);
+}
+
+double cost_rabenseifner(size_t bytes, const TopologySummary& t, const CostParams& p, size_t) {
+  const double S = static_cast<double>(bytes);
+  const double m = memory_factor(S / 2, p);
+  return rabenseifner_cost(S, std::max(1, t.n), flat_alpha(t, p) + p.sigma_s,
+                           flat_beta(t, p) * m, p.gamma_s * m);
+}
+
+double cost_ring(size_t bytes, const TopologySummary& t, const CostParams& p,
+                 size_t segment_bytes) {
+  return ring_cost(static_cast<double>(bytes), std::max(1, t.n), flat_alpha(t, p), p.sigma_s,
+                   flat_beta(t, p), p.gamma_s, segment_bytes, t.overlap);
+}
+
+double cost_tree(size_t bytes, const TopologySummary& t, const CostParams& p,
+                 size_t segment_bytes) {
+  return tree_cost(static_cast<double>(bytes), t.tree1_height, t.tree1_rate_Bps, 1,
+                   flat_alpha(t, p) + p.sigma_s, p.gamma_s, segment_bytes);
+}
+
+double cost_multitree(size_t bytes, const TopologySummary& t, const CostParams& p,
+                      size_t segment_bytes) {
+  if (t.trees < 2) return kInf;
+  return tree_cost(static_cast<double>(bytes), t.tree_height, t.tree_rate_Bps, t.trees,
+                   flat_alpha(t, p) + p.sigma_s, p.gamma_s, segment_bytes);
+}
+
+double cost_hier(size_t bytes, const TopologySummary& t, const CostParams& p, size_t) {
+  const int n = std::max(1, t.n);
+  if (t.hosts < 2 || t.max_local < 2 || t.hosts == n) return kInf;
+  HierCostParams h;
+  h.alpha_intra = p.alpha_s + p.sigma_s;
+  h.beta_intra = p.beta_s;
+  h.alpha_inter = p.inter_alpha_s + p.sigma_s;
+  h.beta_inter = p.inter_beta_s;
+  h.gamma = p.gamma_s;
+  std::vector<int> sizes = t.ranks_per_host;
+  if (sizes.empty()) sizes.assign(t.hosts, t.max_local);
+  return hier_cost(static_cast<double>(bytes), sizes, h);
 }
 
 double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParams& p,
                  size_t segment_bytes) {
-  const double S = static_cast<double>(bytes);
-  const int n = std::max(1, t.n);
-  if (n == 1) return 0;
-  const double fa = flat_alpha(t, p), fb = flat_beta(t, p);
-  switch (a) {
-    case Algo::kRd: {
-      // The direct path: no engine, so no sigma.
-      const double m = memory_factor(S, p);
-      return rd_cost(S, n, fa, fb * m, p.gamma_s * m);
-    }
-    case Algo::kRabenseifner: {
-      const double m = memory_factor(S / 2, p);
-      return rabenseifner_cost(S, n, fa + p.sigma_s, fb * m, p.gamma_s * m);
-    }
-    case Algo::kRing:
-    case Algo::kSkipRing:
-      return ring_cost(S, n, fa, p.sigma_s, fb, p.gamma_s, segment_bytes, t.overlap);
-    case Algo::kTree:
-      return tree_cost(S, t.tree1_height, t.tree1_rate_Bps, 1, fa + p.sigma_s, p.gamma_s,
-                       segment_bytes);
-    case Algo::kMultiTree:
-      if (t.trees < 2) return kInf;
-      return tree_cost(S, t.tree_height, t.tree_rate_Bps, t.trees, fa + p.sigma_s, p.gamma_s,
-                       segment_bytes);
-    case Algo::kHier: {
-      if (t.hosts < 2 || t.max_local < 2 || t.hosts == n) return kInf;
-      HierCostParams h;
-      h.alpha_intra = p.alpha_s + p.sigma_s;
-      h.beta_intra = p.beta_s;
-      h.alpha_inter = p.inter_alpha_s + p.sigma_s;
-      h.beta_inter = p.inter_beta_s;
-      h.gamma = p.gamma_s;
-      std::vector<int> sizes = t.ranks_per_host;
-      if (sizes.empty()) sizes.assign(t.hosts, t.max_local);
-      return hier_cost(S, sizes, h);
-    }
-    case Algo::kAuto:
-      break;
-  }
-  return kInf;
+  if (std::max(1, t.n) == 1) return 0;
+  const AlgoCostFn cost = algo_row(a).cost;
+  return cost != nullptr ? cost(bytes, t, p, segment_bytes) : kInf;
 }
 
 Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p,
@@ -155,7 +175,7 @@ Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p,
       best_cost = c;
     }
   }
-  if (best == Algo::kRing && skip) best = Algo::kSkipRing;
+  if (skip) best = algo_row(best).with_skip;
   if (cost) *cost = best_cost;
   return best;
 }

@@ -12,15 +12,16 @@
 // functions are pure, so the decision is the same on every rank as long as the parameters
 // are (Communicator measures them once and agrees on them with one all-reduce).
 //
-// `auto` takes the cheapest applicable algorithm; `ring` and `skipring` are the same ring
-// (skip-ahead on or off), auto reports `skipring` when SKIPRING_SKIP=1.
+// `auto` takes the cheapest applicable algorithm of the table (collectives/algorithms.h: the
+// rows with a select order, each with its cost function below); `ring` and `skipring` are the
+// same ring (skip-ahead on or off), auto reports `skipring` when SKIPRING_SKIP=1.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "collectives/algorithms.h"
 
 namespace skipring {
 
@@ -56,8 +57,23 @@ struct TopologySummary {
   double tree1_rate_Bps = 0;
 };
 
-// Modelled time in seconds; +inf when the algorithm cannot run here (e.g. hier on one host,
-// tree without a plan). `segment_bytes` is the pipeline segment of the ring and trees.
+// The cost model of each algorithm (the `cost` of its row in algo_table()), for n >= 2 ranks.
+double cost_ring(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                 size_t segment_bytes);
+double cost_rd(size_t bytes, const TopologySummary& topo, const CostParams& p,
+               size_t segment_bytes);
+double cost_rabenseifner(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                         size_t segment_bytes);
+double cost_tree(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                 size_t segment_bytes);
+double cost_multitree(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                      size_t segment_bytes);
+double cost_hier(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                 size_t segment_bytes);
+
+// Modelled time in seconds (the row's cost function; 0 on one rank); +inf when the algorithm
+// cannot run here (e.g. hier on one host, tree without a plan) and for auto. `segment_bytes`
+// is the pipeline segment of the ring and trees.
 double algo_cost(Algo a, size_t bytes, const TopologySummary& topo, const CostParams& p,
                  size_t segment_bytes);
 
@@ -65,7 +81,8 @@ double algo_cost(Algo a, size_t bytes, const TopologySummary& topo, const CostPa
 Algo select_algo(size_t bytes, const TopologySummary& topo, const CostParams& p,
                  size_t segment_bytes, bool skip, double* cost = nullptr);
 
-// The algorithms the model compares (everything but kAuto and kSkipRing).
+// The algorithms the model compares: the rows with a select order, in that order (everything
+// but kAuto and kSkipRing).
 const std::vector<Algo>& modelled_algos();
 
 // A text table: one row per size (8 B .. max_bytes, x4), the modelled time of each algorithm

@@ -39,7 +39,7 @@ struct NeighbourStats {
 struct CollectiveStats {
   uint64_t seq = 0;
   uint64_t bytes = 0;
-  int algo = -1;  // the Algo (runtime/config.h) that ran; -1: not set by the driver
+  int algo = -1;  // the Algo (collectives/algorithms.h) that ran; -1: not set by the driver
   double start = 0;
   double end = 0;
   double wait_s = 0;

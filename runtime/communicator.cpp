@@ -8,12 +8,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "collectives/algorithms.h"
 #include "runtime/rd_direct.h"
 #include "collectives/select.h"
 #include "runtime/cost_probe.h"
-#include "collectives/hier_allreduce.h"
-#include "collectives/rabenseifner.h"
-#include "collectives/tree_allreduce.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "runtime/log.h"
@@ -106,6 +104,14 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->params_.segment_bytes = cfg.segment_bytes;
   c->params_.depth = cfg.pipeline_depth;
   c->params_.tag_span = c->transport_->tag_span();
+  Communicator* self = c.get();
+  c->algo_ctx_.params = &c->params_;
+  c->algo_ctx_.scratch = &c->scratch_;
+  c->algo_ctx_.host_of_rank = &c->topology_.host_of_rank;
+  c->algo_ctx_.tree_plan = [self](int k, const MultiTreePlan** plan) {
+    return self->tree_plan(k, plan);
+  };
+  c->algo_ctx_.multitree_k = cfg.multitree_k;
   c->inject_ = inject;
   *out = std::move(c);
   return Status::kOk;
@@ -324,8 +330,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     }
     return st;
   }
-  // Skip-ahead runs in the ring only; "ring" is the ring with skipping off.
-  p.skip = cfg_.skip && (algo == Algo::kSkipRing || algo == Algo::kHier);
+  // Skip-ahead runs in the rows that have it (the ring, also inside hier); "ring" is the ring
+  // with skipping off.
+  p.skip = cfg_.skip && algo_row(algo).skip_ahead;
   if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
@@ -346,33 +353,14 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   } else {
     engine_->set_step_delay(nullptr);
   }
-  Status st;
+  // The algorithm table's factory (collectives/algorithms.h); choose_algo never returns auto.
+  const AlgoFactory make = algo_row(algo).make;
   std::unique_ptr<CollectiveCore> core;
-  switch (algo) {
-    case Algo::kRd:
-      core = std::make_unique<RecursiveDoublingAllreduce>(p, &scratch_);
-      break;
-    case Algo::kHier:
-      core = std::make_unique<HierAllreduce>(p, topology_.host_of_rank, &scratch_);
-      break;
-    case Algo::kRabenseifner:
-      core = std::make_unique<RabenseifnerAllreduce>(p, &scratch_);
-      break;
-    case Algo::kTree:
-    case Algo::kMultiTree: {
-      const MultiTreePlan* plan = nullptr;
-      st = tree_plan(algo == Algo::kTree ? 1 : cfg_.multitree_k, &plan);
-      if (!ok(st)) {
-        ++seq_;
-        broken_ = true;
-        return st;
-      }
-      core = std::make_unique<TreeAllreduce>(p, *plan, &scratch_);
-      break;
-    }
-    default:
-      core = std::make_unique<RingAllreduce>(p, &scratch_);
-      break;
+  Status st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
+  if (!ok(st)) {
+    ++seq_;
+    broken_ = true;
+    return st;
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce",
                          static_cast<int>(algo));

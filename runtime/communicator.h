@@ -115,6 +115,7 @@ class Communicator {
   std::vector<uint8_t> scratch_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
+  AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
   InjectPlan inject_;
   StepTimer timer_;                         // normal step time per predecessor
   uint64_t seq_ = 0;

@@ -1,8 +1,7 @@
 // The SKIPRING_* configuration: the environment parsed and validated through the parameter
-// table (runtime/params.h), the process-wide Config, the algorithm names.
+// table (runtime/params.h), the process-wide Config.
 #include "runtime/config.h"
 
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -14,31 +13,10 @@ extern char** environ;
 namespace skipring {
 namespace {
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-const char* const kAlgoNames[] = {"auto", "ring", "skipring", "rd", "rabenseifner",
-                                  "tree", "multitree", "hier"};
-
 std::mutex g_mutex;
 Config g_config;
 
 }  // namespace
-
-const char* algo_name(Algo a) { return kAlgoNames[static_cast<int>(a)]; }
-
-bool parse_algo(const std::string& text, Algo* out) {
-  const std::string t = lower(text);
-  for (int i = 0; i < static_cast<int>(sizeof(kAlgoNames) / sizeof(kAlgoNames[0])); ++i) {
-    if (t == kAlgoNames[i]) {
-      *out = static_cast<Algo>(i);
-      return true;
-    }
-  }
-  return false;
-}
 
 EnvLookup process_env() {
   return [](const char* name, std::string* value) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms.h"
 #include "common/status.h"
 
 // The few C++ entry points libskipring.so exports besides the C API, for libskipring_pmpi.so
@@ -19,11 +20,6 @@ namespace skipring {
 
 enum class LogLevel : int { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 enum class ClockKind : int { kSteady, kMpiWtime };
-// SKIPRING_ALGO: which all-reduce algorithm runs; kAuto picks by the alpha-beta cost model
-// (collectives/select.h).
-enum class Algo : int { kAuto, kRing, kSkipRing, kRd, kRabenseifner, kTree, kMultiTree, kHier };
-const char* algo_name(Algo a);
-bool parse_algo(const std::string& text, Algo* out);
 
 struct Config {
   bool enable = true;             // SKIPRING_ENABLE
@@ -53,7 +49,7 @@ struct Config {
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
   int direct_allgather = -1;       // SKIPRING_DIRECT_ALLGATHER
   // Algorithm choice and topology (issue 5).
-  Algo algo = Algo::kAuto;          // SKIPRING_ALGO
+  Algo algo = Algo::kAuto;          // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or
   // one label per rank separated by ',' (e.g. "a,a,b,b"); the length is checked at setup.
   std::string host_map;             // SKIPRING_HOST_MAP

@@ -165,9 +165,16 @@ const CustomParam kDirectAllgather{
     "enum", "auto, 0, 1", parse_direct_allgather, [](const Config& c) {
       return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
     }};
-const CustomParam kAlgo{"enum", "auto, ring, skipring, rd, rabenseifner, tree, multitree, hier",
-                        [](const std::string& t, Config* c) { return parse_algo(t, &c->algo); },
-                        [](const Config& c) { return std::string(algo_name(c.algo)); }};
+// What SKIPRING_ALGO accepts: the names of the algorithm table (collectives/algorithms.h).
+const char* algo_accepts() {
+  static const std::string names = algo_names(", ");
+  return names.c_str();
+}
+CustomParam algo_param() {
+  return {"enum", algo_accepts(),
+          [](const std::string& t, Config* c) { return parse_algo(t, &c->algo); },
+          [](const Config& c) { return std::string(algo_name(c.algo)); }};
+}
 const CustomParam kHostMap{
     "string", "`block:K`, or one label per rank (`a,a,b,b`)", parse_host_map,
     [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }};
@@ -234,7 +241,7 @@ const std::vector<ParamDef>& param_table() {
        "reduce time of a step)"},
       {"SKIPRING_SKIP_TTRANS_US", &Config::skip_ttrans_us, {0, 1e7}, "",
        "T_trans of the threshold in µs given instead of fitted (0 = fit)"},
-      {"SKIPRING_ALGO", kAlgo, {}, "",
+      {"SKIPRING_ALGO", algo_param(), {}, "",
        "all-reduce algorithm; `auto` picks by the cost model (`skipring_info --algo` prints its "
        "table), anything else forces one for every size"},
       {"SKIPRING_HOST_MAP", kHostMap, {}, "",
