@@ -31,7 +31,7 @@ Status make_rabenseifner(const AlgoContext& c, std::unique_ptr<CollectiveCore>* 
 
 Status make_trees(const AlgoContext& c, int k, std::unique_ptr<CollectiveCore>* out) {
   const MultiTreePlan* plan = nullptr;
-  SKIPRING_CHECK(c.tree_plan(k, &plan));
+  SKIPRING_RETURN_IF_ERROR(c.tree_plan(k, &plan));
   *out = std::make_unique<TreeAllreduce>(*c.params, *plan, c.scratch);
   return Status::kOk;
 }

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "collectives/collective_core.h"
-#include "runtime/status.h"
-#include "runtime/transport.h"
+#include "common/status.h"
+#include "common/token.h"
 
 namespace skipring {
 
@@ -48,19 +48,19 @@ class NestedCore {
   }
   Status on_recv(Token outer, size_t payload_bytes, double now, ActionList* out) {
     Token t = 0;
-    SKIPRING_CHECK(complete(outer, &t));
+    SKIPRING_RETURN_IF_ERROR(complete(outer, &t));
     ActionList inner;
     return forward(core_->on_recv(t, payload_bytes, now, &inner), &inner, out);
   }
   Status on_send(Token outer, double now, ActionList* out) {
     Token t = 0;
-    SKIPRING_CHECK(complete(outer, &t));
+    SKIPRING_RETURN_IF_ERROR(complete(outer, &t));
     ActionList inner;
     return forward(core_->on_send(t, now, &inner), &inner, out);
   }
   Status on_reduce(Token outer, double now, ActionList* out) {
     Token t = 0;
-    SKIPRING_CHECK(complete(outer, &t));
+    SKIPRING_RETURN_IF_ERROR(complete(outer, &t));
     ActionList inner;
     return forward(core_->on_reduce(t, now, &inner), &inner, out);
   }

@@ -19,7 +19,7 @@
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
-#include "straggler/step_stats.h"
+#include "common/step_stats.h"
 #include "straggler/step_timer.h"
 #include "topology/discovery.h"
 

@@ -8,10 +8,6 @@ set -euo pipefail
 root="${1:-$(dirname "${BASH_SOURCE[0]}")/..}"
 cd "$root"
 
-# Known exceptions owned by other parts of issue 12, to be removed when they land:
-#   collectives/select.h: runtime/config.h (Algo moves into collectives/)
-allowed='^(collectives/select\.h:.*"runtime/config\.h")'
-
 fail=0
 report() {
   echo "check_layers: $1"
@@ -21,10 +17,6 @@ report() {
 lower=(common collectives straggler topology)
 while IFS= read -r hit; do
   [[ -z "$hit" ]] && continue
-  if [[ "$hit" =~ $allowed ]]; then
-    echo "check_layers: pending (another part of issue 12): $hit"
-    continue
-  fi
   report "upward include: $hit"
 done < <(grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](mpi\.h|runtime/|skipring/)' \
            "${lower[@]}" --include='*.h' --include='*.cpp' || true)

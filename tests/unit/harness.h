@@ -14,7 +14,7 @@
 #include "collectives/collective_core.h"
 #include "collectives/dtype.h"
 #include "collectives/ring_allreduce.h"
-#include "runtime/status.h"
+#include "common/status.h"
 
 namespace skipring {
 namespace harness {
