@@ -35,8 +35,8 @@
 #include "collectives/dtype.h"
 #include "collectives/ring/state.h"
 #include "collectives/wire_header.h"
-#include "runtime/status.h"
-#include "runtime/transport.h"
+#include "common/status.h"
+#include "common/token.h"
 #include "straggler/step_stats.h"
 
 namespace skipring {

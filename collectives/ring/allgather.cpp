@@ -98,7 +98,7 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
 
 Status RingAllreduce::on_ag_segment(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
-  SKIPRING_CHECK(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
+  SKIPRING_RETURN_IF_ERROR(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
   if (!scratch_set_.full()) {
     return fail(fmt::format("allgather of chunk {} carries incomplete set {}", r.chunk,
                             scratch_set_.to_string()));

@@ -6,12 +6,14 @@
 #include <cstdint>
 
 #include "collectives/ring_allreduce.h"
+#include "common/align.h"
+#include "common/token.h"
 
 namespace skipring {
 namespace ring {
 
-// Token = kind in the top three bits, index below. hier_allreduce embeds the ring and relies
-// on its kinds using 0..4 of the top three bits: keep them.
+// Token = kind in the top three bits, index below (common/token.h's packing). hier_allreduce
+// embeds the ring and relies on its kinds using 0..4 of the top three bits: keep them.
 enum TokenKind : uint32_t {
   kTokRecv = 0,
   kTokSend = 1,
@@ -19,8 +21,6 @@ enum TokenKind : uint32_t {
   kTokAux = 3,          // skip-ahead protocol message (index: aux op)
   kTokOwnerReduce = 4,  // owner merge (index: owner segment)
 };
-constexpr uint32_t kTokShift = 29;
-constexpr uint32_t kTokMask = (1u << kTokShift) - 1;
 // Tag = 4 * segment id + kind; the control tags are tag_span - 1 .. tag_span - 3. Segments are
 // made large enough that every tag of a collective is distinct (effective_segment_bytes), so
 // tags never wrap.
@@ -40,13 +40,9 @@ constexpr int kPacedInFlight = 8;
 // Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
 constexpr int kAgInFlight = 2;
 
-inline Token make_token(TokenKind k, size_t idx) {
-  return (static_cast<uint32_t>(k) << kTokShift) | static_cast<uint32_t>(idx);
-}
-inline TokenKind token_kind(Token t) { return static_cast<TokenKind>(t >> kTokShift); }
-inline size_t token_index(Token t) { return t & kTokMask; }
-
-inline size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+inline Token make_token(TokenKind k, size_t idx) { return pack_token(k, idx); }
+inline TokenKind token_kind(Token t) { return static_cast<TokenKind>(token_kind_of(t)); }
+inline size_t token_index(Token t) { return token_index_of(t); }
 
 }  // namespace ring
 }  // namespace skipring

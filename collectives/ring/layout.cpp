@@ -60,7 +60,7 @@ Status validate_common(const RingParams& p, std::string* why) {
 }
 
 Status RingAllreduce::validate(const RingParams& p, std::string* why) {
-  SKIPRING_CHECK(validate_common(p, why));
+  SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
   if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;

@@ -29,7 +29,7 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
     hdr = slot_hdr(extra_slots_, x.extra_slot);
     payload = slot_payload(extra_slots_, x.extra_slot);
   }
-  SKIPRING_CHECK(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
+  SKIPRING_RETURN_IF_ERROR(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
   const uint32_t late = wire_route(hdr) & kRouteLateMask;
   if (late != 0) {
     if (late > static_cast<uint32_t>(n_) || static_cast<int>(late - 1) == p_.rank) {

@@ -149,7 +149,7 @@ Status RingAllreduce::on_ring_piece(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   --rs_unresolved_;
   uint8_t* hdr = slot_hdr(recv_slot_base(r.slot), 0);
-  SKIPRING_CHECK(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
+  SKIPRING_RETURN_IF_ERROR(check_header(hdr, r.phase, r.chunk, r.seg, &scratch_set_));
   if (scratch_set_.empty() || scratch_set_.contains(p_.rank)) {
     return fail(fmt::format("chunk {} segment {}: contribution set {} overlaps own rank {}",
                             r.chunk, r.seg, scratch_set_.to_string(), p_.rank));
@@ -158,10 +158,11 @@ Status RingAllreduce::on_ring_piece(size_t idx, double now, ActionList* out) {
     forward_late_piece(idx, hdr, now, out);
   } else if (r.chunk == pos_) {
     r.state = OpState::kFinished;
-    SKIPRING_CHECK(owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
+    SKIPRING_RETURN_IF_ERROR(
+        owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
   } else {
     ++awaiting_reduce_;
-    SKIPRING_CHECK(start_reduces(now, out));
+    SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));
   }
   resolve_rs_recv(now, out);
   return Status::kOk;
@@ -175,7 +176,7 @@ Status RingAllreduce::on_piece_reduced(size_t idx, double now, ActionList* out) 
   rec.t_end = now;
   seg_[r.seg_id].on_input_released();
   // The outgoing partial sums what came in plus our input.
-  SKIPRING_CHECK(
+  SKIPRING_RETURN_IF_ERROR(
       check_header(slot_hdr(recv_slot_base(r.slot), 0), r.phase, r.chunk, r.seg, &scratch_set_));
   scratch_set_.add(p_.rank);
   free_recv_slots_.push_back(r.slot);

@@ -294,9 +294,9 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   rec.last_arrival = now;
   advance_wait_cursor();
   if (r.phase == Phase::kReduceScatter) {
-    SKIPRING_CHECK(on_ring_piece(idx, now, out));
+    SKIPRING_RETURN_IF_ERROR(on_ring_piece(idx, now, out));
   } else {
-    SKIPRING_CHECK(on_ag_segment(idx, now, out));
+    SKIPRING_RETURN_IF_ERROR(on_ag_segment(idx, now, out));
   }
   owner_post_extras(now, out);
   maybe_done(now, out);
@@ -312,13 +312,13 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   const size_t idx = token_index(t);
   if (token_kind(t) == kTokOwnerReduce) {
     if (idx >= owner_.size() || !owner_[idx].merging) return fail("unknown owner reduction");
-    SKIPRING_CHECK(on_owner_merged(static_cast<int>(idx), now, out));
+    SKIPRING_RETURN_IF_ERROR(on_owner_merged(static_cast<int>(idx), now, out));
   } else {
     if (token_kind(t) != kTokReduce || idx >= recvs_.size() ||
         recvs_[idx].state != OpState::kReducing) {
       return fail("completion for an unknown reduction");
     }
-    SKIPRING_CHECK(on_piece_reduced(idx, now, out));
+    SKIPRING_RETURN_IF_ERROR(on_piece_reduced(idx, now, out));
   }
   owner_post_extras(now, out);
   maybe_done(now, out);
@@ -346,7 +346,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   }
   if (sent.slot >= 0) {
     free_send_slots_.push_back(sent.slot);
-    SKIPRING_CHECK(start_reduces(now, out));
+    SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));
   } else if (sent.reads_input) {
     // A send that read our input directly: only now may allgather overwrite it.
     seg_[sent.seg_id].on_input_released();
@@ -363,9 +363,9 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
     if (!first_sends_due()) return Status::kOk;
     send_first_pieces(now, out);
   }
-  SKIPRING_CHECK(check_skips(now, out));
-  post_receives(now, out);                  // each skip lends the receive window a slot
-  SKIPRING_CHECK(start_reduces(now, out));  // skipped pieces no longer hold up later ones
+  SKIPRING_RETURN_IF_ERROR(check_skips(now, out));
+  post_receives(now, out);                            // each skip lends the receive window a slot
+  SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));  // skipped pieces no longer hold up later ones
   maybe_done(now, out);
   return Status::kOk;
 }

@@ -198,16 +198,16 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
   --pending_;
   switch (op.kind) {
     case AuxKind::kCtrlRecv:
-      SKIPRING_CHECK(on_control(idx, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_control(idx, now, out));
       break;
     case AuxKind::kAckRecv:
-      SKIPRING_CHECK(on_ack(idx, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_ack(idx, now, out));
       break;
     case AuxKind::kExtraRecv:
-      SKIPRING_CHECK(on_extra_piece(idx, payload_bytes, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_extra_piece(idx, payload_bytes, now, out));
       break;
     case AuxKind::kExtraSend:
-      SKIPRING_CHECK(on_extra_sent(idx, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_extra_sent(idx, now, out));
       break;
     case AuxKind::kCtrlSend:
     case AuxKind::kAckSend:
@@ -232,7 +232,7 @@ Status RingAllreduce::on_control(size_t idx, double now, ActionList* out) {
   mode_.disturbed = true;
   if (channel == kFar) {
     if (!(h.flags & kFlagBypassReq)) return fail("malformed bypass request");
-    SKIPRING_CHECK(on_bypass_request(now, out));
+    SKIPRING_RETURN_IF_ERROR(on_bypass_request(now, out));
   } else {
     if (h.chunk >= static_cast<uint32_t>(n_) ||
         h.segment >= static_cast<uint32_t>(layout_.segments(h.chunk))) {
@@ -244,7 +244,7 @@ Status RingAllreduce::on_control(size_t idx, double now, ActionList* out) {
       on_notice(seg_id);
     } else {
       if (!(h.flags & kFlagBypassed)) return fail("malformed bypass");
-      SKIPRING_CHECK(on_bypassed(seg_id, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_bypassed(seg_id, now, out));
     }
   }
   post_ctrl_recv(channel, now, out);
@@ -292,7 +292,7 @@ Status RingAllreduce::on_ack(size_t idx, double now, ActionList* out) {
   }
   if (ri == recvs_.size()) return fail("redirect ack without a skipped piece");
   const AuxOp& op = aux_[idx];
-  SKIPRING_CHECK(
+  SKIPRING_RETURN_IF_ERROR(
       check_header(op.hdr.data(), Phase::kReduceScatter, op.chunk, op.seg, &scratch_set_));
   RecvOp& r = recvs_[ri];
   cancel_op(make_token(kTokRecv, ri), out);  // the ring receive
@@ -360,7 +360,7 @@ Status RingAllreduce::check_skips(double now, ActionList* out) {
     if (r.state != OpState::kPosted || r.skipped || r.chunk == pos_) continue;
     if (skip_deadline(r) > now) continue;
     if (seg_[r.seg_id].sent()) continue;  // cannot happen for ring pieces; defensive
-    SKIPRING_CHECK(skip_piece(i, now, out));
+    SKIPRING_RETURN_IF_ERROR(skip_piece(i, now, out));
   }
   return Status::kOk;
 }
