@@ -28,7 +28,7 @@ inline std::optional<uint64_t> parse_bytes(const std::string& text) {
 // The benchmark's message sizes: min, then min*factor (factor > 1) or min+step (factor == 1),
 // up to and including max. Stops early rather than overflow or repeat a size.
 inline std::vector<uint64_t> size_sequence(uint64_t min_bytes, uint64_t max_bytes, uint64_t factor,
-                                          uint64_t step_bytes) {
+                                           uint64_t step_bytes) {
   std::vector<uint64_t> sizes;
   uint64_t size = min_bytes;
   while (size <= max_bytes) {

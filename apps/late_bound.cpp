@@ -14,13 +14,12 @@
 //   mpirun -np 4 late_bound -b 64M -n 12
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "apps/bench_util.h"
 #include "skipring/skipring.h"
@@ -57,8 +56,8 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
     recvs.emplace_back();
     const int src = rank == late ? pred : late;
     const int tag = rank == late ? kPartial + g : kPiece + g;
-    MPI_Irecv(piece->data() + geo.at(mine, g), static_cast<int>(geo.seg), MPI_FLOAT, src, tag,
-              comm, &recvs.back());
+    MPI_Irecv(piece->data() + geo.at(mine, g), static_cast<int>(geo.seg), MPI_FLOAT, src, tag, comm,
+              &recvs.back());
     what.push_back(0);
     which.push_back(g);
   }
@@ -84,7 +83,8 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
       }
     }
   } else if (rank == pred) {
-    for (int g = 0; g < geo.segs; ++g) send(others_sum.data() + geo.at(late, g), late, kPartial + g);
+    for (int g = 0; g < geo.segs; ++g)
+      send(others_sum.data() + geo.at(late, g), late, kPartial + g);
   }
   auto send_final = [&](int c, int g) {
     const float* p = out->data() + geo.at(c, g);
@@ -173,8 +173,8 @@ int main(int argc, char** argv) {
     skipring_set_skip(0);
     MPI_Barrier(comm);
     const double t0 = MPI_Wtime();
-    skipring_allreduce(input.data(), ring_out.data(), static_cast<int>(count), MPI_FLOAT,
-                       MPI_SUM, comm);
+    skipring_allreduce(input.data(), ring_out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                       comm);
     t = MPI_Wtime() - t0;
     double rmax = 0;
     MPI_Allreduce(&t, &rmax, 1, MPI_DOUBLE, MPI_MAX, comm);
@@ -189,10 +189,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, %s allgather, %d rounds\n", n,
                 count * sizeof(float), late, ring_ag ? "ring" : "direct", iters);
-    std::printf("ideal after-arrival p50 %.1f ms, plain ring (all at once) p50 %.1f ms, "
-                "ratio %.2f, wrong elements %ld\n",
-                median(ideal) * 1e3, median(ring) * 1e3, median(ideal) / median(ring),
-                wrong_all);
+    std::printf(
+        "ideal after-arrival p50 %.1f ms, plain ring (all at once) p50 %.1f ms, "
+        "ratio %.2f, wrong elements %ld\n",
+        median(ideal) * 1e3, median(ring) * 1e3, median(ideal) / median(ring), wrong_all);
   }
   MPI_Comm_free(&comm);
   skipring_finalize();

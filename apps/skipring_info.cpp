@@ -5,18 +5,17 @@
 // NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops).
 // --markdown / --markdown-simgrid: README.md's parameter tables (no MPI; the readme_params
 // test checks that the README holds them).
+#include <fmt/format.h>
 #include <mpi.h>
 #include <skipring/skipring.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-
 #include <cstdio>
 #include <string>
 
 #include "collectives/algorithms.h"
-#include "runtime/config.h"
 #include "runtime/api_internal.h"
+#include "runtime/config.h"
 #include "runtime/params.h"
 #include "runtime/topology_gather.h"
 
@@ -147,8 +146,8 @@ int main(int argc, char** argv) {
                  "accepts / meaning");
       for (const auto& p : skipring::describe_params(cfg, skipring::process_env())) {
         fmt::print("{:<26} {:<10} {:<6} {:<10} {}\n{:<55}{}\n", p.name,
-                   p.current_value + (p.set_in_env ? "*" : ""), p.type, p.default_value,
-                   p.accepts, "", p.help);
+                   p.current_value + (p.set_in_env ? "*" : ""), p.type, p.default_value, p.accepts,
+                   "", p.help);
       }
       fmt::print("(* = set in the environment)\n");
     }

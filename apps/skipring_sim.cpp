@@ -4,9 +4,9 @@
 // Per measured iteration and mode (skip = flat skip-ahead ring, ring = flat plain ring, both
 // forced with skipring_set_algo("skipring"); hier = the hierarchical all-reduce, skip-ahead on
 // (set SKIPRING_HOST_MAP, e.g. block:M: every SimGrid host is a host of its own);
-// auto = skipring's own choice; mpi = SimGrid's MPI_Allreduce), on every rank: barrier; the late rank (--late-rank) sleeps --late-us of
-// simulated time; t_in = MPI_Wtime(); the all-reduce; t_out = MPI_Wtime(). Rank 0 prints one
-// CSV line:
+// auto = skipring's own choice; mpi = SimGrid's MPI_Allreduce), on every rank: barrier; the late
+// rank (--late-rank) sleeps --late-us of simulated time; t_in = MPI_Wtime(); the all-reduce; t_out
+// = MPI_Wtime(). Rank 0 prints one CSV line:
 //   t_total_us               max t_out - min t_in
 //   t_after_last_arrival_us  max t_out - max t_in (what remains once the last rank is there)
 //   t_rs_us                  end of the reduce-scatter phase (max over ranks of t_in plus
@@ -426,7 +426,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_option("--warmup", o->warmup, "unmeasured iterations per mode first (no straggler)")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  app.add_option("--mode", modes, "comma list of skip, ring, mpi, tree, hier, auto (interleaved per iteration)")
+  app.add_option("--mode", modes,
+                 "comma list of skip, ring, mpi, tree, hier, auto (interleaved per iteration)")
       ->capture_default_str();
   app.add_option("--graph", o->graph, "mode tree: link-graph file (docs/multitree.md)");
   app.add_option("--trees", o->trees, "mode tree: at most this many spanning trees")
@@ -496,7 +497,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
       o->modes.push_back(Mode::kAuto);
     else {
       if (rank == 0)
-        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree, hier, auto)\n", m);
+        fmt::print(stderr, "skipring_sim: unknown mode '{}' (skip, ring, mpi, tree, hier, auto)\n",
+                   m);
       return 1;
     }
   }

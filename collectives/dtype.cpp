@@ -10,57 +10,96 @@ static_assert(CHAR_BIT == 8, "skipring assumes 8-bit bytes");
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kInt8: return sizeof(int8_t);
-    case DType::kUint8: return sizeof(uint8_t);
-    case DType::kInt16: return sizeof(int16_t);
-    case DType::kUint16: return sizeof(uint16_t);
-    case DType::kInt32: return sizeof(int32_t);
-    case DType::kUint32: return sizeof(uint32_t);
-    case DType::kInt64: return sizeof(int64_t);
-    case DType::kUint64: return sizeof(uint64_t);
-    case DType::kFloat: return sizeof(float);
-    case DType::kDouble: return sizeof(double);
-    case DType::kLongDouble: return sizeof(long double);
-    case DType::kBool: return sizeof(bool);
-    case DType::kByte: return 1;
-    case DType::kCount: break;
+    case DType::kInt8:
+      return sizeof(int8_t);
+    case DType::kUint8:
+      return sizeof(uint8_t);
+    case DType::kInt16:
+      return sizeof(int16_t);
+    case DType::kUint16:
+      return sizeof(uint16_t);
+    case DType::kInt32:
+      return sizeof(int32_t);
+    case DType::kUint32:
+      return sizeof(uint32_t);
+    case DType::kInt64:
+      return sizeof(int64_t);
+    case DType::kUint64:
+      return sizeof(uint64_t);
+    case DType::kFloat:
+      return sizeof(float);
+    case DType::kDouble:
+      return sizeof(double);
+    case DType::kLongDouble:
+      return sizeof(long double);
+    case DType::kBool:
+      return sizeof(bool);
+    case DType::kByte:
+      return 1;
+    case DType::kCount:
+      break;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kInt8: return "int8";
-    case DType::kUint8: return "uint8";
-    case DType::kInt16: return "int16";
-    case DType::kUint16: return "uint16";
-    case DType::kInt32: return "int32";
-    case DType::kUint32: return "uint32";
-    case DType::kInt64: return "int64";
-    case DType::kUint64: return "uint64";
-    case DType::kFloat: return "float";
-    case DType::kDouble: return "double";
-    case DType::kLongDouble: return "long double";
-    case DType::kBool: return "bool";
-    case DType::kByte: return "byte";
-    case DType::kCount: break;
+    case DType::kInt8:
+      return "int8";
+    case DType::kUint8:
+      return "uint8";
+    case DType::kInt16:
+      return "int16";
+    case DType::kUint16:
+      return "uint16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUint32:
+      return "uint32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUint64:
+      return "uint64";
+    case DType::kFloat:
+      return "float";
+    case DType::kDouble:
+      return "double";
+    case DType::kLongDouble:
+      return "long double";
+    case DType::kBool:
+      return "bool";
+    case DType::kByte:
+      return "byte";
+    case DType::kCount:
+      break;
   }
   return "unknown";
 }
 
 const char* rop_name(ROp op) {
   switch (op) {
-    case ROp::kSum: return "sum";
-    case ROp::kProd: return "prod";
-    case ROp::kMin: return "min";
-    case ROp::kMax: return "max";
-    case ROp::kLand: return "land";
-    case ROp::kLor: return "lor";
-    case ROp::kLxor: return "lxor";
-    case ROp::kBand: return "band";
-    case ROp::kBor: return "bor";
-    case ROp::kBxor: return "bxor";
-    case ROp::kCount: break;
+    case ROp::kSum:
+      return "sum";
+    case ROp::kProd:
+      return "prod";
+    case ROp::kMin:
+      return "min";
+    case ROp::kMax:
+      return "max";
+    case ROp::kLand:
+      return "land";
+    case ROp::kLor:
+      return "lor";
+    case ROp::kLxor:
+      return "lxor";
+    case ROp::kBand:
+      return "band";
+    case ROp::kBor:
+      return "bor";
+    case ROp::kBxor:
+      return "bxor";
+    case ROp::kCount:
+      break;
   }
   return "unknown";
 }
@@ -78,13 +117,18 @@ Category category(DType t) {
     case DType::kInt32:
     case DType::kUint32:
     case DType::kInt64:
-    case DType::kUint64: return Category::kInteger;
+    case DType::kUint64:
+      return Category::kInteger;
     case DType::kFloat:
     case DType::kDouble:
-    case DType::kLongDouble: return Category::kFloating;
-    case DType::kBool: return Category::kLogical;
-    case DType::kByte: return Category::kByte;
-    case DType::kCount: break;
+    case DType::kLongDouble:
+      return Category::kFloating;
+    case DType::kBool:
+      return Category::kLogical;
+    case DType::kByte:
+      return Category::kByte;
+    case DType::kCount:
+      break;
   }
   return Category::kNone;
 }
@@ -97,14 +141,18 @@ bool op_valid(ROp op, DType t) {
     case ROp::kSum:
     case ROp::kProd:
     case ROp::kMin:
-    case ROp::kMax: return c == Category::kInteger || c == Category::kFloating;
+    case ROp::kMax:
+      return c == Category::kInteger || c == Category::kFloating;
     case ROp::kLand:
     case ROp::kLor:
-    case ROp::kLxor: return c == Category::kInteger || c == Category::kLogical;
+    case ROp::kLxor:
+      return c == Category::kInteger || c == Category::kLogical;
     case ROp::kBand:
     case ROp::kBor:
-    case ROp::kBxor: return c == Category::kInteger || c == Category::kByte;
-    case ROp::kCount: break;
+    case ROp::kBxor:
+      return c == Category::kInteger || c == Category::kByte;
+    case ROp::kCount:
+      break;
   }
   return false;
 }

@@ -183,8 +183,8 @@ class HierAllreduce final : public CoreBase {
   std::vector<int> p1_sends_left_;  // per layout segment id: phase-1 sends still reading it
   int segs_reduced_ = 0;
   bool block_reduced_ = false;  // phase 1 of our block done (or nothing to do)
-  bool ring_done_ = false;  // the ring's done() was seen (and phase 3 sent the block on)
-  NestedCore ring_;         // the inter-host ring, its tokens one kind of ours
+  bool ring_done_ = false;      // the ring's done() was seen (and phase 3 sent the block on)
+  NestedCore ring_;             // the inter-host ring, its tokens one kind of ours
   // Phase 3 during the ring's allgather: its receives into our block (our token -> region), the
   // block regions known final (by offset), final bytes and sent flag per segment of our block.
   std::unordered_map<Token, std::pair<void*, size_t>> ring_ag_recvs_;

@@ -56,30 +56,77 @@ namespace {
 
 // ---- Element types -------------------------------------------------------------------------
 
-template <DType kT> struct StorageOf;
-template <> struct StorageOf<DType::kInt8> { using type = int8_t; };
-template <> struct StorageOf<DType::kUint8> { using type = uint8_t; };
-template <> struct StorageOf<DType::kInt16> { using type = int16_t; };
-template <> struct StorageOf<DType::kUint16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kInt32> { using type = int32_t; };
-template <> struct StorageOf<DType::kUint32> { using type = uint32_t; };
-template <> struct StorageOf<DType::kInt64> { using type = int64_t; };
-template <> struct StorageOf<DType::kUint64> { using type = uint64_t; };
-template <> struct StorageOf<DType::kFloat> { using type = float; };
-template <> struct StorageOf<DType::kDouble> { using type = double; };
-template <> struct StorageOf<DType::kLongDouble> { using type = long double; };
+template <DType kT>
+struct StorageOf;
+template <>
+struct StorageOf<DType::kInt8> {
+  using type = int8_t;
+};
+template <>
+struct StorageOf<DType::kUint8> {
+  using type = uint8_t;
+};
+template <>
+struct StorageOf<DType::kInt16> {
+  using type = int16_t;
+};
+template <>
+struct StorageOf<DType::kUint16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kInt32> {
+  using type = int32_t;
+};
+template <>
+struct StorageOf<DType::kUint32> {
+  using type = uint32_t;
+};
+template <>
+struct StorageOf<DType::kInt64> {
+  using type = int64_t;
+};
+template <>
+struct StorageOf<DType::kUint64> {
+  using type = uint64_t;
+};
+template <>
+struct StorageOf<DType::kFloat> {
+  using type = float;
+};
+template <>
+struct StorageOf<DType::kDouble> {
+  using type = double;
+};
+template <>
+struct StorageOf<DType::kLongDouble> {
+  using type = long double;
+};
 // C bool is read as a byte so that values other than 0/1 are "true" instead of UB.
-template <> struct StorageOf<DType::kBool> { using type = uint8_t; };
-template <> struct StorageOf<DType::kByte> { using type = uint8_t; };
+template <>
+struct StorageOf<DType::kBool> {
+  using type = uint8_t;
+};
+template <>
+struct StorageOf<DType::kByte> {
+  using type = uint8_t;
+};
 
 // Unsigned type wide enough that arithmetic on it neither overflows into UB nor promotes
 // to signed int (uint16_t * uint16_t would be signed int multiplication).
 template <typename T>
 using WrapT = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
-template <typename T> struct BitsOf;
-template <> struct BitsOf<float> { using type = uint32_t; };
-template <> struct BitsOf<double> { using type = uint64_t; };
+template <typename T>
+struct BitsOf;
+template <>
+struct BitsOf<float> {
+  using type = uint32_t;
+};
+template <>
+struct BitsOf<double> {
+  using type = uint64_t;
+};
 
 template <typename To, typename From>
 SKIPRING_INLINE To bits_cast(From from) {
@@ -149,7 +196,8 @@ SKIPRING_INLINE T float_max(T a, T b) {
 // also stores bool, but op_valid rejects SUM on bool).
 
 struct OpSum {
-  template <typename T> static constexpr bool defined = true;
+  template <typename T>
+  static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -162,7 +210,8 @@ struct OpSum {
 };
 
 struct OpProd {
-  template <typename T> static constexpr bool defined = true;
+  template <typename T>
+  static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -175,7 +224,8 @@ struct OpProd {
 };
 
 struct OpMin {
-  template <typename T> static constexpr bool defined = true;
+  template <typename T>
+  static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -187,7 +237,8 @@ struct OpMin {
 };
 
 struct OpMax {
-  template <typename T> static constexpr bool defined = true;
+  template <typename T>
+  static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -199,7 +250,8 @@ struct OpMax {
 };
 
 struct OpLand {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>((a != 0) & (b != 0));
@@ -207,7 +259,8 @@ struct OpLand {
 };
 
 struct OpLor {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>((a != 0) | (b != 0));
@@ -215,7 +268,8 @@ struct OpLor {
 };
 
 struct OpLxor {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>((a != 0) != (b != 0));
@@ -223,7 +277,8 @@ struct OpLxor {
 };
 
 struct OpBand {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>(a & b);
@@ -231,7 +286,8 @@ struct OpBand {
 };
 
 struct OpBor {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>(a | b);
@@ -239,24 +295,56 @@ struct OpBor {
 };
 
 struct OpBxor {
-  template <typename T> static constexpr bool defined = std::is_integral_v<T>;
+  template <typename T>
+  static constexpr bool defined = std::is_integral_v<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>(a ^ b);
   }
 };
 
-template <ROp kOp> struct FunctorOf;
-template <> struct FunctorOf<ROp::kSum> { using type = OpSum; };
-template <> struct FunctorOf<ROp::kProd> { using type = OpProd; };
-template <> struct FunctorOf<ROp::kMin> { using type = OpMin; };
-template <> struct FunctorOf<ROp::kMax> { using type = OpMax; };
-template <> struct FunctorOf<ROp::kLand> { using type = OpLand; };
-template <> struct FunctorOf<ROp::kLor> { using type = OpLor; };
-template <> struct FunctorOf<ROp::kLxor> { using type = OpLxor; };
-template <> struct FunctorOf<ROp::kBand> { using type = OpBand; };
-template <> struct FunctorOf<ROp::kBor> { using type = OpBor; };
-template <> struct FunctorOf<ROp::kBxor> { using type = OpBxor; };
+template <ROp kOp>
+struct FunctorOf;
+template <>
+struct FunctorOf<ROp::kSum> {
+  using type = OpSum;
+};
+template <>
+struct FunctorOf<ROp::kProd> {
+  using type = OpProd;
+};
+template <>
+struct FunctorOf<ROp::kMin> {
+  using type = OpMin;
+};
+template <>
+struct FunctorOf<ROp::kMax> {
+  using type = OpMax;
+};
+template <>
+struct FunctorOf<ROp::kLand> {
+  using type = OpLand;
+};
+template <>
+struct FunctorOf<ROp::kLor> {
+  using type = OpLor;
+};
+template <>
+struct FunctorOf<ROp::kLxor> {
+  using type = OpLxor;
+};
+template <>
+struct FunctorOf<ROp::kBand> {
+  using type = OpBand;
+};
+template <>
+struct FunctorOf<ROp::kBor> {
+  using type = OpBor;
+};
+template <>
+struct FunctorOf<ROp::kBxor> {
+  using type = OpBxor;
+};
 
 // ---- Loops ---------------------------------------------------------------------------------
 // Same operand order (a, b) in every variant, so the result bits do not depend on aliasing.
@@ -357,8 +445,8 @@ void kernel_baseline(void* d, const void* a, const void* b, size_t n, bool strea
 #if SKIPRING_KERNELS_X86_DISPATCH
 // AVX2 only (no FMA: a contracted multiply-add would change results between ISAs).
 template <typename T, typename Op>
-__attribute__((target("avx2"))) void kernel_avx2(void* d, const void* a, const void* b,
-                                                 size_t n, bool stream) {
+__attribute__((target("avx2"))) void kernel_avx2(void* d, const void* a, const void* b, size_t n,
+                                                 bool stream) {
   run_loops<T, Op>(d, a, b, n, stream);
 }
 #endif
@@ -400,7 +488,8 @@ constexpr KernelTable kTables[kNumIsas] = {
 
 bool isa_supported(Isa isa) {
   switch (isa) {
-    case Isa::kBaseline: return true;
+    case Isa::kBaseline:
+      return true;
     case Isa::kAvx2:
 #if SKIPRING_KERNELS_X86_DISPATCH
       __builtin_cpu_init();
@@ -408,7 +497,8 @@ bool isa_supported(Isa isa) {
 #else
       return false;
 #endif
-    case Isa::kCount: break;
+    case Isa::kCount:
+      break;
   }
   return false;
 }
@@ -507,16 +597,18 @@ const char* isa_name(int isa);
 bool isa_available(int isa);
 int selected_isa();
 size_t set_streaming_threshold(size_t bytes);
-Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b,
-                  size_t count);
+Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b, size_t count);
 
 int num_isas() { return kNumIsas; }
 
 const char* isa_name(int isa) {
   switch (static_cast<Isa>(isa)) {
-    case Isa::kBaseline: return "baseline";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kCount: break;
+    case Isa::kBaseline:
+      return "baseline";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kCount:
+      break;
   }
   return "unknown";
 }
@@ -534,8 +626,7 @@ size_t set_streaming_threshold(size_t bytes) {
   return streaming_threshold().exchange(bytes, std::memory_order_relaxed);
 }
 
-Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b,
-                  size_t count) {
+Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b, size_t count) {
   if (!isa_available(isa)) return Status::kErrArg;
   return reduce_with(static_cast<Isa>(isa), op, t, dst, a, b, count);
 }

@@ -167,8 +167,8 @@ class RingAllreduce final : public CoreBase {
   int take_recv_slot();
   Status on_ring_piece(size_t idx, double now, ActionList* out);
   Status on_piece_reduced(size_t idx, double now, ActionList* out);
-  void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload,
-                 int slot, double now, ActionList* out, bool reads_input = false, int peer = -1);
+  void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
+                 double now, ActionList* out, bool reads_input = false, int peer = -1);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
@@ -177,8 +177,8 @@ class RingAllreduce final : public CoreBase {
   // --- allgather.cpp: routes, forwarding, per-peer queues, direct
   // Sends an allgather segment to `peer`: posted now, or once a straggler is around, queued
   // behind the segments already going to that peer (at most kAgInFlight in flight per peer).
-  void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer,
-               double now, ActionList* out);
+  void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer, double now,
+               ActionList* out);
   void pump_ag(int peer, double now, ActionList* out);
   // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
@@ -272,9 +272,9 @@ class RingAllreduce final : public CoreBase {
   size_t next_post_ = 0;    // first receive not yet posted
   size_t wait_cursor_ = 0;  // first receive whose arrival is not yet accounted as wait
   double wait_clock_ = 0;
-  int ag_posted_ = 0;          // AG receives posted and not yet arrived
-  size_t reduce_cursor_ = 0;   // next ring piece to reduce, in receive-sequence order
-  int awaiting_reduce_ = 0;    // ring pieces arrived and not yet reduced
+  int ag_posted_ = 0;         // AG receives posted and not yet arrived
+  size_t reduce_cursor_ = 0;  // next ring piece to reduce, in receive-sequence order
+  int awaiting_reduce_ = 0;   // ring pieces arrived and not yet reduced
   std::vector<SendOp> sends_;
 
   std::vector<AuxOp> aux_;

@@ -418,8 +418,8 @@ SegmentedSchedule::SegmentedSchedule(const RingParams& p, const CollParams& c,
                                      std::vector<uint8_t>* scratch)
     : ScheduleCore(p, scratch), c_(c), seg_elems_(seg_elems_of(p_)) {}
 
-Status SegmentedSchedule::validate_segmented(const RingParams& p, const CollParams& c,
-                                             bool reduces, bool blocked, std::string* why) {
+Status SegmentedSchedule::validate_segmented(const RingParams& p, const CollParams& c, bool reduces,
+                                             bool blocked, std::string* why) {
   SKIPRING_RETURN_IF_ERROR(validate_layout(p, reduces, why));
   SKIPRING_RETURN_IF_ERROR(blocked ? validate_blocks(p, c, why) : validate_root(p, c, why));
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;

@@ -1,13 +1,13 @@
 // Algorithm selection from an alpha-beta-gamma cost model (see select.h).
 #include "collectives/select.h"
 
-#include "collectives/hier_allreduce.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "collectives/hier_allreduce.h"
 
 namespace skipring {
 namespace {
@@ -119,8 +119,8 @@ double cost_rd(size_t bytes, const TopologySummary& t, const CostParams& p, size
 double cost_rabenseifner(size_t bytes, const TopologySummary& t, const CostParams& p, size_t) {
   const double S = static_cast<double>(bytes);
   const double m = memory_factor(S / 2, p);
-  return rabenseifner_cost(S, std::max(1, t.n), flat_alpha(t, p) + p.sigma_s,
-                           flat_beta(t, p) * m, p.gamma_s * m);
+  return rabenseifner_cost(S, std::max(1, t.n), flat_alpha(t, p) + p.sigma_s, flat_beta(t, p) * m,
+                           p.gamma_s * m);
 }
 
 double cost_ring(size_t bytes, const TopologySummary& t, const CostParams& p,
@@ -163,8 +163,8 @@ double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParam
   return cost != nullptr ? cost(bytes, t, p, segment_bytes) : kInf;
 }
 
-Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p,
-                 size_t segment_bytes, bool skip, double* cost) {
+Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p, size_t segment_bytes,
+                 bool skip, double* cost) {
   Algo best = Algo::kRing;
   double best_cost = kInf;
   for (Algo a : modelled_algos()) {

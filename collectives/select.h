@@ -31,8 +31,8 @@ struct CostParams {
   double gamma_s = 1.0 / 10e9;  // seconds per byte reduced
   double inter_alpha_s = 2e-6;  // between hosts (= the same-host values on one host)
   double inter_beta_s = 1.0 / 5e9;
-  double sigma_s = 1e-6;        // per-message cost of the progress engine (cores, not rd);
-                                // measured by Communicator::measure_engine_sigma
+  double sigma_s = 1e-6;  // per-message cost of the progress engine (cores, not rd);
+                          // measured by Communicator::measure_engine_sigma
   // Unsegmented algorithms slow down by mem_slowdown once a message exceeds cache_bytes (a
   // core's L2: the segmented ring and trees stay inside it).
   double cache_bytes = 2.0 * 1024 * 1024;
@@ -41,9 +41,9 @@ struct CostParams {
 };
 
 struct TopologySummary {
-  int n = 1;          // ranks
-  int hosts = 1;      // distinct hosts
-  int max_local = 1;  // most ranks on one host
+  int n = 1;                        // ranks
+  int hosts = 1;                    // distinct hosts
+  int max_local = 1;                // most ranks on one host
   std::vector<int> ranks_per_host;  // per host its number of ranks (empty: {n})
   // False when a host runs more busy ranks than it has cores: a rank's transfers and
   // reductions then share a core instead of overlapping.
@@ -87,7 +87,7 @@ const std::vector<Algo>& modelled_algos();
 
 // A text table: one row per size (8 B .. max_bytes, x4), the modelled time of each algorithm
 // in microseconds and auto's choice.
-std::string decision_table(const TopologySummary& topo, const CostParams& p,
-                           size_t segment_bytes, bool skip, size_t max_bytes);
+std::string decision_table(const TopologySummary& topo, const CostParams& p, size_t segment_bytes,
+                           bool skip, size_t max_bytes);
 
 }  // namespace skipring

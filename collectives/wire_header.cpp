@@ -1,9 +1,9 @@
 // Encoding and checking of the wire header.
 #include "collectives/wire_header.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 namespace skipring {
 

@@ -41,10 +41,11 @@ std::string CollectiveStats::to_string() const {
       seq, bytes, time_s(), wait_s, reduce_s, transfer_s, messages_sent, messages_received, skips,
       late_pieces, direct_segments, skip_threshold_s, slowest_neighbour);
   for (const auto& s : steps) {
-    out += fmt::format("\n  {} step {} chunk {} from {} to {} segs {} wait={:.6f} reduce={:.6f} "
-                       "transfer={:.6f}",
-                       s.phase == Phase::kReduceScatter ? "RS" : "AG", s.step, s.chunk, s.from,
-                       s.to, s.segments, s.wait_s, s.reduce_s, s.transfer_s);
+    out += fmt::format(
+        "\n  {} step {} chunk {} from {} to {} segs {} wait={:.6f} reduce={:.6f} "
+        "transfer={:.6f}",
+        s.phase == Phase::kReduceScatter ? "RS" : "AG", s.step, s.chunk, s.from, s.to, s.segments,
+        s.wait_s, s.reduce_s, s.transfer_s);
   }
   return out;
 }

@@ -30,9 +30,9 @@ struct GlobalState {
   std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
   // Process-wide totals: atomics, so the per-call path takes no lock.
   std::atomic<uint64_t> calls{0}, fallbacks{0}, skips{0}, late{0}, bytes{0}, time_ns{0};
-  std::atomic<bool> tracing{false};  // trace != nullptr (read without the lock)
-  InjectPlan inject;                         // SKIPRING_INJECT or skipring_set_inject()
-  std::unique_ptr<TraceWriter> trace;        // SKIPRING_TRACE
+  std::atomic<bool> tracing{false};    // trace != nullptr (read without the lock)
+  InjectPlan inject;                   // SKIPRING_INJECT or skipring_set_inject()
+  std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
 };
 
 // Set once init succeeded: the per-call fast path skips the lock.
@@ -45,16 +45,25 @@ GlobalState& state() {
 
 int to_mpi_error(Status s) {
   switch (s) {
-    case Status::kOk: return MPI_SUCCESS;
-    case Status::kErrCount: return MPI_ERR_COUNT;
-    case Status::kErrBuffer: return MPI_ERR_BUFFER;
-    case Status::kErrOp: return MPI_ERR_OP;
-    case Status::kErrType: return MPI_ERR_TYPE;
-    case Status::kErrComm: return MPI_ERR_COMM;
+    case Status::kOk:
+      return MPI_SUCCESS;
+    case Status::kErrCount:
+      return MPI_ERR_COUNT;
+    case Status::kErrBuffer:
+      return MPI_ERR_BUFFER;
+    case Status::kErrOp:
+      return MPI_ERR_OP;
+    case Status::kErrType:
+      return MPI_ERR_TYPE;
+    case Status::kErrComm:
+      return MPI_ERR_COMM;
     case Status::kErrArg:
-    case Status::kErrConfig: return MPI_ERR_ARG;
-    case Status::kErrNoMem: return MPI_ERR_NO_MEM;
-    default: return MPI_ERR_OTHER;
+    case Status::kErrConfig:
+      return MPI_ERR_ARG;
+    case Status::kErrNoMem:
+      return MPI_ERR_NO_MEM;
+    default:
+      return MPI_ERR_OTHER;
   }
 }
 
@@ -282,8 +291,8 @@ int run_native(MPI_Comm comm, F&& call) {
   return MPI_SUCCESS;
 }
 
-int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                         MPI_Op op, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (recvcount < 0) return MPI_ERR_COUNT;
   if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
@@ -297,7 +306,9 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return run_native(comm, [&](Communicator* c) { return c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop); });
+  return run_native(comm, [&](Communicator* c) {
+    return c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop);
+  });
 }
 
 int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -313,7 +324,9 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return run_native(comm, [&](Communicator* c) { return c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt); });
+  return run_native(comm, [&](Communicator* c) {
+    return c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt);
+  });
 }
 
 int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
@@ -327,7 +340,9 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
-  return run_native(comm, [&](Communicator* c) { return c->bcast(buffer, static_cast<size_t>(count), dt, root); });
+  return run_native(comm, [&](Communicator* c) {
+    return c->bcast(buffer, static_cast<size_t>(count), dt, root);
+  });
 }
 
 int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -352,7 +367,9 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
     return MPI_ERR_BUFFER;
   }
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return run_native(comm, [&](Communicator* c) { return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root); });
+  return run_native(comm, [&](Communicator* c) {
+    return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root);
+  });
 }
 
 // Runs an entry point's body (returning an MPI error code) so that nothing thrown crosses the
@@ -372,7 +389,7 @@ int guarded(F&& body) noexcept {
 }  // namespace
 
 int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
@@ -388,35 +405,38 @@ using namespace skipring;
 extern "C" {
 
 int skipring_init(void) {
-  return guarded([] { return ensure_init(); });
+  return guarded([]() -> int { return ensure_init(); });
 }
 
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                        MPI_Op op, MPI_Comm comm) {
-  return guarded([&] { return allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
+  return guarded([&]() -> int { return allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
 }
 
 int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  return guarded([&] { return reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); });
+  return guarded(
+      [&] { return reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); });
 }
 
 int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                        int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  return guarded([&] { return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); });
+  return guarded(
+      [&] { return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); });
 }
 
 int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  return guarded([&] { return bcast(buffer, count, datatype, root, comm); });
+  return guarded([&]() -> int { return bcast(buffer, count, datatype, root, comm); });
 }
 
-int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                    MPI_Op op, int root, MPI_Comm comm) {
-  return guarded([&] { return reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
+int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                    int root, MPI_Comm comm) {
+  return guarded(
+      [&]() -> int { return reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
 }
 
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (handled == nullptr) return MPI_ERR_ARG;
     *handled = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -429,7 +449,7 @@ int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handl
 }
 
 int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (out == nullptr) return MPI_ERR_ARG;
     *out = skipring_stats_t{};
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -465,7 +485,7 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
 }
 
 int skipring_get_totals(skipring_totals_t* totals) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (totals == nullptr) return MPI_ERR_ARG;
     const GlobalState& g = state();  // allocates on the very first call
     totals->calls = g.calls.load(std::memory_order_relaxed);
@@ -479,14 +499,14 @@ int skipring_get_totals(skipring_totals_t* totals) {
 }
 
 void skipring_count_fallback(void) {
-  (void)guarded([] {
+  (void)guarded([]() -> int {
     state().fallbacks.fetch_add(1, std::memory_order_relaxed);
     return MPI_SUCCESS;
   });
 }
 
 int skipring_pending_messages(MPI_Comm comm, int* pending) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (pending == nullptr) return MPI_ERR_ARG;
     *pending = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -502,7 +522,7 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
 }
 
 int skipring_set_inject(const char* spec) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     InjectPlan plan;
     std::string error;
@@ -518,7 +538,7 @@ int skipring_set_inject(const char* spec) {
 }
 
 int skipring_set_skip(int enabled) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     std::lock_guard<std::mutex> lock(state().mutex);
     Config cfg = global_config();
@@ -530,7 +550,7 @@ int skipring_set_skip(int enabled) {
 }
 
 int skipring_set_algo(const char* name) {
-  return guarded([&] {
+  return guarded([&]() -> int {
     if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
     Algo algo = Algo::kAuto;
     if (name == nullptr) {
@@ -552,7 +572,7 @@ int skipring_set_algo(const char* name) {
 }
 
 int skipring_finalize(void) {
-  return guarded([] {
+  return guarded([]() -> int {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;

@@ -9,13 +9,13 @@
 #include <thread>
 
 #include "collectives/algorithms.h"
-#include "runtime/rd_direct.h"
-#include "collectives/select.h"
-#include "runtime/cost_probe.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
+#include "collectives/select.h"
+#include "runtime/cost_probe.h"
 #include "runtime/log.h"
 #include "runtime/progress_engine.h"
+#include "runtime/rd_direct.h"
 #include "runtime/topology_gather.h"
 #include "topology/ring_order.h"
 
@@ -54,9 +54,10 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
       c->skip_floor_s_ = std::max(c->skip_floor_s_, kOversubscribedFloorS);
       if (c->rank_ == 0) {
-        SKIPRING_LOG_INFO("{} ranks on a host with {} cores: skip threshold floor {} ms "
-                          "(set SKIPRING_SKIP_MIN_WAIT_US to override)",
-                          local_size, cores, kOversubscribedFloorS * 1e3);
+        SKIPRING_LOG_INFO(
+            "{} ranks on a host with {} cores: skip threshold floor {} ms "
+            "(set SKIPRING_SKIP_MIN_WAIT_US to override)",
+            local_size, cores, kOversubscribedFloorS * 1e3);
       }
     }
   }
@@ -73,8 +74,8 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     SKIPRING_LOG_ERROR("ring order: {}", why);
     return Status::kErrInternal;
   }
-  c->pos_ = static_cast<int>(std::find(c->ring_.begin(), c->ring_.end(), c->rank_) -
-                             c->ring_.begin());
+  c->pos_ =
+      static_cast<int>(std::find(c->ring_.begin(), c->ring_.end(), c->rank_) - c->ring_.begin());
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
   c->clock_ = make_clock(cfg.clock);
   c->topo_summary_.n = c->size_;
@@ -97,8 +98,8 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
       return Status::kErrConfig;
     }
   }
-  c->engine_ = std::make_unique<ProgressEngine>(
-      c->transport_.get(), c->clock_.get(), engine_options(cfg));
+  c->engine_ =
+      std::make_unique<ProgressEngine>(c->transport_.get(), c->clock_.get(), engine_options(cfg));
   c->params_.rank = c->rank_;
   c->params_.ring = c->ring_;
   c->params_.segment_bytes = cfg.segment_bytes;
@@ -204,8 +205,9 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
       for (int u = 0; u < size_; ++u) {
         for (int v = u + 1; v < size_; ++v) {
           const bool same = host.empty() || host[u] == host[v];
-          SKIPRING_RETURN_IF_ERROR(derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
-                                          1.0 / (same ? cost_.beta_s : cost_.inter_beta_s), &why));
+          SKIPRING_RETURN_IF_ERROR(
+              derived.add_link(u, v, same ? cost_.alpha_s : cost_.inter_alpha_s,
+                               1.0 / (same ? cost_.beta_s : cost_.inter_beta_s), &why));
         }
       }
       g = &derived;
@@ -259,8 +261,8 @@ void Communicator::measure_engine_sigma() {
   }
   std::sort(core_t.begin(), core_t.end());
   std::sort(direct_t.begin(), direct_t.end());
-  double sigma = messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages
-                              : 0.0;
+  double sigma =
+      messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages : 0.0;
   double all = sigma;
   PMPI_Allreduce(&sigma, &all, 1, MPI_DOUBLE, MPI_MAX, internal_);
   PMPI_Barrier(internal_);
@@ -270,13 +272,12 @@ void Communicator::measure_engine_sigma() {
 std::string Communicator::describe_selection(size_t max_bytes) {
   ensure_cost_params();
   const TopologySummary& t = topo_summary_;
-  std::string out = fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}): {}\n",
-                                t.n, t.hosts, t.max_local,
-                                t.overlap ? "" : ", more ranks than cores", cost_.to_string());
-  out += fmt::format("SKIPRING_ALGO={}{}\n", algo_name(cfg_.algo),
-                     cfg_.algo == Algo::kAuto
-                         ? ""
-                         : " (forced: the table shows what auto would do)");
+  std::string out =
+      fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}): {}\n", t.n, t.hosts,
+                  t.max_local, t.overlap ? "" : ", more ranks than cores", cost_.to_string());
+  out +=
+      fmt::format("SKIPRING_ALGO={}{}\n", algo_name(cfg_.algo),
+                  cfg_.algo == Algo::kAuto ? "" : " (forced: the table shows what auto would do)");
   out += decision_table(t, cost_, cfg_.segment_bytes, cfg_.skip, max_bytes);
   return out;
 }
@@ -306,8 +307,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.seq = static_cast<uint32_t>(seq_);
   if (!op_valid(op, dtype)) return Status::kErrOp;
   const size_t bytes = count * dtype_size(dtype);
-  const size_t seg_bytes = std::min(bytes / std::max(1, size_) + dtype_size(dtype),
-                                    cfg_.segment_bytes);
+  const size_t seg_bytes =
+      std::min(bytes / std::max(1, size_) + dtype_size(dtype), cfg_.segment_bytes);
   const Algo algo = choose_algo(bytes);
   // Recursive doubling with nothing asking for per-step records: straight on MPI
   // (runtime/rd_direct.h), without the core's per-message headers and action lists.
@@ -345,10 +346,10 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     if (arrive > 0) std::this_thread::sleep_for(std::chrono::duration<double>(arrive));
     const uint64_t seq = seq_;
     engine_->set_step_delay([this, seq](Phase ph, int step) {
-      return inject_.delay(rank_, seq,
-                           ph == Phase::kReduceScatter ? InjectPoint::kReduceScatter
-                                                       : InjectPoint::kAllgather,
-                           step);
+      return inject_.delay(
+          rank_, seq,
+          ph == Phase::kReduceScatter ? InjectPoint::kReduceScatter : InjectPoint::kAllgather,
+          step);
     });
   } else {
     engine_->set_step_delay(nullptr);
@@ -362,8 +363,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     broken_ = true;
     return st;
   }
-  st = finish_collective(core.get(), engine_->run(core.get()), "allreduce",
-                         static_cast<int>(algo));
+  st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,

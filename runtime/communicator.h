@@ -11,17 +11,17 @@
 #include <vector>
 
 #include "collectives/dtype.h"
-#include "runtime/clock.h"
-#include "runtime/config.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
-#include "topology/multitree.h"
+#include "common/step_stats.h"
+#include "runtime/clock.h"
+#include "runtime/config.h"
 #include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
-#include "common/step_stats.h"
 #include "straggler/step_timer.h"
 #include "topology/discovery.h"
+#include "topology/multitree.h"
 
 namespace skipring {
 
@@ -101,11 +101,11 @@ class Communicator {
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
   Topology topology_;
-  CostParams cost_;               // measured on the first auto all-reduce
+  CostParams cost_;  // measured on the first auto all-reduce
   bool cost_measured_ = false;
   LinkGraph tree_graph_;  // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
   std::map<int, MultiTreePlan> tree_plans_;  // by k
-  size_t last_choice_bytes_ = SIZE_MAX;  // choose_algo's last auto decision
+  size_t last_choice_bytes_ = SIZE_MAX;      // choose_algo's last auto decision
   bool last_choice_skip_ = false;
   Algo last_choice_ = Algo::kRing;
   TopologySummary topo_summary_;  // what the cost model knows of the topology
@@ -117,7 +117,7 @@ class Communicator {
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
   InjectPlan inject_;
-  StepTimer timer_;                         // normal step time per predecessor
+  StepTimer timer_;  // normal step time per predecessor
   uint64_t seq_ = 0;
   bool broken_ = false;
   CollectiveStats last_stats_;

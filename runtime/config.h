@@ -22,54 +22,54 @@ enum class LogLevel : int { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 enum class ClockKind : int { kSteady, kMpiWtime };
 
 struct Config {
-  bool enable = true;             // SKIPRING_ENABLE
+  bool enable = true;                    // SKIPRING_ENABLE
   LogLevel log_level = LogLevel::kWarn;  // SKIPRING_LOG_LEVEL
-  bool report = false;            // SKIPRING_REPORT
+  bool report = false;                   // SKIPRING_REPORT
   size_t segment_bytes = 256 * 1024;     // SKIPRING_SEGMENT_BYTES
-  int pipeline_depth = 8;         // SKIPRING_PIPELINE_DEPTH
-  int poll_spins = 200;           // SKIPRING_POLL_SPINS
-  int idle_sleep_us = 20;         // SKIPRING_IDLE_SLEEP_US
+  int pipeline_depth = 8;                // SKIPRING_PIPELINE_DEPTH
+  int poll_spins = 200;                  // SKIPRING_POLL_SPINS
+  int idle_sleep_us = 20;                // SKIPRING_IDLE_SLEEP_US
 #ifdef SKIPRING_SIMGRID
   ClockKind clock = ClockKind::kMpiWtime;  // SKIPRING_CLOCK (SMPI: simulated time only)
 #else
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
 #endif
-  bool check = false;             // SKIPRING_CHECK
+  bool check = false;  // SKIPRING_CHECK
   // Straggler handling (DESIGN.md 2): skip ahead when the predecessor is later than
   // alpha * T + T_trans (and at least skip_min_wait_us).
-  bool skip = true;                // SKIPRING_SKIP
-  double alpha = 2.0;              // SKIPRING_ALPHA (> 1)
-  int skip_min_wait_us = 50;       // SKIPRING_SKIP_MIN_WAIT_US
+  bool skip = true;           // SKIPRING_SKIP
+  double alpha = 2.0;         // SKIPRING_ALPHA (> 1)
+  int skip_min_wait_us = 50;  // SKIPRING_SKIP_MIN_WAIT_US
   // Given instead of learnt (0: learn): T and T_trans of the threshold, in microseconds. The
   // paper's model has T = the reduce time of a step (3 us) apart from T_trans; the learnt T is
   // the whole step (transfer included).
-  double skip_t_us = 0;            // SKIPRING_SKIP_T_US
-  double skip_ttrans_us = 0;       // SKIPRING_SKIP_TTRANS_US
+  double skip_t_us = 0;       // SKIPRING_SKIP_T_US
+  double skip_ttrans_us = 0;  // SKIPRING_SKIP_TTRANS_US
   // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
-  int direct_allgather = -1;       // SKIPRING_DIRECT_ALLGATHER
+  int direct_allgather = -1;  // SKIPRING_DIRECT_ALLGATHER
   // Algorithm choice and topology (issue 5).
-  Algo algo = Algo::kAuto;          // SKIPRING_ALGO (collectives/algorithms.h)
+  Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or
   // one label per rank separated by ',' (e.g. "a,a,b,b"); the length is checked at setup.
-  std::string host_map;             // SKIPRING_HOST_MAP
-  std::string tree_graph;           // SKIPRING_TREE_GRAPH: link graph file for multitree
-  int multitree_k = 4;              // SKIPRING_MULTITREE_K: at most this many trees
+  std::string host_map;    // SKIPRING_HOST_MAP
+  std::string tree_graph;  // SKIPRING_TREE_GRAPH: link graph file for multitree
+  int multitree_k = 4;     // SKIPRING_MULTITREE_K: at most this many trees
   // Cost model parameters (0: measured at communicator setup).
-  double model_lat_us = 0;          // SKIPRING_MODEL_LAT_US: per-message latency alpha
-  double model_gbps = 0;            // SKIPRING_MODEL_GBPS: link bandwidth 1/beta
-  double model_reduce_gbps = 0;     // SKIPRING_MODEL_REDUCE_GBPS: reduction rate 1/gamma
-  std::string inject;              // SKIPRING_INJECT (validated by parse_inject_spec)
-  std::string trace_dir;           // SKIPRING_TRACE (empty: no trace)
+  double model_lat_us = 0;       // SKIPRING_MODEL_LAT_US: per-message latency alpha
+  double model_gbps = 0;         // SKIPRING_MODEL_GBPS: link bandwidth 1/beta
+  double model_reduce_gbps = 0;  // SKIPRING_MODEL_REDUCE_GBPS: reduction rate 1/gamma
+  std::string inject;            // SKIPRING_INJECT (validated by parse_inject_spec)
+  std::string trace_dir;         // SKIPRING_TRACE (empty: no trace)
   // SimGrid SMPI build only (ignored otherwise): reductions are charged as simulated compute
   // time bytes / rate; 2.73 GB/s = 8 KiB in 3 us, the paper's T.
-  double sim_reduce_gbps = 2.73;   // SKIPRING_SIM_REDUCE_GBPS (> 0)
+  double sim_reduce_gbps = 2.73;  // SKIPRING_SIM_REDUCE_GBPS (> 0)
   // SimGrid SMPI build only: simulated time an idle progress engine sleeps between polls (the
   // most it can be late to see a message).
-  int sim_poll_ns = 100;           // SKIPRING_SIM_POLL_NS
+  int sim_poll_ns = 100;  // SKIPRING_SIM_POLL_NS
   // SimGrid SMPI build only: an idle rank blocks until its next completion or timer (true,
   // exact) or polls every sim_poll_ns (false).
-  bool sim_block = true;           // SKIPRING_SIM_WAIT=block|poll
+  bool sim_block = true;  // SKIPRING_SIM_WAIT=block|poll
 };
 
 // One parameter of the table with its values, for printing.

@@ -84,7 +84,8 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     std::vector<double> t;
     for (int i = 0; i < 5; ++i) {
       const double t0 = clock.now();
-      SKIPRING_RETURN_IF_ERROR(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      SKIPRING_RETURN_IF_ERROR(
+          reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
       t.push_back(clock.now() - t0);
     }
     mine[4] = median(t) / kBandwidthBytes;
@@ -102,7 +103,8 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     std::vector<double> t;
     for (int i = 0; i < 3; ++i) {
       const double t0 = clock.now();
-      SKIPRING_RETURN_IF_ERROR(reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      SKIPRING_RETURN_IF_ERROR(
+          reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
       t.push_back(clock.now() - t0);
     }
     mine[5] = -static_cast<double>(cache);

@@ -28,8 +28,8 @@ MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
   // (tag_ub + 1) / 2 in 64 bits: ob1's MPI_TAG_UB is INT_MAX, and INT_MAX + 1 overflows.
   if (flag && tag_ub != nullptr) {
-    tag_span_ = static_cast<int>(
-        std::min<long long>(tag_span_, (static_cast<long long>(*tag_ub) + 1) / 2));
+    tag_span_ =
+        static_cast<int>(std::min<long long>(tag_span_, (static_cast<long long>(*tag_ub) + 1) / 2));
   }
 }
 
@@ -80,15 +80,15 @@ void MpiTransport::release_op(int op) {
 Status MpiTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
-  Op op{token, false, payload_bytes > kPackLimit, 1, header_bytes, payload_bytes,
-        nullptr, nullptr, -1};
+  Op op{token,   false, payload_bytes > kPackLimit, 1, header_bytes, payload_bytes, nullptr,
+        nullptr, -1};
   MPI_Request reqs[2];
   if (op.split) {
     op.remaining = 2;
     if (MPI_Isend(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
                   &reqs[0]) != MPI_SUCCESS ||
-        MPI_Isend(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag),
-                  comm_, &reqs[1]) != MPI_SUCCESS) {
+        MPI_Isend(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag), comm_,
+                  &reqs[1]) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
   } else {
@@ -121,16 +121,16 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
     // From any source: receive the header first, then the payload from whoever sent it, so
     // two senders' parts can never be paired up wrongly.
     op.deferred_payload = true;
-    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, MPI_ANY_SOURCE,
-                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS) {
+    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, MPI_ANY_SOURCE, header_tag(tag),
+                  comm_, &reqs[0]) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
   } else if (op.split) {
     op.remaining = 2;
     if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
                   &reqs[0]) != MPI_SUCCESS ||
-        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag),
-                  comm_, &reqs[1]) != MPI_SUCCESS) {
+        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag), comm_,
+                  &reqs[1]) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
   } else {
@@ -207,7 +207,8 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
     requests_.pop_back();
     request_op_.pop_back();
   }
-  for (size_t i = 0; i < late_requests_.size(); ++i) add_request(late_requests_[i], late_request_op_[i]);
+  for (size_t i = 0; i < late_requests_.size(); ++i)
+    add_request(late_requests_[i], late_request_op_[i]);
   late_requests_.clear();
   late_request_op_.clear();
   return Status::kOk;
@@ -216,7 +217,8 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
 Status MpiTransport::cancel(Token token) {
   int id = -1;
   for (size_t i = 0; i < ops_.size(); ++i) {
-    if (ops_[i].remaining > 0 && ops_[i].token == token && ops_[i].is_recv) id = static_cast<int>(i);
+    if (ops_[i].remaining > 0 && ops_[i].token == token && ops_[i].is_recv)
+      id = static_cast<int>(i);
   }
   if (id < 0) return Status::kErrArg;
   bool received = false;

@@ -24,8 +24,8 @@ class MpiTransport final : public Transport {
   // Largest tag + 1 a caller may use (the transport needs two MPI tags per tag).
   int tag_span() const { return tag_span_; }
   int size() const override { return size_; }
-  Status post_send(int peer, int tag, const void* header, size_t header_bytes,
-                   const void* payload, size_t payload_bytes, Token token) override;
+  Status post_send(int peer, int tag, const void* header, size_t header_bytes, const void* payload,
+                   size_t payload_bytes, Token token) override;
   Status post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                    size_t payload_bytes, Token token) override;
   Status poll(std::vector<Completion>* done) override;
@@ -40,11 +40,11 @@ class MpiTransport final : public Transport {
   struct Op {
     Token token;
     bool is_recv;
-    bool split;        // header and payload as two MPI messages
-    int remaining;     // MPI requests not yet complete
+    bool split;     // header and payload as two MPI messages
+    int remaining;  // MPI requests not yet complete
     size_t header_bytes;
     size_t payload_bytes;  // receives: bytes received (filled on completion)
-    void* header;      // receive unpack targets when staged
+    void* header;          // receive unpack targets when staged
     void* payload;
     int staging = -1;  // index into staging_ when packed
     int tag = 0;

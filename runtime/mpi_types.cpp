@@ -12,19 +12,29 @@ constexpr DType integer_dtype() {
   static_assert(std::is_integral_v<T>, "integer types only");
   if constexpr (std::is_signed_v<T>) {
     switch (sizeof(T)) {
-      case 1: return DType::kInt8;
-      case 2: return DType::kInt16;
-      case 4: return DType::kInt32;
-      case 8: return DType::kInt64;
-      default: return DType::kCount;
+      case 1:
+        return DType::kInt8;
+      case 2:
+        return DType::kInt16;
+      case 4:
+        return DType::kInt32;
+      case 8:
+        return DType::kInt64;
+      default:
+        return DType::kCount;
     }
   } else {
     switch (sizeof(T)) {
-      case 1: return DType::kUint8;
-      case 2: return DType::kUint16;
-      case 4: return DType::kUint32;
-      case 8: return DType::kUint64;
-      default: return DType::kCount;
+      case 1:
+        return DType::kUint8;
+      case 2:
+        return DType::kUint16;
+      case 4:
+        return DType::kUint32;
+      case 8:
+        return DType::kUint64;
+      default:
+        return DType::kCount;
     }
   }
 }
@@ -93,16 +103,22 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
   // flags it was built with) define them.
   if (t == MPI_INTEGER) {
     switch (fortran_type_size(t)) {
-      case 4: return set_if_known(DType::kInt32, out);
-      case 8: return set_if_known(DType::kInt64, out);
-      default: return false;
+      case 4:
+        return set_if_known(DType::kInt32, out);
+      case 8:
+        return set_if_known(DType::kInt64, out);
+      default:
+        return false;
     }
   }
   if (t == MPI_REAL) {
     switch (fortran_type_size(t)) {
-      case 4: return set_if_known(DType::kFloat, out);
-      case 8: return set_if_known(DType::kDouble, out);  // e.g. built with -fdefault-real-8
-      default: return false;
+      case 4:
+        return set_if_known(DType::kFloat, out);
+      case 8:
+        return set_if_known(DType::kDouble, out);  // e.g. built with -fdefault-real-8
+      default:
+        return false;
     }
   }
   if (t == MPI_DOUBLE_PRECISION) {

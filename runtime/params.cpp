@@ -286,7 +286,8 @@ bool parse_param(const ParamDef& def, const std::string& text, Config* cfg) {
     return parse_int(text, static_cast<long>(b.lo), static_cast<long>(b.hi), &(cfg->**field));
   }
   if (const auto* field = std::get_if<size_t Config::*>(&t)) {
-    return parse_size_in(text, static_cast<size_t>(b.lo), static_cast<size_t>(b.hi), &(cfg->**field));
+    return parse_size_in(text, static_cast<size_t>(b.lo), static_cast<size_t>(b.hi),
+                         &(cfg->**field));
   }
   if (const auto* field = std::get_if<double Config::*>(&t)) {
     return parse_double(text, b, &(cfg->**field));

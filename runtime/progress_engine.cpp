@@ -77,9 +77,10 @@ void ProgressEngine::sim_warn_polling(const char* why) {
   static bool warned = false;  // per rank (SMPI privatises it); rank 0 speaks for all
   if (warned || transport_->rank() != 0) return;
   warned = true;
-  SKIPRING_LOG_WARN("SimGrid: cannot block until the next event ({}): polling every {} ns of "
-                    "simulated time instead",
-                    why, options_.sim_poll_s * 1e9);
+  SKIPRING_LOG_WARN(
+      "SimGrid: cannot block until the next event ({}): polling every {} ns of "
+      "simulated time instead",
+      why, options_.sim_poll_s * 1e9);
 }
 
 void ProgressEngine::sim_sleep(double s) {
@@ -139,8 +140,8 @@ Status ProgressEngine::execute(ActionList* actions) {
         SKIPRING_RETURN_IF_ERROR(transport_->cancel(a.token));
         break;
       case Action::Kind::kRecv:
-        SKIPRING_RETURN_IF_ERROR(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes, a.payload,
-                                             a.payload_bytes, a.token));
+        SKIPRING_RETURN_IF_ERROR(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes,
+                                                       a.payload, a.payload_bytes, a.token));
         break;
       case Action::Kind::kReduce:
         SKIPRING_RETURN_IF_ERROR(reduce(a.op, a.dtype, a.dst, a.a, a.b, a.count));
@@ -162,8 +163,8 @@ Status ProgressEngine::execute(ActionList* actions) {
 }
 
 Status ProgressEngine::post(const Action& a) {
-  return transport_->post_send(a.peer, a.tag, a.header, a.header_bytes, a.payload,
-                               a.payload_bytes, a.token);
+  return transport_->post_send(a.peer, a.tag, a.header, a.header_bytes, a.payload, a.payload_bytes,
+                               a.token);
 }
 
 double ProgressEngine::next_wakeup() const {

@@ -26,8 +26,8 @@ namespace skipring {
 // What the engine needs of the configuration, passed in (engine_options(global_config()) at
 // the call sites that run under a configuration); the defaults are Config's.
 struct EngineOptions {
-  int poll_spins = 200;     // idle polls before yielding
-  int idle_sleep_us = 20;   // longest sleep when idle (0: never sleep, only yield)
+  int poll_spins = 200;    // idle polls before yielding
+  int idle_sleep_us = 20;  // longest sleep when idle (0: never sleep, only yield)
   // SMPI build only.
   double sim_reduce_gbps = 2.73;  // reduction rate charged as simulated compute, GB/s
   double sim_poll_s = 100e-9;     // simulated time between polls when idle (polling)
@@ -65,10 +65,10 @@ class ProgressEngine {
   Status execute(ActionList* actions);
   Status post(const Action& a);
 #ifdef SKIPRING_SIMGRID
-  Status sim_step(bool* progressed);         // progress(), waiting in simulated time
-  void sim_sleep(double seconds);            // sleep in simulated time
-  void sim_warn_polling(const char* why);    // once per rank
-  void sim_charge_reduce(const Action& a);   // the reduction's simulated compute time
+  Status sim_step(bool* progressed);        // progress(), waiting in simulated time
+  void sim_sleep(double seconds);           // sleep in simulated time
+  void sim_warn_polling(const char* why);   // once per rank
+  void sim_charge_reduce(const Action& a);  // the reduction's simulated compute time
 #endif
 
   struct Held {

@@ -63,13 +63,13 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
       // In place the input and the result share the buffer: the send must be over before a
       // receive into it is posted.
       if (MPI_Send(sendbuf, len, MPI_BYTE, peer, kRdDirectTagBase, comm) != MPI_SUCCESS ||
-          MPI_Recv(recvbuf, len, MPI_BYTE, peer, kRdDirectTagBase + 63, comm,
-                   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          MPI_Recv(recvbuf, len, MPI_BYTE, peer, kRdDirectTagBase + 63, comm, MPI_STATUS_IGNORE) !=
+              MPI_SUCCESS) {
         return Status::kErrTransport;
       }
     } else {
-      SKIPRING_RETURN_IF_ERROR(exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes,
-                              kRdDirectTagBase + 63));
+      SKIPRING_RETURN_IF_ERROR(
+          exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes, kRdDirectTagBase + 63));
     }
     n_sent = 1;
     n_recv = 1;

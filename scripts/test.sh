@@ -10,7 +10,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite;
 # cluster: iproute2 for the emulated-cluster tests (label cluster).
-bash scripts/setup.sh simgrid cluster
+bash scripts/setup.sh simgrid cluster lint
+
+# Every C/C++/CUDA source as .clang-format says (issue 12): fails fast, before the build.
+bash scripts/check_format.sh
 
 # mpirun (from ctest, and from gtest discovery at build time) as root, oversubscribed; same
 # values as scripts/mpirun.sh.

@@ -257,7 +257,8 @@ std::string apply_key(std::string_view key, std::string_view value, InjectRule* 
     r->seed = s;
     return {};
   }
-  return fmt::format("unknown key '{}' (expects rank, delay, dist, at, prob, every, step or seed)", key);
+  return fmt::format("unknown key '{}' (expects rank, delay, dist, at, prob, every, step or seed)",
+                     key);
 }
 
 // Parses the text of one non-empty rule; returns an empty string or the reason.

@@ -154,10 +154,9 @@ double StepTimer::transfer(size_t bytes, double fallback) const {
 double StepTimer::threshold(int neighbour, size_t bytes, const ThresholdParams& p) const {
   double T = p.fixed_T_s;
   if (!(T > 0)) T = std::max(p.link_s, typical(neighbour, std::max(p.link_s, p.fallback_T_s)));
-  const double trans =
-      p.fixed_trans_s > 0
-          ? p.fixed_trans_s
-          : transfer(bytes, static_cast<double>(bytes) / p.fallback_bytes_per_s);
+  const double trans = p.fixed_trans_s > 0
+                           ? p.fixed_trans_s
+                           : transfer(bytes, static_cast<double>(bytes) / p.fallback_bytes_per_s);
   return std::max(p.min_wait_s, p.alpha * T + trans);
 }
 

@@ -9,11 +9,11 @@ namespace skipring {
 
 // What the skip-ahead threshold is made of besides the observations (StepTimer::threshold).
 struct ThresholdParams {
-  double alpha = 0;           // SKIPRING_ALPHA (the driver passes Config::alpha)
-  double min_wait_s = 0;      // floor of the threshold
-  double fixed_T_s = 0;       // > 0: T given (SKIPRING_SKIP_T_US) instead of learnt
-  double fixed_trans_s = 0;   // > 0: T_trans given (SKIPRING_SKIP_TTRANS_US) instead of fitted
-  double link_s = 0;          // floor of a learnt T (what the measured link takes for a piece)
+  double alpha = 0;            // SKIPRING_ALPHA (the driver passes Config::alpha)
+  double min_wait_s = 0;       // floor of the threshold
+  double fixed_T_s = 0;        // > 0: T given (SKIPRING_SKIP_T_US) instead of learnt
+  double fixed_trans_s = 0;    // > 0: T_trans given (SKIPRING_SKIP_TTRANS_US) instead of fitted
+  double link_s = 0;           // floor of a learnt T (what the measured link takes for a piece)
   double fallback_T_s = 1e-3;  // learnt T with fewer than 3 observations (at least link_s)
   double fallback_bytes_per_s = 1e9;  // T_trans with fewer than 3 observations: bytes / rate
 };

@@ -87,28 +87,27 @@ void TraceWriter::event(const std::string& json) {
 void TraceWriter::add(const CollectiveStats& stats) {
   if (file_ == nullptr || failed_) return;
   const int pid = rank_;
-  event(fmt::format(
-      R"({{"name":"allreduce seq={}","ph":"X","pid":{},"tid":0,"ts":{},"dur":{},)"
-      R"("args":{{"bytes":{},"skips":{},"late":{},"direct_segments":{},"wait_s":{},)"
-      R"("slowest_neighbour":{}}}}})",
-      stats.seq, pid, us(stats.start),
-      us(stats.end > stats.start ? stats.end - stats.start : 0.0), stats.bytes, stats.skips,
-      stats.late_pieces, stats.direct_segments, secs(stats.wait_s), stats.slowest_neighbour));
+  event(fmt::format(R"({{"name":"allreduce seq={}","ph":"X","pid":{},"tid":0,"ts":{},"dur":{},)"
+                    R"("args":{{"bytes":{},"skips":{},"late":{},"direct_segments":{},"wait_s":{},)"
+                    R"("slowest_neighbour":{}}}}})",
+                    stats.seq, pid, us(stats.start),
+                    us(stats.end > stats.start ? stats.end - stats.start : 0.0), stats.bytes,
+                    stats.skips, stats.late_pieces, stats.direct_segments, secs(stats.wait_s),
+                    stats.slowest_neighbour));
   for (const StepRecord& s : stats.steps) {
     if (s.t_end > s.t_start) {
       event(fmt::format(
           R"({{"name":"{} step {}","ph":"X","pid":{},"tid":1,"ts":{},"dur":{},)"
           R"("args":{{"chunk":{},"from":{},"to":{},"segments":{},"wait_us":{},"reduce_us":{},)"
           R"("transfer_us":{},"skips":{},"late_pieces":{}}}}})",
-          phase_tag(s.phase), s.step, pid, us(s.t_start), us(s.t_end - s.t_start),
-          s.chunk, s.from, s.to, s.segments, us(s.wait_s), us(s.reduce_s), us(s.transfer_s),
-          s.skips, s.late_pieces));
+          phase_tag(s.phase), s.step, pid, us(s.t_start), us(s.t_end - s.t_start), s.chunk, s.from,
+          s.to, s.segments, us(s.wait_s), us(s.reduce_s), us(s.transfer_s), s.skips,
+          s.late_pieces));
     }
     if (s.skips > 0) {
-      event(fmt::format(
-          R"({{"name":"skip","ph":"i","s":"t","pid":{},"tid":1,"ts":{},)"
-          R"("args":{{"step":{},"phase":"{}","skips":{},"late_pieces":{}}}}})",
-          pid, us(s.t_start), s.step, phase_tag(s.phase), s.skips, s.late_pieces));
+      event(fmt::format(R"({{"name":"skip","ph":"i","s":"t","pid":{},"tid":1,"ts":{},)"
+                        R"("args":{{"step":{},"phase":"{}","skips":{},"late_pieces":{}}}}})",
+                        pid, us(s.t_start), s.step, phase_tag(s.phase), s.skips, s.late_pieces));
     }
   }
   if (!failed_ && std::fflush(file_) != 0) failed_ = true;

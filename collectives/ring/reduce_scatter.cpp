@@ -158,7 +158,8 @@ Status RingAllreduce::on_ring_piece(size_t idx, double now, ActionList* out) {
     forward_late_piece(idx, hdr, now, out);
   } else if (r.chunk == pos_) {
     r.state = OpState::kFinished;
-    SKIPRING_RETURN_IF_ERROR(owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
+    SKIPRING_RETURN_IF_ERROR(
+        owner_enqueue(r.seg, OwnerItem::ring(static_cast<int>(idx)), now, out));
   } else {
     ++awaiting_reduce_;
     SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));

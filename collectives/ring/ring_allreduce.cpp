@@ -364,7 +364,7 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
     send_first_pieces(now, out);
   }
   SKIPRING_RETURN_IF_ERROR(check_skips(now, out));
-  post_receives(now, out);                  // each skip lends the receive window a slot
+  post_receives(now, out);                            // each skip lends the receive window a slot
   SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));  // skipped pieces no longer hold up later ones
   maybe_done(now, out);
   return Status::kOk;

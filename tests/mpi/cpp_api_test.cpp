@@ -1,8 +1,7 @@
 // The C++ API under mpirun: typed allreduce, in-place vector form, stats, and an error
 // surfacing as skipring::Error with the MPI code.
-#include <skipring/skipring.hpp>
-
 #include <cstdio>
+#include <skipring/skipring.hpp>
 #include <string>
 #include <vector>
 

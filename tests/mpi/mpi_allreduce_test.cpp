@@ -6,8 +6,6 @@
 #include <mpi.h>
 #include <skipring/skipring.h>
 
-#include "tests/mpi/mpi_test_util.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +13,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "tests/mpi/mpi_test_util.h"
 
 namespace {
 using mpitest::check;
@@ -42,10 +42,14 @@ bool defined(int kind, MPI_Op op) {
   const bool bitwise = op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR;
   switch (kind) {
     case 0:
-    case 1: return true;
-    case 2: return arith;
-    case 3: return logical;
-    case 4: return bitwise;
+    case 1:
+      return true;
+    case 2:
+      return arith;
+    case 3:
+      return logical;
+    case 4:
+      return bitwise;
   }
   return false;
 }
@@ -131,7 +135,8 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
     // Long double: compare values, its 6 padding bytes are not part of the value.
     bool same = true;
     if (t.kind == 2 && t.size > 8) {
-      for (int i = 0; i < count; ++i) same = same && value(t, mine.data(), i) == value(t, ref.data(), i);
+      for (int i = 0; i < count; ++i)
+        same = same && value(t, mine.data(), i) == value(t, ref.data(), i);
     } else {
       same = mine == ref;
     }
@@ -246,18 +251,29 @@ int main(int argc, char** argv) {
     check(rc2 == MPI_ERR_ARG, "and every later call too");
   } else {
     const TypeCase types[] = {
-        {MPI_SIGNED_CHAR, "signed_char", 1, 0}, {MPI_UNSIGNED_CHAR, "unsigned_char", 1, 1},
-        {MPI_SHORT, "short", 2, 0},             {MPI_UNSIGNED_SHORT, "unsigned_short", 2, 1},
-        {MPI_INT, "int", 4, 0},                 {MPI_UNSIGNED, "unsigned", 4, 1},
-        {MPI_LONG, "long", sizeof(long), 0},    {MPI_UNSIGNED_LONG, "unsigned_long", sizeof(long), 1},
-        {MPI_LONG_LONG, "long_long", 8, 0},     {MPI_UNSIGNED_LONG_LONG, "unsigned_long_long", 8, 1},
-        {MPI_INT8_T, "int8", 1, 0},             {MPI_UINT8_T, "uint8", 1, 1},
-        {MPI_INT16_T, "int16", 2, 0},           {MPI_UINT16_T, "uint16", 2, 1},
-        {MPI_INT32_T, "int32", 4, 0},           {MPI_UINT32_T, "uint32", 4, 1},
-        {MPI_INT64_T, "int64", 8, 0},           {MPI_UINT64_T, "uint64", 8, 1},
-        {MPI_FLOAT, "float", 4, 2},             {MPI_DOUBLE, "double", 8, 2},
+        {MPI_SIGNED_CHAR, "signed_char", 1, 0},
+        {MPI_UNSIGNED_CHAR, "unsigned_char", 1, 1},
+        {MPI_SHORT, "short", 2, 0},
+        {MPI_UNSIGNED_SHORT, "unsigned_short", 2, 1},
+        {MPI_INT, "int", 4, 0},
+        {MPI_UNSIGNED, "unsigned", 4, 1},
+        {MPI_LONG, "long", sizeof(long), 0},
+        {MPI_UNSIGNED_LONG, "unsigned_long", sizeof(long), 1},
+        {MPI_LONG_LONG, "long_long", 8, 0},
+        {MPI_UNSIGNED_LONG_LONG, "unsigned_long_long", 8, 1},
+        {MPI_INT8_T, "int8", 1, 0},
+        {MPI_UINT8_T, "uint8", 1, 1},
+        {MPI_INT16_T, "int16", 2, 0},
+        {MPI_UINT16_T, "uint16", 2, 1},
+        {MPI_INT32_T, "int32", 4, 0},
+        {MPI_UINT32_T, "uint32", 4, 1},
+        {MPI_INT64_T, "int64", 8, 0},
+        {MPI_UINT64_T, "uint64", 8, 1},
+        {MPI_FLOAT, "float", 4, 2},
+        {MPI_DOUBLE, "double", 8, 2},
         {MPI_LONG_DOUBLE, "long_double", sizeof(long double), 2},
-        {MPI_C_BOOL, "c_bool", 1, 3},           {MPI_BYTE, "byte", 1, 4},
+        {MPI_C_BOOL, "c_bool", 1, 3},
+        {MPI_BYTE, "byte", 1, 4},
     };
     const OpCase ops[] = {{MPI_SUM, "sum"},   {MPI_PROD, "prod"}, {MPI_MIN, "min"},
                           {MPI_MAX, "max"},   {MPI_LAND, "land"}, {MPI_LOR, "lor"},

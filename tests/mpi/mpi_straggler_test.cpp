@@ -8,13 +8,13 @@
 #include <mpi.h>
 #include <skipring/skipring.h>
 
-#include "tests/mpi/mpi_test_util.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "tests/mpi/mpi_test_util.h"
 
 namespace {
 using mpitest::check;
@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
       rc = skipring_allreduce(MPI_IN_PLACE, out.data(), static_cast<int>(count), MPI_INT64_T,
                               MPI_SUM, MPI_COMM_WORLD);
     } else {
-      rc = skipring_allreduce(in.data(), out.data(), static_cast<int>(count), MPI_INT64_T,
-                              MPI_SUM, MPI_COMM_WORLD);
+      rc = skipring_allreduce(in.data(), out.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                              MPI_COMM_WORLD);
     }
     check(rc == MPI_SUCCESS, "int64 allreduce rc");
     PMPI_Allreduce(in.data(), ref.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,

@@ -14,18 +14,18 @@ static int g_failures = 0;
 static int g_checks = 0;
 static int g_world_rank = 0;
 
-#define CHECK(cond, ...)                                                          \
-  do {                                                                            \
-    ++g_checks;                                                                   \
-    if (!(cond)) {                                                                \
-      if (g_failures < 20) {                                                      \
-        fprintf(stderr, "pmpi_allreduce_c: rank %d: FAILED %s:%d: ", g_world_rank, \
-                __FILE__, __LINE__);                                              \
-        fprintf(stderr, __VA_ARGS__);                                             \
-        fprintf(stderr, "\n");                                                    \
-      }                                                                           \
-      ++g_failures;                                                               \
-    }                                                                             \
+#define CHECK(cond, ...)                                                                     \
+  do {                                                                                       \
+    ++g_checks;                                                                              \
+    if (!(cond)) {                                                                           \
+      if (g_failures < 20) {                                                                 \
+        fprintf(stderr, "pmpi_allreduce_c: rank %d: FAILED %s:%d: ", g_world_rank, __FILE__, \
+                __LINE__);                                                                   \
+        fprintf(stderr, __VA_ARGS__);                                                        \
+        fprintf(stderr, "\n");                                                               \
+      }                                                                                      \
+      ++g_failures;                                                                          \
+    }                                                                                        \
   } while (0)
 
 static const int kCounts[] = {0, 1, 7, 100003};
@@ -35,13 +35,20 @@ typedef enum { kSum, kProd, kMax, kMin, kBand, kBor, kBxor } OpKind;
 
 static MPI_Op mpi_op(OpKind kind) {
   switch (kind) {
-    case kSum: return MPI_SUM;
-    case kProd: return MPI_PROD;
-    case kMax: return MPI_MAX;
-    case kMin: return MPI_MIN;
-    case kBand: return MPI_BAND;
-    case kBor: return MPI_BOR;
-    default: return MPI_BXOR;
+    case kSum:
+      return MPI_SUM;
+    case kProd:
+      return MPI_PROD;
+    case kMax:
+      return MPI_MAX;
+    case kMin:
+      return MPI_MIN;
+    case kBand:
+      return MPI_BAND;
+    case kBor:
+      return MPI_BOR;
+    default:
+      return MPI_BXOR;
   }
 }
 
@@ -54,52 +61,81 @@ typedef enum { kInt, kLongLong, kUnsigned, kUint8, kFloat, kDouble } TypeKind;
 
 static MPI_Datatype mpi_type(TypeKind t) {
   switch (t) {
-    case kInt: return MPI_INT;
-    case kLongLong: return MPI_LONG_LONG;
-    case kUnsigned: return MPI_UNSIGNED;
-    case kUint8: return MPI_UINT8_T;
-    case kFloat: return MPI_FLOAT;
-    default: return MPI_DOUBLE;
+    case kInt:
+      return MPI_INT;
+    case kLongLong:
+      return MPI_LONG_LONG;
+    case kUnsigned:
+      return MPI_UNSIGNED;
+    case kUint8:
+      return MPI_UINT8_T;
+    case kFloat:
+      return MPI_FLOAT;
+    default:
+      return MPI_DOUBLE;
   }
 }
 
 static const char* type_name(TypeKind t) {
-  static const char* const kNames[] = {"int", "long long", "unsigned", "uint8", "float",
-                                       "double"};
+  static const char* const kNames[] = {"int", "long long", "unsigned", "uint8", "float", "double"};
   return kNames[t];
 }
 
 static size_t type_size(TypeKind t) {
   switch (t) {
-    case kInt: return sizeof(int);
-    case kLongLong: return sizeof(long long);
-    case kUnsigned: return sizeof(unsigned);
-    case kUint8: return sizeof(uint8_t);
-    case kFloat: return sizeof(float);
-    default: return sizeof(double);
+    case kInt:
+      return sizeof(int);
+    case kLongLong:
+      return sizeof(long long);
+    case kUnsigned:
+      return sizeof(unsigned);
+    case kUint8:
+      return sizeof(uint8_t);
+    case kFloat:
+      return sizeof(float);
+    default:
+      return sizeof(double);
   }
 }
 
 static void store(TypeKind t, void* buf, int i, long long v) {
   switch (t) {
-    case kInt: ((int*)buf)[i] = (int)v; break;
-    case kLongLong: ((long long*)buf)[i] = v; break;
-    case kUnsigned: ((unsigned*)buf)[i] = (unsigned)v; break;
-    case kUint8: ((uint8_t*)buf)[i] = (uint8_t)v; break;
-    case kFloat: ((float*)buf)[i] = (float)v; break;
-    case kDouble: ((double*)buf)[i] = (double)v; break;
+    case kInt:
+      ((int*)buf)[i] = (int)v;
+      break;
+    case kLongLong:
+      ((long long*)buf)[i] = v;
+      break;
+    case kUnsigned:
+      ((unsigned*)buf)[i] = (unsigned)v;
+      break;
+    case kUint8:
+      ((uint8_t*)buf)[i] = (uint8_t)v;
+      break;
+    case kFloat:
+      ((float*)buf)[i] = (float)v;
+      break;
+    case kDouble:
+      ((double*)buf)[i] = (double)v;
+      break;
   }
 }
 
 /* True when buf[i] holds `want` as type t represents it. */
 static int holds(TypeKind t, const void* buf, int i, long long want) {
   switch (t) {
-    case kInt: return ((const int*)buf)[i] == (int)want;
-    case kLongLong: return ((const long long*)buf)[i] == want;
-    case kUnsigned: return ((const unsigned*)buf)[i] == (unsigned)want;
-    case kUint8: return ((const uint8_t*)buf)[i] == (uint8_t)want;
-    case kFloat: return ((const float*)buf)[i] == (float)want;
-    default: return ((const double*)buf)[i] == (double)want;
+    case kInt:
+      return ((const int*)buf)[i] == (int)want;
+    case kLongLong:
+      return ((const long long*)buf)[i] == want;
+    case kUnsigned:
+      return ((const unsigned*)buf)[i] == (unsigned)want;
+    case kUint8:
+      return ((const uint8_t*)buf)[i] == (uint8_t)want;
+    case kFloat:
+      return ((const float*)buf)[i] == (float)want;
+    default:
+      return ((const double*)buf)[i] == (double)want;
   }
 }
 
@@ -122,13 +158,27 @@ static long long expected(TypeKind t, OpKind op, int size, int i) {
   for (int r = 1; r < size; ++r) {
     long long v = contribution(t, op, r, i);
     switch (op) {
-      case kSum: acc += v; break;
-      case kProd: acc *= v; break;
-      case kMax: acc = v > acc ? v : acc; break;
-      case kMin: acc = v < acc ? v : acc; break;
-      case kBand: acc &= v; break;
-      case kBor: acc |= v; break;
-      case kBxor: acc ^= v; break;
+      case kSum:
+        acc += v;
+        break;
+      case kProd:
+        acc *= v;
+        break;
+      case kMax:
+        acc = v > acc ? v : acc;
+        break;
+      case kMin:
+        acc = v < acc ? v : acc;
+        break;
+      case kBand:
+        acc &= v;
+        break;
+      case kBor:
+        acc |= v;
+        break;
+      case kBxor:
+        acc ^= v;
+        break;
     }
   }
   return acc;
@@ -140,7 +190,7 @@ static int applicable(TypeKind t, OpKind op) {
 }
 
 static void run_case(MPI_Comm comm, const char* comm_name, TypeKind t, OpKind op, int count,
-                    int in_place) {
+                     int in_place) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -151,8 +201,8 @@ static void run_case(MPI_Comm comm, const char* comm_name, TypeKind t, OpKind op
     store(t, in_place ? recv : send, i, contribution(t, op, rank, i));
     if (!in_place) store(t, recv, i, 99); /* must be overwritten */
   }
-  int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, mpi_type(t), mpi_op(op),
-                         comm);
+  int rc =
+      MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, count, mpi_type(t), mpi_op(op), comm);
   CHECK(rc == MPI_SUCCESS, "%s %s %s count=%d in_place=%d: rc=%d", comm_name, type_name(t),
         op_name(op), count, in_place, rc);
   int bad = 0;
@@ -267,8 +317,8 @@ static void run_fallbacks(MPI_Comm comm) {
         loc = r;
       }
     }
-    CHECK(out[0] == best && out[1] == loc, "MAXLOC got (%d,%d) want (%d,%d)", out[0], out[1],
-          best, loc);
+    CHECK(out[0] == best && out[1] == loc, "MAXLOC got (%d,%d) want (%d,%d)", out[0], out[1], best,
+          loc);
   }
 
   /* A derived (contiguous) datatype, with a user op (Open MPI rejects predefined ops on

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
-#include <cstdint>
 #include <numeric>
 #include <random>
 #include <string>
@@ -97,8 +97,7 @@ inline std::vector<uint8_t> rank_order_reduction(const harness::Options& o,
                                                  const std::vector<std::vector<uint8_t>>& in_c) {
   std::vector<uint8_t> seq = in_c[0];
   for (int r = 1; r < o.n; ++r) {
-    EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in_c[r].data(), o.count),
-              Status::kOk);
+    EXPECT_EQ(reduce(o.op, o.dtype, seq.data(), seq.data(), in_c[r].data(), o.count), Status::kOk);
   }
   return seq;
 }

@@ -58,8 +58,8 @@ class FakeTransport final : public Transport {
   FakeTransport(FakeNetwork* net, int rank, int size) : net_(net), rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status post_send(int peer, int tag, const void* header, size_t header_bytes,
-                   const void* payload, size_t payload_bytes, Token token) override;
+  Status post_send(int peer, int tag, const void* header, size_t header_bytes, const void* payload,
+                   size_t payload_bytes, Token token) override;
   Status post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                    size_t payload_bytes, Token token) override;
   Status poll(std::vector<Completion>* done) override {
@@ -84,19 +84,33 @@ class FakeTransport final : public Transport {
 class FakeNetwork {
  public:
   FakeNetwork(const Options& opt, ManualClock* clock)
-      : opt_(opt), clock_(clock), rng_(opt.seed * 7919 + 17), unexpected_(opt.n),
-        posted_(opt.n), out_free_(opt.n, 0.0), in_free_(opt.n, 0.0) {
+      : opt_(opt),
+        clock_(clock),
+        rng_(opt.seed * 7919 + 17),
+        unexpected_(opt.n),
+        posted_(opt.n),
+        out_free_(opt.n, 0.0),
+        in_free_(opt.n, 0.0) {
     for (int r = 0; r < opt.n; ++r) transports_.emplace_back(new FakeTransport(this, r, opt.n));
   }
 
   FakeTransport* transport(int r) { return transports_[r].get(); }
 
-  void send(int src, int dst, int tag, const void* header, size_t header_bytes,
-            const void* payload, size_t payload_bytes, Token token) {
+  void send(int src, int dst, int tag, const void* header, size_t header_bytes, const void* payload,
+            size_t payload_bytes, Token token) {
     auto m = std::make_shared<Message>();
     const bool control = opt_.control_eager && payload_bytes == 0;
-    *m = Message{src, dst, tag, header, header_bytes, payload, payload_bytes, token,
-                 control || uniform() < opt_.eager_probability, {}, order_++};
+    *m = Message{src,
+                 dst,
+                 tag,
+                 header,
+                 header_bytes,
+                 payload,
+                 payload_bytes,
+                 token,
+                 control || uniform() < opt_.eager_probability,
+                 {},
+                 order_++};
     double sent = clock_->now();
     if (control && opt_.links) {
       // Crosses the links now; matching it later costs nothing more.
@@ -223,8 +237,8 @@ class FakeNetwork {
     if (m.header_bytes != r.header_bytes || m.payload_bytes > r.payload_bytes ||
         (m.payload_bytes != 0 && m.payload_bytes != r.payload_bytes)) {
       error = "message truncated: header " + std::to_string(m.header_bytes) + "/" +
-              std::to_string(r.header_bytes) + " payload " + std::to_string(m.payload_bytes) +
-              "/" + std::to_string(r.payload_bytes);
+              std::to_string(r.header_bytes) + " payload " + std::to_string(m.payload_bytes) + "/" +
+              std::to_string(r.payload_bytes);
     } else if (m.eager) {
       std::memcpy(r.header, m.data.data(), m.header_bytes);
       if (m.payload_bytes) std::memcpy(r.payload, m.data.data() + m.header_bytes, m.payload_bytes);
@@ -255,8 +269,8 @@ Status FakeTransport::post_send(int peer, int tag, const void* header, size_t he
   return Status::kOk;
 }
 
-Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_bytes,
-                                void* payload, size_t payload_bytes, Token token) {
+Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
+                                size_t payload_bytes, Token token) {
   if (peer < -1 || peer >= size_) return Status::kErrArg;  // -1: any source
   net_->recv(rank_, peer, tag, header, header_bytes, payload, payload_bytes, token);
   return Status::kOk;
@@ -328,9 +342,8 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
       p.seq = static_cast<uint32_t>(rs.next);
       if (opt.step_delay) {
         const int coll = rs.next;
-        rs.engine->set_step_delay([&opt, r, coll](Phase ph, int step) {
-          return opt.step_delay(r, coll, ph, step);
-        });
+        rs.engine->set_step_delay(
+            [&opt, r, coll](Phase ph, int step) { return opt.step_delay(r, coll, ph, step); });
       }
       std::string why;
       Status st = RingAllreduce::validate(p, &why);
@@ -359,7 +372,8 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
           res.stats[rs.next][r] = rs.core->stats();
           rs.core.reset();
           rs.next++;
-          rs.start_at = clock.now() + opt.gap_max * std::uniform_real_distribution<double>(0, 1)(rng);
+          rs.start_at =
+              clock.now() + opt.gap_max * std::uniform_real_distribution<double>(0, 1)(rng);
           any = true;
         }
       }

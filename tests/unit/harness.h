@@ -37,10 +37,10 @@ struct Options : RingParams {
   int n = 4;
   bool in_place = false;
   uint64_t seed = 1;
-  int collectives = 1;          // back-to-back collectives per rank (seq 0, 1, ...)
-  double latency_min = 1e-6;    // per message, virtual seconds
+  int collectives = 1;        // back-to-back collectives per rank (seq 0, 1, ...)
+  double latency_min = 1e-6;  // per message, virtual seconds
   double latency_max = 5e-6;
-  double bytes_per_s = 1e9;     // transfer time = bytes / rate after matching
+  double bytes_per_s = 1e9;  // transfer time = bytes / rate after matching
   // Links: each rank has one outgoing and one incoming link (full duplex NIC); a matched
   // message's transfer waits until both are free and occupies both. Off: transfers overlap
   // freely (only the protocol's ordering is under test).
@@ -51,7 +51,7 @@ struct Options : RingParams {
   // matches them) rather than after matching.
   bool control_eager = false;
   std::vector<double> start_time;  // per rank; empty = all at 0
-  double gap_max = 2e-6;        // random pause between a rank's consecutive collectives
+  double gap_max = 2e-6;           // random pause between a rank's consecutive collectives
   // RingParams::ring: the ring order; empty = identity.
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;
@@ -66,7 +66,7 @@ struct Result {
   // outputs[c][r]: rank r's receive buffer after collective c.
   std::vector<std::vector<std::vector<uint8_t>>> outputs;
   std::vector<std::vector<CollectiveStats>> stats;  // [c][r]
-  bool leftover_messages = false;  // anything unmatched / in flight at the end
+  bool leftover_messages = false;                   // anything unmatched / in flight at the end
   double end_time = 0;
 };
 

@@ -53,11 +53,11 @@ TEST(Config, ValidValues) {
 
 TEST(Config, InvalidValuesNameTheVariable) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"SKIPRING_ENABLE", "maybe"},        {"SKIPRING_SEGMENT_BYTES", "banana"},
-      {"SKIPRING_SEGMENT_BYTES", "12"},    {"SKIPRING_SEGMENT_BYTES", "4T"},
-      {"SKIPRING_PIPELINE_DEPTH", "0"},    {"SKIPRING_PIPELINE_DEPTH", "3x"},
-      {"SKIPRING_LOG_LEVEL", "loud"},      {"SKIPRING_CLOCK", "sundial"},
-      {"SKIPRING_IDLE_SLEEP_US", "-1"},    {"SKIPRING_POLL_SPINS", ""},
+      {"SKIPRING_ENABLE", "maybe"},     {"SKIPRING_SEGMENT_BYTES", "banana"},
+      {"SKIPRING_SEGMENT_BYTES", "12"}, {"SKIPRING_SEGMENT_BYTES", "4T"},
+      {"SKIPRING_PIPELINE_DEPTH", "0"}, {"SKIPRING_PIPELINE_DEPTH", "3x"},
+      {"SKIPRING_LOG_LEVEL", "loud"},   {"SKIPRING_CLOCK", "sundial"},
+      {"SKIPRING_IDLE_SLEEP_US", "-1"}, {"SKIPRING_POLL_SPINS", ""},
   };
   for (const auto& [name, value] : bad) {
     Config c;
@@ -140,12 +140,17 @@ TEST(Config, AlgorithmAndTopologyParameters) {
   EXPECT_EQ(c.host_map, "block:4");
 
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"SKIPRING_ALGO", "fastest"},          {"SKIPRING_ALGO", ""},
-      {"SKIPRING_HOST_MAP", "a,,b"},         {"SKIPRING_HOST_MAP", "block:0"},
-      {"SKIPRING_HOST_MAP", "block:x"},      {"SKIPRING_HOST_MAP", ","},
+      {"SKIPRING_ALGO", "fastest"},
+      {"SKIPRING_ALGO", ""},
+      {"SKIPRING_HOST_MAP", "a,,b"},
+      {"SKIPRING_HOST_MAP", "block:0"},
+      {"SKIPRING_HOST_MAP", "block:x"},
+      {"SKIPRING_HOST_MAP", ","},
       {"SKIPRING_TREE_GRAPH", "/nonexistent/graph.txt"},
-      {"SKIPRING_MULTITREE_K", "0"},         {"SKIPRING_MULTITREE_K", "17"},
-      {"SKIPRING_MODEL_LAT_US", "-1"},       {"SKIPRING_MODEL_GBPS", "fast"},
+      {"SKIPRING_MULTITREE_K", "0"},
+      {"SKIPRING_MULTITREE_K", "17"},
+      {"SKIPRING_MODEL_LAT_US", "-1"},
+      {"SKIPRING_MODEL_GBPS", "fast"},
       {"SKIPRING_MODEL_REDUCE_GBPS", "1e9"},
   };
   for (const auto& [name, value] : bad) {
@@ -164,8 +169,7 @@ TEST(Config, DirectAllgather) {
   EXPECT_EQ(c.direct_allgather, -1);
   for (const auto& [value, want] :
        std::vector<std::pair<std::string, int>>{{"auto", -1}, {"0", 0}, {"1", 1}}) {
-    ASSERT_EQ(load_config(fake_env({{"SKIPRING_DIRECT_ALLGATHER", value}}), &c, &err),
-              Status::kOk)
+    ASSERT_EQ(load_config(fake_env({{"SKIPRING_DIRECT_ALLGATHER", value}}), &c, &err), Status::kOk)
         << err;
     EXPECT_EQ(c.direct_allgather, want) << value;
   }

@@ -34,17 +34,28 @@ bool is_float(DType t) {
 
 void fill(DType t, void* p, size_t count, std::mt19937_64& rng, ROp op, bool wide) {
   switch (t) {
-    case DType::kInt8: return fill_typed<int8_t>(p, count, rng, op, wide);
-    case DType::kUint8: return fill_typed<uint8_t>(p, count, rng, op, wide);
-    case DType::kInt16: return fill_typed<int16_t>(p, count, rng, op, wide);
-    case DType::kUint16: return fill_typed<uint16_t>(p, count, rng, op, wide);
-    case DType::kInt32: return fill_typed<int32_t>(p, count, rng, op, wide);
-    case DType::kUint32: return fill_typed<uint32_t>(p, count, rng, op, wide);
-    case DType::kInt64: return fill_typed<int64_t>(p, count, rng, op, wide);
-    case DType::kUint64: return fill_typed<uint64_t>(p, count, rng, op, wide);
-    case DType::kFloat: return fill_typed<float>(p, count, rng, op, wide);
-    case DType::kDouble: return fill_typed<double>(p, count, rng, op, wide);
-    case DType::kLongDouble: return fill_typed<long double>(p, count, rng, op, wide);
+    case DType::kInt8:
+      return fill_typed<int8_t>(p, count, rng, op, wide);
+    case DType::kUint8:
+      return fill_typed<uint8_t>(p, count, rng, op, wide);
+    case DType::kInt16:
+      return fill_typed<int16_t>(p, count, rng, op, wide);
+    case DType::kUint16:
+      return fill_typed<uint16_t>(p, count, rng, op, wide);
+    case DType::kInt32:
+      return fill_typed<int32_t>(p, count, rng, op, wide);
+    case DType::kUint32:
+      return fill_typed<uint32_t>(p, count, rng, op, wide);
+    case DType::kInt64:
+      return fill_typed<int64_t>(p, count, rng, op, wide);
+    case DType::kUint64:
+      return fill_typed<uint64_t>(p, count, rng, op, wide);
+    case DType::kFloat:
+      return fill_typed<float>(p, count, rng, op, wide);
+    case DType::kDouble:
+      return fill_typed<double>(p, count, rng, op, wide);
+    case DType::kLongDouble:
+      return fill_typed<long double>(p, count, rng, op, wide);
     case DType::kBool: {
       auto* b = static_cast<uint8_t*>(p);
       for (size_t i = 0; i < count; ++i) b[i] = rng() & 1;
@@ -55,16 +66,21 @@ void fill(DType t, void* p, size_t count, std::mt19937_64& rng, ROp op, bool wid
       for (size_t i = 0; i < count; ++i) b[i] = static_cast<uint8_t>(rng());
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
 long double value_at(DType t, const uint8_t* p, size_t i) {
   switch (t) {
-    case DType::kFloat: return reinterpret_cast<const float*>(p)[i];
-    case DType::kDouble: return reinterpret_cast<const double*>(p)[i];
-    case DType::kLongDouble: return reinterpret_cast<const long double*>(p)[i];
-    default: return 0;
+    case DType::kFloat:
+      return reinterpret_cast<const float*>(p)[i];
+    case DType::kDouble:
+      return reinterpret_cast<const double*>(p)[i];
+    case DType::kLongDouble:
+      return reinterpret_cast<const long double*>(p)[i];
+    default:
+      return 0;
   }
 }
 

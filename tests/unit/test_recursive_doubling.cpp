@@ -25,7 +25,6 @@
 namespace skipring {
 namespace {
 
-
 std::unique_ptr<CollectiveCore> make_rd(const RingParams& p, std::vector<uint8_t>* scratch) {
   return std::make_unique<RecursiveDoublingAllreduce>(p, scratch);
 }
@@ -39,7 +38,6 @@ using testutil::SizeCase;
 Buffers make_inputs(const harness::Options& o, uint64_t seed) {
   return testdata::make_inputs(o, seed, /*wide=*/true);
 }
-
 
 // The algorithm's reduction tree computed sequentially, independently of the core: fold-in
 // of position 2i into 2i+1 (a = the lower position), then per round the lower half of each
@@ -175,8 +173,8 @@ TEST(RecursiveDoublingOpsTypes, EveryValidPair) {
         o.seed = 1000 + t * 97 + op * 13 + n + (in_place ? 5000 : 0);
         o.in_place = in_place;
         o.collectives = 2;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) +
-                     " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n) +
+                     (in_place ? " in place" : ""));
         run_and_check(o);
         if (::testing::Test::HasFatalFailure()) return false;
       }

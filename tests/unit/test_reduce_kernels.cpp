@@ -25,8 +25,7 @@ const char* isa_name(int isa);
 bool isa_available(int isa);
 int selected_isa();
 size_t set_streaming_threshold(size_t bytes);
-Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b,
-                  size_t count);
+Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void* b, size_t count);
 }  // namespace skipring::kernels_internal
 
 namespace skipring {
@@ -48,9 +47,7 @@ std::vector<DType> all_types() {
   return v;
 }
 
-std::string pair_name(ROp op, DType t) {
-  return std::string(rop_name(op)) + "/" + dtype_name(t);
-}
+std::string pair_name(ROp op, DType t) { return std::string(rop_name(op)) + "/" + dtype_name(t); }
 
 // ---- Independent statement of the MPI-3.1 table ------------------------------------------
 
@@ -63,8 +60,10 @@ bool is_int(DType t) {
     case DType::kInt32:
     case DType::kUint32:
     case DType::kInt64:
-    case DType::kUint64: return true;
-    default: return false;
+    case DType::kUint64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -77,14 +76,18 @@ bool expected_valid(ROp op, DType t) {
     case ROp::kSum:
     case ROp::kProd:
     case ROp::kMin:
-    case ROp::kMax: return is_int(t) || is_float(t);
+    case ROp::kMax:
+      return is_int(t) || is_float(t);
     case ROp::kLand:
     case ROp::kLor:
-    case ROp::kLxor: return is_int(t) || t == DType::kBool;
+    case ROp::kLxor:
+      return is_int(t) || t == DType::kBool;
     case ROp::kBand:
     case ROp::kBor:
-    case ROp::kBxor: return is_int(t) || t == DType::kByte;
-    default: return false;
+    case ROp::kBxor:
+      return is_int(t) || t == DType::kByte;
+    default:
+      return false;
   }
 }
 
@@ -105,17 +108,28 @@ T ref_int(ROp op, T a, T b) {
   const uint64_t ua = static_cast<uint64_t>(a);
   const uint64_t ub = static_cast<uint64_t>(b);
   switch (op) {
-    case ROp::kSum: return static_cast<T>(ua + ub);
-    case ROp::kProd: return static_cast<T>(ua * ub);
-    case ROp::kMin: return a < b ? a : b;
-    case ROp::kMax: return a > b ? a : b;
-    case ROp::kLand: return (a != 0 && b != 0) ? 1 : 0;
-    case ROp::kLor: return (a != 0 || b != 0) ? 1 : 0;
-    case ROp::kLxor: return ((a != 0) != (b != 0)) ? 1 : 0;
-    case ROp::kBand: return static_cast<T>(a & b);
-    case ROp::kBor: return static_cast<T>(a | b);
-    case ROp::kBxor: return static_cast<T>(a ^ b);
-    default: break;
+    case ROp::kSum:
+      return static_cast<T>(ua + ub);
+    case ROp::kProd:
+      return static_cast<T>(ua * ub);
+    case ROp::kMin:
+      return a < b ? a : b;
+    case ROp::kMax:
+      return a > b ? a : b;
+    case ROp::kLand:
+      return (a != 0 && b != 0) ? 1 : 0;
+    case ROp::kLor:
+      return (a != 0 || b != 0) ? 1 : 0;
+    case ROp::kLxor:
+      return ((a != 0) != (b != 0)) ? 1 : 0;
+    case ROp::kBand:
+      return static_cast<T>(a & b);
+    case ROp::kBor:
+      return static_cast<T>(a | b);
+    case ROp::kBxor:
+      return static_cast<T>(a ^ b);
+    default:
+      break;
   }
   ADD_FAILURE() << "no reference for op";
   return 0;
@@ -175,9 +189,12 @@ T random_elem(std::mt19937_64& rng, DType t) {
       return static_cast<T>(choices[r % 6]);
     }
     switch (r % 4) {
-      case 0: return 0;                                  // exercises logical ops
-      case 1: return static_cast<T>((r >> 8) % 16);      // small values
-      default: return static_cast<T>(r >> 3);            // full range (wraps, negatives)
+      case 0:
+        return 0;  // exercises logical ops
+      case 1:
+        return static_cast<T>((r >> 8) % 16);  // small values
+      default:
+        return static_cast<T>(r >> 3);  // full range (wraps, negatives)
     }
   }
 }
@@ -225,11 +242,16 @@ const Alias kAliases[] = {Alias::kDistinct, Alias::kDstIsA, Alias::kDstIsB, Alia
 
 const char* alias_name(Alias m) {
   switch (m) {
-    case Alias::kDistinct: return "distinct";
-    case Alias::kDstIsA: return "dst==a";
-    case Alias::kDstIsB: return "dst==b";
-    case Alias::kAllSame: return "dst==a==b";
-    case Alias::kAIsB: return "a==b";
+    case Alias::kDistinct:
+      return "distinct";
+    case Alias::kDstIsA:
+      return "dst==a";
+    case Alias::kDstIsB:
+      return "dst==b";
+    case Alias::kAllSame:
+      return "dst==a==b";
+    case Alias::kAIsB:
+      return "a==b";
   }
   return "?";
 }
@@ -251,8 +273,8 @@ std::vector<unsigned char> check_pair(ROp op, DType t, int isa, size_t offset, u
     const std::vector<unsigned char> a0(a.at(offset), a.at(offset) + bytes);
     const std::vector<unsigned char> b0(b.at(offset), b.at(offset) + bytes);
     for (Alias mode : kAliases) {
-      SCOPED_TRACE(pair_name(op, t) + " count=" + std::to_string(count) + " offset=" +
-                   std::to_string(offset) + " " + alias_name(mode) +
+      SCOPED_TRACE(pair_name(op, t) + " count=" + std::to_string(count) +
+                   " offset=" + std::to_string(offset) + " " + alias_name(mode) +
                    (isa >= 0 ? std::string(" isa=") + ki::isa_name(isa) : std::string()));
       std::memcpy(a.at(offset), a0.data(), bytes);
       std::memcpy(b.at(offset), b0.data(), bytes);
@@ -262,11 +284,24 @@ std::vector<unsigned char> check_pair(ROp op, DType t, int isa, size_t offset, u
       const void* pb = b.at(offset);
       const bool b_is_a = mode == Alias::kAllSame || mode == Alias::kAIsB;
       switch (mode) {
-        case Alias::kDistinct: break;
-        case Alias::kDstIsA: dst = a.at(offset); pa = dst; break;
-        case Alias::kDstIsB: dst = b.at(offset); pb = dst; break;
-        case Alias::kAllSame: dst = a.at(offset); pa = dst; pb = dst; break;
-        case Alias::kAIsB: pb = pa; break;
+        case Alias::kDistinct:
+          break;
+        case Alias::kDstIsA:
+          dst = a.at(offset);
+          pa = dst;
+          break;
+        case Alias::kDstIsB:
+          dst = b.at(offset);
+          pb = dst;
+          break;
+        case Alias::kAllSame:
+          dst = a.at(offset);
+          pa = dst;
+          pb = dst;
+          break;
+        case Alias::kAIsB:
+          pb = pa;
+          break;
       }
       const std::vector<unsigned char>& bsrc = b_is_a ? a0 : b0;
       ref_reduce<T>(op, expect.at(offset), a0.data(), bsrc.data(), count);
@@ -283,8 +318,8 @@ std::vector<unsigned char> check_pair(ROp op, DType t, int isa, size_t offset, u
           std::memcpy(&y, &bsrc[at], sizeof(T));
           std::memcpy(&g, got + at, sizeof(T));
           std::memcpy(&w, expect.at(offset) + at, sizeof(T));
-          ADD_FAILURE() << "element " << i << ": got " << +g << " want " << +w << " (inputs "
-                        << +x << ", " << +y << ")";
+          ADD_FAILURE() << "element " << i << ": got " << +g << " want " << +w << " (inputs " << +x
+                        << ", " << +y << ")";
           return last;
         }
       }
@@ -305,20 +340,34 @@ std::vector<unsigned char> check_pair_dispatch(ROp op, DType t, int isa, size_t 
                                                uint64_t seed,
                                                const std::vector<size_t>& counts = kCounts) {
   switch (t) {
-    case DType::kInt8: return check_pair<int8_t>(op, t, isa, offset, seed, counts);
-    case DType::kUint8: return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
-    case DType::kInt16: return check_pair<int16_t>(op, t, isa, offset, seed, counts);
-    case DType::kUint16: return check_pair<uint16_t>(op, t, isa, offset, seed, counts);
-    case DType::kInt32: return check_pair<int32_t>(op, t, isa, offset, seed, counts);
-    case DType::kUint32: return check_pair<uint32_t>(op, t, isa, offset, seed, counts);
-    case DType::kInt64: return check_pair<int64_t>(op, t, isa, offset, seed, counts);
-    case DType::kUint64: return check_pair<uint64_t>(op, t, isa, offset, seed, counts);
-    case DType::kFloat: return check_pair<float>(op, t, isa, offset, seed, counts);
-    case DType::kDouble: return check_pair<double>(op, t, isa, offset, seed, counts);
-    case DType::kLongDouble: return check_pair<long double>(op, t, isa, offset, seed, counts);
-    case DType::kBool: return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
-    case DType::kByte: return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
-    case DType::kCount: break;
+    case DType::kInt8:
+      return check_pair<int8_t>(op, t, isa, offset, seed, counts);
+    case DType::kUint8:
+      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+    case DType::kInt16:
+      return check_pair<int16_t>(op, t, isa, offset, seed, counts);
+    case DType::kUint16:
+      return check_pair<uint16_t>(op, t, isa, offset, seed, counts);
+    case DType::kInt32:
+      return check_pair<int32_t>(op, t, isa, offset, seed, counts);
+    case DType::kUint32:
+      return check_pair<uint32_t>(op, t, isa, offset, seed, counts);
+    case DType::kInt64:
+      return check_pair<int64_t>(op, t, isa, offset, seed, counts);
+    case DType::kUint64:
+      return check_pair<uint64_t>(op, t, isa, offset, seed, counts);
+    case DType::kFloat:
+      return check_pair<float>(op, t, isa, offset, seed, counts);
+    case DType::kDouble:
+      return check_pair<double>(op, t, isa, offset, seed, counts);
+    case DType::kLongDouble:
+      return check_pair<long double>(op, t, isa, offset, seed, counts);
+    case DType::kBool:
+      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+    case DType::kByte:
+      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+    case DType::kCount:
+      break;
   }
   ADD_FAILURE() << "bad type";
   return {};
@@ -535,10 +584,20 @@ TEST(ReduceKernels, IntegerOverflowWraps) {
   EXPECT_EQ(pm, -128);
 }
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat; }
-template <> constexpr DType dtype_of<double>() { return DType::kDouble; }
-template <> constexpr DType dtype_of<long double>() { return DType::kLongDouble; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kDouble;
+}
+template <>
+constexpr DType dtype_of<long double>() {
+  return DType::kLongDouble;
+}
 
 template <typename T>
 void check_float_min_max() {
@@ -644,7 +703,7 @@ TEST(ReduceKernels, ByteBitwise) {
 // ---- mpi_types.cpp (no MPI_Init needed for these) ------------------------------------------
 
 TEST(MpiTypes, OpMapping) {
-  const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX, MPI_LAND,
+  const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_LAND,
                         MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
   for (int i = 0; i < kNumROps; ++i) {
     ROp r = ROp::kCount;
@@ -664,10 +723,14 @@ template <typename T>
 DType expected_int_dtype() {
   const bool s = std::is_signed_v<T>;
   switch (sizeof(T)) {
-    case 1: return s ? DType::kInt8 : DType::kUint8;
-    case 2: return s ? DType::kInt16 : DType::kUint16;
-    case 4: return s ? DType::kInt32 : DType::kUint32;
-    default: return s ? DType::kInt64 : DType::kUint64;
+    case 1:
+      return s ? DType::kInt8 : DType::kUint8;
+    case 2:
+      return s ? DType::kInt16 : DType::kUint16;
+    case 4:
+      return s ? DType::kInt32 : DType::kUint32;
+    default:
+      return s ? DType::kInt64 : DType::kUint64;
   }
 }
 
@@ -734,7 +797,7 @@ TEST(MpiTypes, ClassifyReduction) {
   EXPECT_EQ(classify_reduction(MPI_CHAR, MPI_SUM, &d, &r), MpiReduction::kOther);
   EXPECT_EQ(classify_reduction(MPI_INT, MPI_REPLACE, &d, &r), MpiReduction::kOther);
   // Agrees with op_valid on every pair of the mapped types and ops.
-  const MPI_Datatype types[] = {MPI_INT8_T, MPI_UINT16_T, MPI_INT, MPI_UINT64_T, MPI_FLOAT,
+  const MPI_Datatype types[] = {MPI_INT8_T, MPI_UINT16_T,    MPI_INT,    MPI_UINT64_T, MPI_FLOAT,
                                 MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_BYTE};
   const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_LAND,
                         MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};

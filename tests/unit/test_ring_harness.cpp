@@ -18,7 +18,6 @@
 namespace skipring {
 namespace {
 
-
 using testdata::Buffers;
 using testdata::is_float;
 using testdata::value_at;
@@ -107,8 +106,7 @@ TEST(RingOpsTypes, EveryValidPair) {
       o.segment_bytes = 3 * dtype_size(dt);
       o.seed = 1000 + t * 97 + op * 13 + n;
       o.in_place = (t + op + n) % 2 == 0;
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" +
-                   std::to_string(n));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + rop_name(rop) + " n=" + std::to_string(n));
       run_and_check(o);
     }
     return true;

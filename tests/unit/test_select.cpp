@@ -127,7 +127,8 @@ TEST(SelectModel, SlowInterHostLinksFavourHierarchical) {
 TEST(SelectModel, NonPowerOfTwoPaysTheFoldIn) {
   const CostParams p;
   const size_t b = 1024;
-  EXPECT_GT(algo_cost(Algo::kRd, b, flat(5), p, 1 << 18), algo_cost(Algo::kRd, b, flat(4), p, 1 << 18));
+  EXPECT_GT(algo_cost(Algo::kRd, b, flat(5), p, 1 << 18),
+            algo_cost(Algo::kRd, b, flat(4), p, 1 << 18));
   EXPECT_DOUBLE_EQ(algo_cost(Algo::kRd, b, flat(1), p, 1 << 18), 0.0);
 }
 

@@ -127,9 +127,9 @@ TEST(SkipAhead, LateArrival) {
       o.collectives = 2;
       o.direct_allgather = late >= n;
       o.quiet_polls = o.direct_allgather ? 4 : 1;  // what the driver sets on one host
-      const Outcome r = run_exact(o, "n=" + std::to_string(n) + " late=" +
-                                         std::to_string(late % n) +
-                                         " direct=" + std::to_string(o.direct_allgather));
+      const Outcome r =
+          run_exact(o, "n=" + std::to_string(n) + " late=" + std::to_string(late % n) +
+                           " direct=" + std::to_string(o.direct_allgather));
       // A rank 250 thresholds late is skipped, and from 3 ranks on also bypassed.
       if (n >= 3) {
         EXPECT_GT(r.skips, 0u) << "n=" << n << " late=" << late;
@@ -206,12 +206,12 @@ TEST(SkipAhead, RandomSchedules) {
     const char* only = std::getenv("SR_TEST_SCHEDULE");
     if (only != nullptr && std::atoi(only) != i) continue;
     const Outcome r = run_exact(
-        o, "schedule " + std::to_string(i) + " n=" + std::to_string(n) + " count=" +
-               std::to_string(o.count) + " seg=" + std::to_string(o.segment_bytes) + " depth=" +
-               std::to_string(o.depth) + " in_place=" + std::to_string(o.in_place) + " colls=" +
-               std::to_string(o.collectives) + " eager=" + std::to_string(o.eager_probability) +
-               " thr=" + std::to_string(o.skip_threshold_s) + " skew=" +
-               std::to_string(!o.start_time.empty()));
+        o, "schedule " + std::to_string(i) + " n=" + std::to_string(n) +
+               " count=" + std::to_string(o.count) + " seg=" + std::to_string(o.segment_bytes) +
+               " depth=" + std::to_string(o.depth) + " in_place=" + std::to_string(o.in_place) +
+               " colls=" + std::to_string(o.collectives) + " eager=" +
+               std::to_string(o.eager_probability) + " thr=" + std::to_string(o.skip_threshold_s) +
+               " skew=" + std::to_string(!o.start_time.empty()));
     total_skips += r.skips;
     total_late += r.late;
     if (::testing::Test::HasFailure()) break;
@@ -270,10 +270,12 @@ LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links 
     if (std::getenv("SR_TEST_VERBOSE")) {
       for (int r = 0; r < n; ++r) {
         const CollectiveStats& st = res.stats[0][r];
-        std::printf("  skip=%d rank %d end %.1f sent %u recv %u skips %u late %u bypass %u |", skip, r,
-                    (st.end - arrive) * 1e6, st.messages_sent, st.messages_received, st.skips,
+        std::printf("  skip=%d rank %d end %.1f sent %u recv %u skips %u late %u bypass %u |", skip,
+                    r, (st.end - arrive) * 1e6, st.messages_sent, st.messages_received, st.skips,
                     st.late_pieces, st.bypass_requests);
-        for (const StepRecord& sr : st.steps) std::printf(" %s%d:%.0f-%.0f", sr.phase == Phase::kReduceScatter ? "RS" : "AG", sr.step, (sr.t_start - arrive) * 1e6, (sr.t_end - arrive) * 1e6);
+        for (const StepRecord& sr : st.steps)
+          std::printf(" %s%d:%.0f-%.0f", sr.phase == Phase::kReduceScatter ? "RS" : "AG", sr.step,
+                      (sr.t_start - arrive) * 1e6, (sr.t_end - arrive) * 1e6);
         std::printf("\n");
       }
     }
@@ -284,11 +286,11 @@ LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links 
 }
 
 void print_cost(const char* what, int n, const LateCost& c) {
-  std::printf("%s, n=%d after last arrival: skip %.1f us, ring %.1f us, L %.1f us: skip/ring %.2f "
-              "skip/L %.2f ring/L %.2f\n",
-              what, n, c.skip_after * 1e6, c.ring_after * 1e6, c.lower_bound * 1e6,
-              c.skip_after / c.ring_after, c.skip_after / c.lower_bound,
-              c.ring_after / c.lower_bound);
+  std::printf(
+      "%s, n=%d after last arrival: skip %.1f us, ring %.1f us, L %.1f us: skip/ring %.2f "
+      "skip/L %.2f ring/L %.2f\n",
+      what, n, c.skip_after * 1e6, c.ring_after * 1e6, c.lower_bound * 1e6,
+      c.skip_after / c.ring_after, c.skip_after / c.lower_bound, c.ring_after / c.lower_bound);
 }
 
 // The routed allgather (the default across hosts) on per-rank links.

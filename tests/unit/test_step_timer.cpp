@@ -73,8 +73,8 @@ TEST(StepTimer, NegativeAndNonFiniteObservations) {
 }
 
 TEST(StepTimer, TransferFitRecoversLatencyAndBandwidth) {
-  const double latency = 20e-6;      // 20 us
-  const double bandwidth = 10e9;     // 10 GB/s
+  const double latency = 20e-6;   // 20 us
+  const double bandwidth = 10e9;  // 10 GB/s
   StepTimer t(32);
   // Two neighbours, sizes from 4 KiB to 4 MiB, +-1 % deterministic noise.
   for (int i = 0; i < 64; ++i) {

@@ -64,18 +64,18 @@ SKIPRING_API int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm com
 
 /* Statistics of the last skipring_allreduce on a communicator (this rank's view). */
 typedef struct skipring_stats {
-  uint64_t seq;             /* collective sequence number on this communicator */
-  uint64_t bytes;           /* count * datatype size */
-  double time_s;            /* wall time of the call (0 for recursive doubling, which runs
-                               straight on MPI and does not time itself) */
-  double wait_s;            /* total time waiting for a predecessor's data */
-  double reduce_s;          /* total time in reduction kernels */
-  double transfer_s;        /* total time from posting a send until it completed */
-  uint32_t steps;           /* ring steps this rank took part in (reduce-scatter + allgather) */
+  uint64_t seq;      /* collective sequence number on this communicator */
+  uint64_t bytes;    /* count * datatype size */
+  double time_s;     /* wall time of the call (0 for recursive doubling, which runs
+                        straight on MPI and does not time itself) */
+  double wait_s;     /* total time waiting for a predecessor's data */
+  double reduce_s;   /* total time in reduction kernels */
+  double transfer_s; /* total time from posting a send until it completed */
+  uint32_t steps;    /* ring steps this rank took part in (reduce-scatter + allgather) */
   uint32_t messages_sent;
   uint32_t messages_received;
-  uint32_t skips;           /* skip-ahead decisions taken by this rank */
-  uint32_t late_pieces;     /* pieces that arrived after this rank had forwarded */
+  uint32_t skips;            /* skip-ahead decisions taken by this rank */
+  uint32_t late_pieces;      /* pieces that arrived after this rank had forwarded */
   int32_t slowest_neighbour; /* rank this rank waited for longest (-1: none) */
   double skip_threshold_s;   /* skip-ahead threshold used: alpha*T + T_trans (0: off) */
   double rs_time_s;          /* start of the call until this rank's last reduce-scatter step
@@ -90,8 +90,8 @@ SKIPRING_API int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
 
 /* Process-wide counters since init (what the PMPI report line prints). */
 typedef struct skipring_totals {
-  uint64_t calls;      /* all-reduces skipring ran itself */
-  uint64_t fallbacks;  /* calls handed to PMPI_Allreduce */
+  uint64_t calls;     /* all-reduces skipring ran itself */
+  uint64_t fallbacks; /* calls handed to PMPI_Allreduce */
   uint64_t skips;
   uint64_t late;
   uint64_t bytes;

@@ -28,20 +28,32 @@ inline void check(int code) {
 // The MPI datatype of a C++ arithmetic type.
 template <typename T>
 MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, bool>) return MPI_C_BOOL;
-  else if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, long double>) return MPI_LONG_DOUBLE;
+  if constexpr (std::is_same_v<T, bool>)
+    return MPI_C_BOOL;
+  else if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, long double>)
+    return MPI_LONG_DOUBLE;
   else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
-    if constexpr (sizeof(T) == 1) return MPI_INT8_T;
-    else if constexpr (sizeof(T) == 2) return MPI_INT16_T;
-    else if constexpr (sizeof(T) == 4) return MPI_INT32_T;
-    else return MPI_INT64_T;
+    if constexpr (sizeof(T) == 1)
+      return MPI_INT8_T;
+    else if constexpr (sizeof(T) == 2)
+      return MPI_INT16_T;
+    else if constexpr (sizeof(T) == 4)
+      return MPI_INT32_T;
+    else
+      return MPI_INT64_T;
   } else if constexpr (std::is_integral_v<T>) {
-    if constexpr (sizeof(T) == 1) return MPI_UINT8_T;
-    else if constexpr (sizeof(T) == 2) return MPI_UINT16_T;
-    else if constexpr (sizeof(T) == 4) return MPI_UINT32_T;
-    else return MPI_UINT64_T;
+    if constexpr (sizeof(T) == 1)
+      return MPI_UINT8_T;
+    else if constexpr (sizeof(T) == 2)
+      return MPI_UINT16_T;
+    else if constexpr (sizeof(T) == 4)
+      return MPI_UINT32_T;
+    else
+      return MPI_UINT64_T;
   } else {
     static_assert(std::is_arithmetic_v<T>, "skipring::allreduce needs an arithmetic type");
     return MPI_DATATYPE_NULL;
@@ -57,8 +69,8 @@ void allreduce(const T* send, T* recv, int count, MPI_Op op = MPI_SUM,
 // In place over a whole vector.
 template <typename T>
 void allreduce(std::vector<T>& data, MPI_Op op = MPI_SUM, MPI_Comm comm = MPI_COMM_WORLD) {
-  check(skipring_allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
-                           mpi_type<T>(), op, comm));
+  check(skipring_allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), mpi_type<T>(),
+                           op, comm));
 }
 
 // Reduce-scatter with equal blocks: send holds size * recvcount elements, recv gets this rank's.
