@@ -15,6 +15,9 @@
 //   tree   two binary trees over the healthy ranks, even segments down one and odd ones down
 //          the other; a rank is interior in at most one tree, so no uplink carries more than S;
 //          every healthy rank sends the late rank an equal share of P's segments.
+// Sends are synchronous (MPI_Issend): a send counts as in flight until its receiver has it, also
+// below SMPI's eager size (an eager MPI_Isend completes at once, so a window of them would let
+// every segment share the link at the same time and complete together).
 // Additions are charged as simulated time at --reduce-gbps (like SKIPRING_SIM_REDUCE_GBPS).
 // Prints the time from the arrival until the last rank has its result, in ms and in units of L,
 // and checks every rank's result. Not a protocol: no control messages, no headers, no agreement
@@ -166,8 +169,8 @@ class Node {
       const int k = l.queue.front();
       l.queue.pop_front();
       MPI_Request r;
-      MPI_Isend(l.buf + seg_off(k), seg_len(k), MPI_FLOAT, l.peer, l.kind * segs_ + k,
-                MPI_COMM_WORLD, &r);
+      MPI_Issend(l.buf + seg_off(k), seg_len(k), MPI_FLOAT, l.peer, l.kind * segs_ + k,
+                 MPI_COMM_WORLD, &r);
       reqs_.push_back(r);
       what_.push_back({link, k});
       l.in_flight++;
