@@ -9,18 +9,14 @@
 #include <limits>
 
 #include "common/size_parse.h"
+#include "common/text.h"
 #include "topology/multitree.h"
 
 namespace skipring {
 namespace {
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 bool parse_bool(const std::string& text, bool* out) {
-  const std::string t = lower(text);
+  const std::string t = skipring::to_lower(text);
   if (t == "1" || t == "true" || t == "yes" || t == "on") return *out = true, true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return *out = false, true;
   return false;
@@ -85,7 +81,7 @@ const char* log_level_name(LogLevel l) {
 }
 
 bool parse_log_level(const std::string& text, Config* c) {
-  const std::string v = lower(text);
+  const std::string v = skipring::to_lower(text);
   for (int i = 0; i <= static_cast<int>(LogLevel::kOff); ++i) {
     if (v == log_level_name(static_cast<LogLevel>(i))) {
       c->log_level = static_cast<LogLevel>(i);
@@ -96,7 +92,7 @@ bool parse_log_level(const std::string& text, Config* c) {
 }
 
 bool parse_clock(const std::string& text, Config* c) {
-  const std::string v = lower(text);
+  const std::string v = skipring::to_lower(text);
 #ifndef SKIPRING_SIMGRID
   if (v == "steady") return c->clock = ClockKind::kSteady, true;
 #endif
@@ -106,7 +102,7 @@ bool parse_clock(const std::string& text, Config* c) {
 }
 
 bool parse_direct_allgather(const std::string& text, Config* c) {
-  if (lower(text) == "auto") return c->direct_allgather = -1, true;
+  if (skipring::to_lower(text) == "auto") return c->direct_allgather = -1, true;
   bool b = false;
   if (!parse_bool(text, &b)) return false;
   c->direct_allgather = b ? 1 : 0;
@@ -142,7 +138,7 @@ bool parse_tree_graph(const std::string& text, Config* c) {
 }
 
 bool parse_sim_wait(const std::string& text, Config* c) {
-  const std::string v = lower(text);
+  const std::string v = skipring::to_lower(text);
   if (v == "block") return c->sim_block = true, true;
   if (v == "poll") return c->sim_block = false, true;
   return false;

@@ -5,13 +5,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/text.h"
+
 namespace skipring_bench {
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // The canonical name of a datatype alias ("int" -> "int32"); other names unchanged.
 std::string canonical_type_name(const std::string& name) {
@@ -56,7 +53,7 @@ std::vector<std::string> split_list(const std::string& text) {
   while (std::getline(in, item, ',')) {
     const auto b = item.find_first_not_of(" \t");
     const auto e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) items.push_back(lower(item.substr(b, e - b + 1)));
+    if (b != std::string::npos) items.push_back(skipring::to_lower(item.substr(b, e - b + 1)));
   }
   return items;
 }
