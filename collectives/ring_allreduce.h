@@ -224,25 +224,25 @@ class RingAllreduce final : public CoreBase {
   Status check_skips(double now, ActionList* out);
   Status skip_piece(size_t idx, double now, ActionList* out);
   void resolve_rs_recv(double now, ActionList* out);
-  // A skip-ahead message completed (sent, or received: control, ack, extra piece).
+  // A skip-ahead message completed (sent, or received: control, ack, to-owner piece).
   Status on_aux(size_t aux, size_t payload_bytes, double now, ActionList* out);
   Status on_control(size_t aux, double now, ActionList* out);
   Status on_bypass_request(double now, ActionList* out);
   void on_notice(int seg_id);
   Status on_bypassed(int seg_id, double now, ActionList* out);
   Status on_ack(size_t aux, double now, ActionList* out);
-  Status on_extra_sent(size_t aux, double now, ActionList* out);
+  Status on_to_owner_sent(size_t aux, double now, ActionList* out);
 
-  // --- owner.cpp: the owner's merge and its receives for extra pieces
+  // --- owner.cpp: the owner's merge and its receives for to-owner pieces
   Status owner_enqueue(int g, OwnerItem item, double now, ActionList* out);
   Status owner_merge(int g, double now, ActionList* out);
-  void owner_post_extras(double now, ActionList* out);
+  void post_to_owner_recvs(double now, ActionList* out);
   Status on_owner_merged(int g, double now, ActionList* out);
-  Status on_extra_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
+  Status on_to_owner_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
 
   // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
-  // Queues the extra piece `extra` (chunk c, segment g) among the paced ones.
-  void pace_piece(int extra, int c, int g, const uint8_t* hdr, const void* payload, double now,
+  // Queues the to-owner piece `piece` (chunk c, segment g) among the paced ones.
+  void pace_piece(int piece, int c, int g, const uint8_t* hdr, const void* payload, double now,
                   ActionList* out);
   void send_paced(double now, ActionList* out);
   // With step 0's sends deferred: whether this poll brought no new control message for the
@@ -261,7 +261,7 @@ class RingAllreduce final : public CoreBase {
   std::vector<uint8_t>* scratch_;
   uint8_t* recv_slots_ = nullptr;
   uint8_t* send_slots_ = nullptr;
-  uint8_t* extra_slots_ = nullptr;  // owner: pieces coming straight to it
+  uint8_t* owner_slots_ = nullptr;  // owner: pieces coming straight to it
   uint8_t* hdr_pool_ = nullptr;
   uint8_t* first_hdrs_ = nullptr;  // headers of our step-0 sends
   uint8_t* owner_hdrs_ = nullptr;  // headers of the allgather sends of our own chunk

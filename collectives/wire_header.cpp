@@ -11,7 +11,7 @@ void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSe
                         uint8_t flags, uint32_t route) {
   WireHeader h{};
   h.flags = flags;
-  h.reserved = route;
+  h.route = route;
   h.magic = kWireMagic;
   h.seq = id.seq;
   h.phase = id.phase;
@@ -44,7 +44,7 @@ std::string decode_wire_header(const uint8_t* hdr, int n, const WireExpect& want
 uint32_t wire_route(const uint8_t* hdr) {
   WireHeader h;
   std::memcpy(&h, hdr, sizeof(h));
-  return h.reserved;
+  return h.route;
 }
 
 std::string decode_wire_control(const uint8_t* hdr, uint32_t seq, WireHeader* out) {

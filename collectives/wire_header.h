@@ -14,10 +14,10 @@ namespace skipring {
 constexpr uint32_t kWireMagic = 0x534b5247;  // "SKRG"
 
 // WireHeader.flags
-constexpr uint8_t kFlagExtra = 1;   // a piece going straight to the chunk's owner (not the ring)
-constexpr uint8_t kFlagAck = 2;     // "my piece went straight to the owner" (skip redirect)
-constexpr uint8_t kFlagNotice = 4;  // control: "send this piece straight to the owner"
-constexpr uint8_t kFlagRsDone = 8;  // control: "no more notices from me in this collective"
+constexpr uint8_t kFlagToOwner = 1;  // a piece going straight to the chunk's owner (not the ring)
+constexpr uint8_t kFlagAck = 2;      // "my piece went straight to the owner" (skip redirect)
+constexpr uint8_t kFlagNotice = 4;   // control: "send this piece straight to the owner"
+constexpr uint8_t kFlagRsDone = 8;   // control: "no more notices from me in this collective"
 constexpr uint8_t kFlagBypassReq = 16;  // control, to the predecessor's predecessor: "your
                                         // successor is late: send its pieces to the owners"
 constexpr uint8_t kFlagBypassed = 32;   // control, to the successor: "my piece for (c, g) went
@@ -25,7 +25,7 @@ constexpr uint8_t kFlagBypassed = 32;   // control, to the successor: "my piece 
 constexpr uint8_t kFlagFwdDone = 64;    // control: "no more bypass messages from me"
 constexpr uint8_t kFlagFarDone = 128;   // control: "no more bypass requests from me"
 
-// WireHeader.reserved carries routes. On a reduce-scatter piece sent straight to the owner by a
+// WireHeader.route carries routes. On a reduce-scatter piece sent straight to the owner by a
 // rank that bypassed its late successor: low 24 bits = 1 + that late rank (the owner then routes
 // its allgather around it). On an allgather segment with kRouteAround: the owner chose to route
 // it around the rank in the low 24 bits (1 + rank), which got the segment from the owner
@@ -45,7 +45,7 @@ struct WireHeader {
   uint16_t set_words;
   uint32_t chunk;
   uint32_t segment;
-  uint32_t reserved;
+  uint32_t route;
   // followed by set_words 64-bit words of the contribution set
 };
 static_assert(sizeof(WireHeader) == 24, "wire header layout");

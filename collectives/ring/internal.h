@@ -23,7 +23,7 @@ enum TokenKind : uint32_t {
 // Tag = 4 * segment id + kind; the control tags are tag_span - 1 .. tag_span - 3. Segments are
 // made large enough that every tag of a collective is distinct (effective_segment_bytes), so
 // tags never wrap.
-constexpr int kTagRs = 0, kTagAg = 1, kTagExtra = 2, kTagAck = 3;
+constexpr int kTagRs = 0, kTagAg = 1, kTagToOwner = 2, kTagAck = 3;
 // A skipped piece still missing this many thresholds after it was due triggers the bypass.
 constexpr double kBypassFactor = 4.0;
 // Skip cascade suppression: a ring piece of reduce-scatter step s depends on s upstream ranks,

@@ -9,7 +9,7 @@
 namespace skipring {
 using namespace ring;
 
-void RingAllreduce::pace_piece(int extra, int c, int g, const uint8_t* hdr, const void* payload,
+void RingAllreduce::pace_piece(int piece, int c, int g, const uint8_t* hdr, const void* payload,
                                double now, ActionList* out) {
   // Being the late rank, every piece we owe an owner (our input alone, or a partial our
   // predecessor sent us before it started bypassing us, plus ours) is paced, chunk by chunk:
@@ -18,10 +18,10 @@ void RingAllreduce::pace_piece(int extra, int c, int g, const uint8_t* hdr, cons
   // allgather (one host: no link to share) only our input is (skip.cpp: redirect_to_owner):
   // pacing the partials too made the harness's shared-memory model slower (n = 8: 34.0 ->
   // 44.2 us after the arrival). Deadlock-free: the owner keeps a receive posted for every
-  // incomplete segment (owner_post_extras), so a paced piece in flight always completes (and
+  // incomplete segment (post_to_owner_recvs), so a paced piece in flight always completes (and
   // frees its send slot, if it holds one).
-  aux_[extra].paced = true;
-  paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g, extra,
+  aux_[piece].paced = true;
+  paced_.push_back(PacedPiece{((pos_ - 1 - c + 2 * n_) % n_) * (layout_.segments(0) + 1) + g, piece,
                               p_.ring[c], hdr, payload});
   std::push_heap(paced_.begin(), paced_.end(), paced_later);
   send_paced(now, out);
@@ -33,7 +33,7 @@ void RingAllreduce::send_paced(double now, ActionList* out) {
     const PacedPiece p = paced_.back();
     paced_.pop_back();
     const AuxOp& op = aux_[p.aux];
-    post_aux_send(p.aux, p.peer, tag_for(kTagExtra, op.seg_id), p.payload,
+    post_aux_send(p.aux, p.peer, tag_for(kTagToOwner, op.seg_id), p.payload,
                   layout_.segment_count(op.chunk, op.seg) * layout_.elem_size(), now, out, p.hdr);
     ++stats_.messages_sent;
     ++paced_in_flight_;

@@ -1,4 +1,4 @@
-// The owner's merge of its chunk's pieces and its receives for extra pieces.
+// The owner's merge of its chunk's pieces and its receives for to-owner pieces.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,8 +26,8 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
     payload = slot_payload(recv_slot_base(recvs_[item.index].slot), 0);
   } else {
     const AuxOp& x = aux_[item.index];
-    hdr = slot_hdr(extra_slots_, x.extra_slot);
-    payload = slot_payload(extra_slots_, x.extra_slot);
+    hdr = slot_hdr(owner_slots_, x.owner_slot);
+    payload = slot_payload(owner_slots_, x.owner_slot);
   }
   SKIPRING_RETURN_IF_ERROR(check_header(hdr, Phase::kReduceScatter, pos_, g, &scratch_set_));
   const uint32_t late = wire_route(hdr) & kRouteLateMask;
@@ -56,23 +56,23 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
   return Status::kOk;
 }
 
-void RingAllreduce::owner_post_extras(double now, ActionList* out) {
+void RingAllreduce::post_to_owner_recvs(double now, ActionList* out) {
   // With skip-ahead on, each incomplete segment of our chunk always has a receive posted for a
   // piece coming straight to us, so such a piece never waits on us (its sender holds a slot).
   if (!p_.skip) return;
   for (size_t g = 0; g < owner_.size(); ++g) {
     OwnerPiece& o = owner_[g];
-    if (o.full || o.extra_posted) continue;
-    const int aux = add_aux(AuxKind::kExtraRecv, pos_, static_cast<int>(g));
-    aux_[aux].extra_slot = static_cast<int>(g);
+    if (o.full || o.to_owner_posted) continue;
+    const int aux = add_aux(AuxKind::kToOwnerRecv, pos_, static_cast<int>(g));
+    aux_[aux].owner_slot = static_cast<int>(g);
     aux_[aux].t = now;
-    o.extra_posted = true;
-    o.extra_aux = aux;
+    o.to_owner_posted = true;
+    o.to_owner_aux = aux;
     // From any source: whoever delivers it, the slow rank or a rank forwarding a late piece.
     out->push_back(message_action(
-        Action::Kind::kRecv, make_token(kTokAux, aux), -1, tag_for(kTagExtra, aux_[aux].seg_id),
-        slot_hdr(extra_slots_, aux_[aux].extra_slot), hdr_bytes_,
-        slot_payload(extra_slots_, aux_[aux].extra_slot),
+        Action::Kind::kRecv, make_token(kTokAux, aux), -1, tag_for(kTagToOwner, aux_[aux].seg_id),
+        slot_hdr(owner_slots_, aux_[aux].owner_slot), hdr_bytes_,
+        slot_payload(owner_slots_, aux_[aux].owner_slot),
         layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size()));
     ++pending_;
   }
@@ -87,15 +87,15 @@ Status RingAllreduce::on_owner_merged(int g, double now, ActionList* out) {
     free_recv_slots_.push_back(recvs_[o.merging_item.index].slot);
     post_receives(now, out);
   } else {
-    o.extra_posted = false;  // its slot is free again
+    o.to_owner_posted = false;  // its slot is free again
   }
   if (o.acc.full()) {
     // Chunk segment complete: its allgather starts now. Nothing more can come straight to
     // us for it (it would overlap), so the standing receive for such pieces is cancelled.
     o.full = true;
-    if (o.extra_posted) {
-      cancel_aux(o.extra_aux, out);
-      o.extra_posted = false;
+    if (o.to_owner_posted) {
+      cancel_aux(o.to_owner_aux, out);
+      o.to_owner_posted = false;
     }
     stats_.steps[n_ - 2].t_end = now;
     send_own_segment(g, now, out);
@@ -104,14 +104,14 @@ Status RingAllreduce::on_owner_merged(int g, double now, ActionList* out) {
   return owner_merge(g, now, out);
 }
 
-Status RingAllreduce::on_extra_piece(size_t idx, size_t payload_bytes, double now,
-                                     ActionList* out) {
+Status RingAllreduce::on_to_owner_piece(size_t idx, size_t payload_bytes, double now,
+                                        ActionList* out) {
   const AuxOp& op = aux_[idx];
   const size_t expect = layout_.segment_count(op.chunk, op.seg) * layout_.elem_size();
-  if (payload_bytes != expect) return fail("extra piece of the wrong size");
+  if (payload_bytes != expect) return fail("to-owner piece of the wrong size");
   ++stats_.messages_received;
   mode_.disturbed = true;
-  // extra_posted stays set until the merge is done: the slot is still in use.
-  return owner_enqueue(op.seg, OwnerItem::extra(static_cast<int>(idx)), now, out);
+  // to_owner_posted stays set until the merge is done: the slot is still in use.
+  return owner_enqueue(op.seg, OwnerItem::to_owner(static_cast<int>(idx)), now, out);
 }
 }  // namespace skipring

@@ -125,7 +125,7 @@ Status RingAllreduce::start(double now, ActionList* out) {
     send_first_pieces(now, out);
   }
   post_receives(now, out);
-  owner_post_extras(now, out);
+  post_to_owner_recvs(now, out);
   resolve_rs_recv(now, out);  // a rank with nothing to receive is done with notices at once
   maybe_done(now, out);
   return Status::kOk;
@@ -184,8 +184,8 @@ size_t RingAllreduce::build_receive_sequence() {
 }
 
 void RingAllreduce::carve_scratch(size_t ag_recvs) {
-  // Scratch: receive slots, send slots, owner extra slots (header + payload, payload 64-byte
-  // aligned), then header-only buffers for the starter's sends, the owner's allgather sends
+  // Scratch: receive slots, send slots, owner slots for to-owner pieces (header + payload, payload
+  // 64-byte aligned), then header-only buffers for the starter's sends, the owner's allgather sends
   // and every allgather receive.
   const int start_chunk = (pos_ - 1 + n_) % n_;
   const size_t hdr_area = round_up(hdr_bytes_, 64);
@@ -196,15 +196,15 @@ void RingAllreduce::carve_scratch(size_t ag_recvs) {
   const size_t n_hdrs = layout_.segments(start_chunk) + layout_.segments(pos_) + ag_recvs;
   // Owner: one slot per segment of its chunk for pieces coming straight to it (a bounded pool
   // could deadlock: its senders hold their own slots until it accepts).
-  const int extra_slots = p_.skip ? layout_.segments(pos_) : 0;
-  const size_t need = 64 + (2 * depth + extra_slots) * slot_bytes_ + n_hdrs * hdr_area;
+  const int owner_slots = p_.skip ? layout_.segments(pos_) : 0;
+  const size_t need = 64 + (2 * depth + owner_slots) * slot_bytes_ + n_hdrs * hdr_area;
   if (scratch_->size() < need) scratch_->resize(need);
   uint8_t* base = scratch_->data();
   base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64;
   recv_slots_ = base;
   send_slots_ = base + depth * slot_bytes_;
-  extra_slots_ = base + 2 * depth * slot_bytes_;
-  hdr_pool_ = base + (2 * depth + extra_slots) * slot_bytes_;
+  owner_slots_ = base + 2 * depth * slot_bytes_;
+  hdr_pool_ = base + (2 * depth + owner_slots) * slot_bytes_;
   for (int i = depth - 1; i >= 0; --i) {
     free_recv_slots_.push_back(i);
     free_send_slots_.push_back(i);
@@ -298,7 +298,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   } else {
     SKIPRING_RETURN_IF_ERROR(on_ag_segment(idx, now, out));
   }
-  owner_post_extras(now, out);
+  post_to_owner_recvs(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -320,7 +320,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
     }
     SKIPRING_RETURN_IF_ERROR(on_piece_reduced(idx, now, out));
   }
-  owner_post_extras(now, out);
+  post_to_owner_recvs(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -383,7 +383,7 @@ std::string RingAllreduce::describe() const {
   for (const SendOp& sd : sends_) {
     if (!sd.done) unsent += fmt::format(" SEND:seg{}slot{}", sd.seg_id, sd.slot);
   }
-  static const char* kAuxNames[] = {"ctrlR", "ctrlS", "ackR", "ackS", "extraS", "extraR"};
+  static const char* kAuxNames[] = {"ctrlR", "ctrlS", "ackR", "ackS", "ownerS", "ownerR"};
   for (const AuxOp& a : aux_) {
     if (!a.done && !a.cancelled) {
       unsent +=

@@ -95,11 +95,12 @@ void RingAllreduce::bypass_to_owner(int c, int g, uint8_t* hdr, const void* payl
   // Our successor is late (the rank after it asked): the piece goes straight to the owner
   // and the successor learns it has only its own input to send for (c, g).
   // The route word names the late rank: the owner routes its allgather around it.
-  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra, static_cast<uint32_t>(succ_ + 1));
-  const int extra = add_aux(AuxKind::kExtraSend, c, g);
-  aux_[extra].send_slot = slot;
-  aux_[extra].reads_input = reads_input;
-  post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, aux_[extra].seg_id), payload,
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagToOwner,
+               static_cast<uint32_t>(succ_ + 1));
+  const int piece = add_aux(AuxKind::kToOwnerSend, c, g);
+  aux_[piece].send_slot = slot;
+  aux_[piece].reads_input = reads_input;
+  post_aux_send(piece, p_.ring[c], tag_for(kTagToOwner, aux_[piece].seg_id), payload,
                 layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
   ++stats_.messages_sent;
   send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
@@ -113,16 +114,16 @@ void RingAllreduce::redirect_to_owner(int c, int g, uint8_t* hdr, const void* pa
   // late rank, we name ourselves in the route word: the owner routes its allgather around us
   // (its chunk may have reached us before our predecessor started bypassing us).
   const int seg_id = layout_.first_segment(c) + g;
-  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagExtra,
+  write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagToOwner,
                mode_.self_late ? static_cast<uint32_t>(p_.rank + 1) : 0);
-  const int extra = add_aux(AuxKind::kExtraSend, c, g);
-  aux_[extra].send_slot = slot;
-  // An own-input piece sent as an extra: the input is read until that send completes.
-  aux_[extra].reads_input = reads_input;
+  const int piece = add_aux(AuxKind::kToOwnerSend, c, g);
+  aux_[piece].send_slot = slot;
+  // An own-input piece sent to the owner: the input is read until that send completes.
+  aux_[piece].reads_input = reads_input;
   if (mode_.self_late && (reads_input || !mode_.direct)) {
-    pace_piece(extra, c, g, hdr, payload, now, out);
+    pace_piece(piece, c, g, hdr, payload, now, out);
   } else {
-    post_aux_send(extra, p_.ring[c], tag_for(kTagExtra, seg_id), payload,
+    post_aux_send(piece, p_.ring[c], tag_for(kTagToOwner, seg_id), payload,
                   layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
     ++stats_.messages_sent;
   }
@@ -203,17 +204,17 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
     case AuxKind::kAckRecv:
       SKIPRING_RETURN_IF_ERROR(on_ack(idx, now, out));
       break;
-    case AuxKind::kExtraRecv:
-      SKIPRING_RETURN_IF_ERROR(on_extra_piece(idx, payload_bytes, now, out));
+    case AuxKind::kToOwnerRecv:
+      SKIPRING_RETURN_IF_ERROR(on_to_owner_piece(idx, payload_bytes, now, out));
       break;
-    case AuxKind::kExtraSend:
-      SKIPRING_RETURN_IF_ERROR(on_extra_sent(idx, now, out));
+    case AuxKind::kToOwnerSend:
+      SKIPRING_RETURN_IF_ERROR(on_to_owner_sent(idx, now, out));
       break;
     case AuxKind::kCtrlSend:
     case AuxKind::kAckSend:
       break;
   }
-  owner_post_extras(now, out);
+  post_to_owner_recvs(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -306,7 +307,7 @@ Status RingAllreduce::on_ack(size_t idx, double now, ActionList* out) {
   return Status::kOk;
 }
 
-Status RingAllreduce::on_extra_sent(size_t idx, double now, ActionList* out) {
+Status RingAllreduce::on_to_owner_sent(size_t idx, double now, ActionList* out) {
   // Copies: send_paced and post_receives may add aux ops and move aux_ in memory.
   const AuxOp& op = aux_[idx];
   const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
@@ -333,10 +334,10 @@ void RingAllreduce::forward_late_piece(size_t idx, uint8_t* hdr, double now, Act
   ++stats_.late_pieces;
   step_record(r).late_pieces += 1;
   cancel_aux(r.ack_aux, out);
-  write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagExtra);
-  const int extra = add_aux(AuxKind::kExtraSend, r.chunk, r.seg);
-  aux_[extra].recv_slot = r.slot;
-  post_aux_send(extra, p_.ring[r.chunk], tag_for(kTagExtra, r.seg_id),
+  write_header(hdr, Phase::kReduceScatter, r.chunk, r.seg, scratch_set_, kFlagToOwner);
+  const int piece = add_aux(AuxKind::kToOwnerSend, r.chunk, r.seg);
+  aux_[piece].recv_slot = r.slot;
+  post_aux_send(piece, p_.ring[r.chunk], tag_for(kTagToOwner, r.seg_id),
                 slot_payload(recv_slot_base(r.slot), 0),
                 layout_.segment_count(r.chunk, r.seg) * layout_.elem_size(), now, out, hdr);
   ++stats_.messages_sent;

@@ -57,7 +57,14 @@ struct QueuedSend {
 };
 
 // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
-enum class AuxKind : uint8_t { kCtrlRecv, kCtrlSend, kAckRecv, kAckSend, kExtraSend, kExtraRecv };
+enum class AuxKind : uint8_t {
+  kCtrlRecv,
+  kCtrlSend,
+  kAckRecv,
+  kAckSend,
+  kToOwnerSend,
+  kToOwnerRecv
+};
 
 // Control channels: from the successor (notices), from the predecessor (bypass), from the
 // rank two ahead (bypass requests). Each ends with a "done" message on the same tag.
@@ -69,13 +76,13 @@ struct AuxOp {
   int seg_id = -1;
   int chunk = -1;
   int seg = -1;
-  int recv_slot = -1;        // kExtraSend from a receive slot (late piece): release on completion
-  int send_slot = -1;        // kExtraSend from a send slot (redirected piece)
-  bool reads_input = false;  // kExtraSend of our own input: the input is free once it completes
-  int extra_slot = -1;       // kExtraRecv: owner-side slot
+  int recv_slot = -1;        // kToOwnerSend from a receive slot (late piece): release on completion
+  int send_slot = -1;        // kToOwnerSend from a send slot (redirected piece)
+  bool reads_input = false;  // kToOwnerSend of our own input: the input is free once it completes
+  int owner_slot = -1;       // kToOwnerRecv: owner-side slot
   bool done = false;
   bool cancelled = false;
-  bool paced = false;  // kExtraSend: one of the late rank's paced pieces
+  bool paced = false;  // kToOwnerSend: one of the late rank's paced pieces
   double t = 0;
   std::vector<uint8_t> hdr;  // header-only messages own their header here
 };
@@ -144,24 +151,24 @@ struct PacedPiece {
 inline bool paced_later(const PacedPiece& a, const PacedPiece& b) { return a.order > b.order; }
 
 // A piece for the owner to merge: a ring piece (index of its receive in recvs_) or one that
-// came straight to it (index of its kExtraRecv in aux_).
+// came straight to it (index of its kToOwnerRecv in aux_).
 struct OwnerItem {
-  enum class Source : uint8_t { kRing, kExtra };
+  enum class Source : uint8_t { kRing, kToOwner };
   Source source = Source::kRing;
   int index = 0;
   static OwnerItem ring(int recv) { return OwnerItem{Source::kRing, recv}; }
-  static OwnerItem extra(int aux) { return OwnerItem{Source::kExtra, aux}; }
+  static OwnerItem to_owner(int aux) { return OwnerItem{Source::kToOwner, aux}; }
   bool is_ring() const { return source == Source::kRing; }
 };
 
 // The owner's view of one segment of its own chunk: pieces merge in arrival order.
 struct OwnerPiece {
-  ContributionSet acc;        // ranks summed into recvbuf (own input once started)
-  bool started = false;       // recvbuf holds a partial (own input merged)
-  bool merging = false;       // a reduction into recvbuf is in flight
-  bool main_merged = false;   // the ring piece has been merged
-  bool extra_posted = false;  // an extra receive is outstanding (or its slot in use)
-  int extra_aux = -1;         // that receive
+  ContributionSet acc;           // ranks summed into recvbuf (own input once started)
+  bool started = false;          // recvbuf holds a partial (own input merged)
+  bool merging = false;          // a reduction into recvbuf is in flight
+  bool main_merged = false;      // the ring piece has been merged
+  bool to_owner_posted = false;  // a to-owner receive is outstanding (or its slot in use)
+  int to_owner_aux = -1;         // that receive
   bool full = false;
   std::vector<OwnerItem> queue;  // arrived pieces, in arrival order
   OwnerItem merging_item;        // the piece being merged (while `merging`)
