@@ -349,16 +349,10 @@ Status HierAllreduce::advance_fold(int g, double now, ActionList* out) {
   }
   f.reducing = true;
   f.t_reduce = now;
-  Action a;
-  a.kind = Action::Kind::kReduce;
-  a.token = make_token(kTokReduce, g);
-  a.dst = recv_ptr(local_, g);
-  a.a = s == 1 ? piece_ptr(g, 0) : a.dst;
-  a.b = piece_ptr(g, s);
-  a.count = layout_.segment_count(local_, g);
-  a.dtype = p_.dtype;
-  a.op = p_.op;
-  out->push_back(a);
+  void* dst = recv_ptr(local_, g);
+  const void* a = s == 1 ? piece_ptr(g, 0) : dst;
+  out->push_back(reduce_action(make_token(kTokReduce, g), dst, a, piece_ptr(g, s),
+                               layout_.segment_count(local_, g), p_.dtype, p_.op));
   ++pending_;
   return Status::kOk;
 }

@@ -226,16 +226,7 @@ Status RecursiveDoublingAllreduce::issue_reduce(int id, void* dst, const void* a
   }
   m.reduce_issued = true;
   m.t_reduce = now;
-  Action r;
-  r.kind = Action::Kind::kReduce;
-  r.token = make_token(kTokReduce, id);
-  r.dst = dst;
-  r.a = a;
-  r.b = b;
-  r.count = p_.count;
-  r.dtype = p_.dtype;
-  r.op = p_.op;
-  out->push_back(r);
+  out->push_back(reduce_action(make_token(kTokReduce, id), dst, a, b, p_.count, p_.dtype, p_.op));
   ++pending_;
   return Status::kOk;
 }

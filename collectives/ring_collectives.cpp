@@ -288,16 +288,7 @@ Status ScheduleCore::issue(int id, double now, ActionList* out) {
       }
       vars_[op.out_var] = u;
       if (op.elems == 0) return finish(id, now, out);
-      Action a;
-      a.token = tok;
-      a.kind = Action::Kind::kReduce;
-      a.dst = op.dst;
-      a.a = op.a;
-      a.b = op.b;
-      a.count = op.elems;
-      a.dtype = p_.dtype;
-      a.op = p_.op;
-      out->push_back(a);
+      out->push_back(reduce_action(tok, op.dst, op.a, op.b, op.elems, p_.dtype, p_.op));
       return Status::kOk;
     }
     case Kind::kCopy: {

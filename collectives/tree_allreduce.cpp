@@ -273,16 +273,11 @@ Status TreeAllreduce::try_reduce(int ti, int g, double now, ActionList* out) {
                             t.acc[w].to_string()));
   }
   s.reducing = true;
-  Action r;
-  r.kind = Action::Kind::kReduce;
-  r.token = new_op(OpKind::kReduce, ti, g, i, now);
-  r.dst = recv_at(t, g);
-  r.a = i == 0 ? static_cast<const void*>(send_at(t, g)) : static_cast<const void*>(recv_at(t, g));
-  r.b = slot_payload(child_slot(t, g, i));
-  r.count = seg_count(t, g);
-  r.dtype = p_.dtype;
-  r.op = p_.op;
-  out->push_back(r);
+  const Token token = new_op(OpKind::kReduce, ti, g, i, now);
+  const void* a =
+      i == 0 ? static_cast<const void*>(send_at(t, g)) : static_cast<const void*>(recv_at(t, g));
+  out->push_back(reduce_action(token, recv_at(t, g), a, slot_payload(child_slot(t, g, i)),
+                               seg_count(t, g), p_.dtype, p_.op));
   return Status::kOk;
 }
 

@@ -25,10 +25,7 @@ class FakeInner final : public CoreBase {
     out->push_back(message_action(Action::Kind::kRecv, kRecvA, 1, 0, nullptr, 0, nullptr, 0));
     out->push_back(message_action(Action::Kind::kRecv, kRecvB, 1, 1, nullptr, 0, nullptr, 0));
     out->push_back(message_action(Action::Kind::kSend, kSend, 1, 2, nullptr, 0, nullptr, 0));
-    Action r;
-    r.kind = Action::Kind::kReduce;
-    r.token = kReduce;
-    out->push_back(r);
+    out->push_back(reduce_action(kReduce, nullptr, nullptr, nullptr, 0, DType::kByte, ROp::kSum));
     out->push_back(copy_action(nullptr, nullptr, 0));
     return Status::kOk;
   }
@@ -39,10 +36,7 @@ class FakeInner final : public CoreBase {
   }
   Status on_send(Token t, double, ActionList* out) override {
     seen.push_back(t);
-    Action c;
-    c.kind = Action::Kind::kCancel;
-    c.token = kRecvB;
-    out->push_back(c);
+    out->push_back(cancel_action(kRecvB));
     return Status::kOk;
   }
   Status on_reduce(Token t, double now, ActionList* out) override {
