@@ -283,7 +283,11 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   r.t_arrived = now;
   if (r.phase == Phase::kReduceScatter) {
     r.t_ready = std::max(r.t_posted, t_pred_heard_);
-    r.timed = true;
+    // Timed only once the predecessor has been heard from in this collective: until then a
+    // wait is the ranks' arrival skew (a late predecessor's whole delay), not a step time,
+    // and a rank late at every call would raise T until it is never skipped.
+    r.timed = mode_.pred_heard_once;
+    mode_.pred_heard_once = true;
     t_pred_heard_ = now;
     mode_.pred = PredState::kHeard;
   }

@@ -202,6 +202,11 @@ struct Mode {
   bool bypass_successor = false;
   // We asked our predecessor's predecessor to bypass.
   bool bypass_requested = false;
+  // Our predecessor told us it sent a piece of ours straight to its owner: it is running, and
+  // every ring piece it sent us before that is in the transport.
+  bool pred_bypassing = false;
+  // A ring piece from our predecessor has arrived in this collective.
+  bool pred_heard_once = false;
   PredState pred = PredState::kHeard;
 
   // Our completed segments go to every rank directly, and (not being the late rank) we take
