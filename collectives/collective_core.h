@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "common/peer.h"
 #include "common/status.h"
 #include "common/step_stats.h"
 #include "common/token.h"

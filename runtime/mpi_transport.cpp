@@ -117,7 +117,7 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   op.tag = tag;
   op.payload_capacity = payload_bytes;
   MPI_Request reqs[2];
-  if (op.split && peer < 0) {
+  if (op.split && peer == kAnySource) {
     // From any source: receive the header first, then the payload from whoever sent it, so
     // two senders' parts can never be paired up wrongly.
     op.deferred_payload = true;
@@ -126,10 +126,13 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
       return Status::kErrTransport;
     }
   } else if (op.split) {
+    // From `peer`, or from the one rank that sends this tag (kAnySourceOneSender): both parts
+    // at once; poll() checks that they came from the same rank.
     op.remaining = 2;
-    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
+    const int src = peer < 0 ? MPI_ANY_SOURCE : peer;
+    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, src, header_tag(tag), comm_,
                   &reqs[0]) != MPI_SUCCESS ||
-        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, peer, payload_tag(tag), comm_,
+        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, src, payload_tag(tag), comm_,
                   &reqs[1]) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
@@ -175,6 +178,12 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
       late_requests_.push_back(req);
       late_request_op_.push_back(op_id);
       continue;  // remaining stays 1: the payload part
+    }
+    if (op.is_recv && op.split) {
+      // The two parts of one message come from one rank (kAnySourceOneSender's promise).
+      const int from = statuses_[i].MPI_SOURCE;
+      if (op.source >= 0 && op.source != from) return Status::kErrProtocol;
+      op.source = from;
     }
     if (op.is_recv) {
       int bytes = 0;

@@ -50,6 +50,7 @@ class MpiTransport final : public Transport {
     int tag = 0;
     size_t payload_capacity = 0;
     bool deferred_payload = false;  // any-source split receive: payload posted after header
+    int source = -1;                // split receive: the rank the first part came from
   };
   int take_staging(size_t bytes);
   int new_op(const Op& op);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/peer.h"
 #include "common/status.h"
 #include "common/token.h"
 
@@ -29,8 +30,8 @@ class Transport {
   // untouched until the completion is reported.
   virtual Status post_send(int peer, int tag, const void* header, size_t header_bytes,
                            const void* payload, size_t payload_bytes, Token token) = 0;
-  // Receives one message from `peer` with `tag`: the first header_bytes land in `header`,
-  // the rest (at most payload_bytes) in `payload`.
+  // Receives one message from `peer` (a rank, kAnySource or kAnySourceOneSender) with `tag`:
+  // the first header_bytes land in `header`, the rest (at most payload_bytes) in `payload`.
   virtual Status post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                            size_t payload_bytes, Token token) = 0;
   // Appends completed operations to *done; never blocks.

@@ -70,9 +70,9 @@ void RingAllreduce::post_to_owner_recvs(double now, ActionList* out) {
     o.to_owner_aux = aux;
     // From any source: whoever delivers it, the slow rank or a rank forwarding a late piece.
     out->push_back(message_action(
-        Action::Kind::kRecv, make_token(kTokAux, aux), -1, tag_for(kTagToOwner, aux_[aux].seg_id),
-        slot_hdr(owner_slots_, aux_[aux].owner_slot), hdr_bytes_,
-        slot_payload(owner_slots_, aux_[aux].owner_slot),
+        Action::Kind::kRecv, make_token(kTokAux, aux), kAnySource,
+        tag_for(kTagToOwner, aux_[aux].seg_id), slot_hdr(owner_slots_, aux_[aux].owner_slot),
+        hdr_bytes_, slot_payload(owner_slots_, aux_[aux].owner_slot),
         layout_.segment_count(pos_, static_cast<int>(g)) * layout_.elem_size()));
     ++pending_;
   }

@@ -59,7 +59,7 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
       // exactly one message per segment reaches every rank, from whichever rank the route
       // names, and its header says where it goes on.
-      if (mode_.side_channels) a.peer = -1;
+      if (mode_.side_channels) a.peer = kAnySourceOneSender;
       ++ag_posted_;
       a.header = r.header;
       a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);

@@ -271,8 +271,9 @@ Status FakeTransport::post_send(int peer, int tag, const void* header, size_t he
 
 Status FakeTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                 size_t payload_bytes, Token token) {
-  if (peer < -1 || peer >= size_) return Status::kErrArg;  // -1: any source
-  net_->recv(rank_, peer, tag, header, header_bytes, payload, payload_bytes, token);
+  if (peer < kAnySourceOneSender || peer >= size_) return Status::kErrArg;
+  net_->recv(rank_, peer < 0 ? kAnySource : peer, tag, header, header_bytes, payload, payload_bytes,
+             token);
   return Status::kOk;
 }
 
