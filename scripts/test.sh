@@ -56,7 +56,9 @@ ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^cluster$' "$@" || st
 if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
-  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
+  # tests/tsan.supp: Open MPI's own reports, and reads of bytes MPI delivered into a receive
+  # buffer from another thread's progress call (ordered by Open MPI's uninstrumented atomics).
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:suppressions=$PWD/tests/tsan.supp}"
   asan_dir="${ASAN_BUILD_DIR:-build-asan}"
   cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=address,undefined \
     -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF -DSKIPRING_SOAK_SECONDS=10 >/dev/null
@@ -85,6 +87,8 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=thread \
     -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null
   cmake --build "$tsan_dir" -j "$jobs" --target mpi_threads_test
-  ctest --test-dir "$tsan_dir" --output-on-failure -j 1 -R '^mpi_threads_np2$' || status=$?
+  # Shared memory only: the TCP BTL's lock-order reports are Open MPI's, not ours.
+  OMPI_MCA_btl=self,vader ctest --test-dir "$tsan_dir" --output-on-failure -j 1 \
+    -R '^mpi_threads_np2$' || status=$?
 fi
 exit "$status"

@@ -40,8 +40,8 @@ size_t rss_bytes() {
 enum class Op { kSum, kProd, kMin, kMax, kBand, kBor, kBxor, kLand, kLor };
 const char* const kOpNames[] = {"sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor"};
 MPI_Op mpi_op(Op op) {
-  static const MPI_Op ops[] = {MPI_SUM,  MPI_PROD, MPI_MIN,  MPI_MAX, MPI_BAND,
-                               MPI_BOR,  MPI_BXOR, MPI_LAND, MPI_LOR};
+  static const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_BAND,
+                               MPI_BOR, MPI_BXOR, MPI_LAND, MPI_LOR};
   return ops[static_cast<int>(op)];
 }
 
@@ -102,8 +102,8 @@ T combine(Op op, T a, T b) {
 // One all-reduce of `count` elements of T with `op`; returns the number of wrong elements
 // (or -1 when the call failed).
 template <typename T>
-long one_call(MPI_Datatype type, Op op, int count, uint64_t salt, MPI_Comm comm, int rank,
-              int size, std::vector<uint8_t>* sbuf, std::vector<uint8_t>* rbuf) {
+long one_call(MPI_Datatype type, Op op, int count, uint64_t salt, MPI_Comm comm, int rank, int size,
+              std::vector<uint8_t>* sbuf, std::vector<uint8_t>* rbuf) {
   T* send = reinterpret_cast<T*>(sbuf->data());
   T* recv = reinterpret_cast<T*>(rbuf->data());
   for (int i = 0; i < count; ++i) send[i] = input<T>(op, salt, rank, i);
@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
   // Warm-up: the largest size once per element size, so skipring's scratch buffers reach their
   // final size before the baseline RSS is taken.
   for (int t : {1, 3, 5, 7}) {
-    const long w = types[t].call(types[t].type, Op::kSum, kMaxCount, seed, comm, rank, size, &sbuf,
-                                 &rbuf);
+    const long w =
+        types[t].call(types[t].type, Op::kSum, kMaxCount, seed, comm, rank, size, &sbuf, &rbuf);
     mpitest::check(w == 0, std::string("warm-up ") + types[t].name);
   }
   PMPI_Barrier(comm);
@@ -183,21 +183,21 @@ int main(int argc, char** argv) {
     // Bitwise and logical ops are not defined on floating types (MPI-3.1 5.9.2).
     if (tc.floating && op >= Op::kBand) op = Op::kSum;
     // Sizes log-uniform from 1 to kMaxCount elements.
-    const int count = std::max(1, static_cast<int>(std::exp2(static_cast<double>(rng() % 1800) /
-                                                               100.0)));
+    const int count =
+        std::max(1, static_cast<int>(std::exp2(static_cast<double>(rng() % 1800) / 100.0)));
     const uint64_t salt = rng();
     // One call in four has a straggler: a random rank, 0.5-4 ms late or slow at every step.
     std::string spec;
     if (size > 1 && rng() % 4 == 0) {
       const int who = static_cast<int>(rng() % size);
       const double ms = 0.5 + static_cast<double>(rng() % 36) / 10.0;
-      spec = "rank=" + std::to_string(who) + ",delay=" + std::to_string(ms) + "ms,at=" +
-             (rng() % 2 ? "arrive" : "rs");
+      spec = "rank=" + std::to_string(who) + ",delay=" + std::to_string(ms) +
+             "ms,at=" + (rng() % 2 ? "arrive" : "rs");
       ++straggled;
     }
     mpitest::check(skipring_set_inject(spec.c_str()) == MPI_SUCCESS, "set_inject " + spec);
-    const long w = tc.call(tc.type, op, std::min(count, kMaxCount), salt, comm, rank, size, &sbuf,
-                           &rbuf);
+    const long w =
+        tc.call(tc.type, op, std::min(count, kMaxCount), salt, comm, rank, size, &sbuf, &rbuf);
     ++calls;
     if (w < 0) {
       ++failed_calls;
@@ -218,9 +218,9 @@ int main(int argc, char** argv) {
   const size_t rss1 = rss_bytes();
   const double grew_mib =
       (static_cast<double>(rss1) - static_cast<double>(rss0)) / (1024.0 * 1024.0);
-  mpitest::check(rss0 > 0 && grew_mib <= rss_slack_mib,
-                 "RSS grew by " + std::to_string(grew_mib) + " MiB (slack " +
-                     std::to_string(rss_slack_mib) + ")");
+  mpitest::check(rss0 > 0 && grew_mib <= rss_slack_mib, "RSS grew by " + std::to_string(grew_mib) +
+                                                            " MiB (slack " +
+                                                            std::to_string(rss_slack_mib) + ")");
   if (rank == 0) {
     std::printf("soak: %ld calls in %.1f s (%ld with a straggler), RSS %+.2f MiB on rank 0\n",
                 calls, MPI_Wtime() - t0, straggled, grew_mib);
