@@ -411,8 +411,9 @@ TEST(InjectDelay, LognormalMedianAndMean) {
 // Long tails are cut at 1h: the widest accepted lognormal and exponential give finite draws in
 // [0, 3600] s, the cap is reached, and the draws are not all capped.
 TEST(InjectDelay, DrawsAreFiniteAndCappedAtOneHour) {
-  for (const char* spec : {"rank=0,dist=lognormal:3600s:10,at=step",
-                           "rank=0,dist=lognormal:1ms:10,at=step", "rank=0,dist=exp:3600s,at=step"}) {
+  for (const char* spec :
+       {"rank=0,dist=lognormal:3600s:10,at=step", "rank=0,dist=lognormal:1ms:10,at=step",
+        "rank=0,dist=exp:3600s,at=step"}) {
     const InjectPlan plan = parse_ok(spec);
     int capped = 0, below = 0;
     for (uint64_t seq = 0; seq < 4000; ++seq) {
