@@ -4,7 +4,8 @@
 //   - MPI_IN_PLACE as recvbuf (alone or with sendbuf), sendbuf == recvbuf, for the all-reduce,
 //     reduce-scatter, allgather, broadcast and reduce (codes: Open MPI 4.1's own checks);
 //   - injection specs with a rank outside the job, absurd delays, a huge lognormal sigma;
-//   - calls before MPI_Init and after MPI_Finalize (MPI_ERR_OTHER, no MPI call made).
+//   - calls before MPI_Init and after MPI_Finalize (MPI_ERR_OTHER, no MPI call made);
+//   - empty SKIPRING_HOST_MAP= and SKIPRING_TRACE= (set by ctest): init succeeds.
 // --pmpi (run with libskipring_pmpi.so preloaded): the same edges through MPI_Allreduce on
 // MPI_ERRORS_RETURN, and MPI_Allreduce before MPI_Init / after MPI_Finalize.
 // Prints "N passed, M failed" (before finalize) and exits non-zero on any failure.
@@ -320,6 +321,13 @@ int main(int argc, char** argv) {
     }
   }
   check(y[0] == 0 && y[1] == 0, "recvbuf written before MPI_Init");
+  // ctest sets SKIPRING_HOST_MAP= and SKIPRING_TRACE= (empty: the default, README.md).
+  for (const char* var : {"SKIPRING_HOST_MAP", "SKIPRING_TRACE"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && *v == '\0') {
+      expect_rc(skipring_init(), MPI_SUCCESS, std::string("skipring_init with ") + var + "=");
+    }
+  }
   still_works("MPI_Init");
 
   if (pmpi) {
