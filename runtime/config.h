@@ -87,7 +87,8 @@ struct ParamInfo {
 using EnvLookup = std::function<bool(const char* name, std::string* value)>;
 SKIPRING_INTERNAL_API EnvLookup process_env();
 
-// Parses every SKIPRING_* parameter through `env` into *out. On a bad value returns
+// Parses every SKIPRING_* parameter through `env` into *out; a variable set to the empty
+// string takes its default, as an unset one does. On a bad value returns
 // kErrConfig and sets *error to a message naming the variable, the value and what it
 // accepts. `env_names` (if given) lists the names of every variable in the environment: a
 // SKIPRING_* name there that is no parameter is reported as an error too.
