@@ -110,8 +110,7 @@ bool names_rank(const std::string& text, int rank) {
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // An all-reduce of `count` int64 (values depend on rank and call), checked against PMPI when
@@ -119,8 +118,8 @@ double now_s() {
 int allreduce(MPI_Comm comm, int count, int call, bool verify, bool null_send = false) {
   std::vector<int64_t> in(static_cast<size_t>(count) + 1), out(in.size(), -1), ref(in.size());
   for (int i = 0; i < count; ++i) in[i] = (i * 7919 + g_rank * 104729 + call) % 1000003;
-  const int rc = skipring_allreduce(null_send ? nullptr : in.data(), out.data(), count,
-                                    MPI_INT64_T, MPI_SUM, comm);
+  const int rc = skipring_allreduce(null_send ? nullptr : in.data(), out.data(), count, MPI_INT64_T,
+                                    MPI_SUM, comm);
   if (verify && rc == MPI_SUCCESS) {
     PMPI_Allreduce(in.data(), ref.data(), count, MPI_INT64_T, MPI_SUM, comm);
     out.resize(count);
@@ -138,8 +137,8 @@ int victim_successor() { return (kVictim + 1) % g_size; }
 void expect_timed_out(MPI_Comm comm, int rc, double elapsed, int seq) {
   const std::string log = g_capture.log();
   const std::string where = " (rank " + std::to_string(g_rank) + ")";
-  check(rc == MPI_ERR_OTHER, "the timed-out all-reduce returns MPI_ERR_OTHER, got " +
-                                 std::to_string(rc) + where);
+  check(rc == MPI_ERR_OTHER,
+        "the timed-out all-reduce returns MPI_ERR_OTHER, got " + std::to_string(rc) + where);
   check(elapsed >= g_timeout * 0.9 && elapsed < g_timeout + 3,
         "it returns after about SKIPRING_TIMEOUT: " + std::to_string(elapsed) + " s" + where);
   const std::string err = line_with(log, "] error: watchdog: no progress for");
@@ -163,8 +162,8 @@ void expect_timed_out(MPI_Comm comm, int rc, double elapsed, int seq) {
   const double t0 = now_s();
   const int rc2 = allreduce(comm, 64, 99, false);
   check(rc2 != MPI_SUCCESS && now_s() - t0 < 1, "a later call fails at once" + where);
-  check(contains(g_capture.log(), "unusable since allreduce seq " + std::to_string(seq) +
-                                      " timed out"),
+  check(contains(g_capture.log(),
+                 "unusable since allreduce seq " + std::to_string(seq) + " timed out"),
         "the later call's error mentions the timeout" + where);
 }
 
@@ -224,8 +223,8 @@ void mismatched(int count, const char* what, bool null_send = false) {
                                      std::to_string(g_rank) + ")");
   if (rc != MPI_SUCCESS && !(null_send && g_rank == kVictim)) {
     check(contains(g_capture.log(), "allreduce seq 1 failed"),
-          std::string(what) + ": the failing rank logs the error (rank " +
-              std::to_string(g_rank) + ")");
+          std::string(what) + ": the failing rank logs the error (rank " + std::to_string(g_rank) +
+              ")");
   }
   if (g_rank == victim_successor() && rc != MPI_SUCCESS) {
     check(contains(g_capture.log(), "rank " + std::to_string(kVictim) + " has not entered"),

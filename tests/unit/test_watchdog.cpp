@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/ring_collectives.h"
 #include "common/clock.h"
@@ -337,6 +338,20 @@ TEST(Watchdog, OtherCollectivesDescribeTheirPendingReceives) {
   const std::string m = run.engines[0]->timeout_message();
   EXPECT_NE(m.find("seq 0"), std::string::npos) << m;
   EXPECT_NE(m.find("recv peer 2"), std::string::npos) << m;
+}
+
+TEST(Watchdog, RecursiveDoublingNamesThePeerAndRound) {
+  Ranks run(3, 1.0, /*skip=*/false);
+  run.make_core = [](const RingParams& q, std::vector<uint8_t>* scratch) {
+    return std::unique_ptr<CollectiveCore>(new RecursiveDoublingAllreduce(q, scratch));
+  };
+  run.advance(1.1, 0.01, {0, 0, -1});
+  // Positions 0 and 1 fold together (3 is not a power of two); rank 1 then exchanges with 2.
+  ASSERT_EQ(run.status[1], Status::kErrTimeout);
+  const std::string m = run.engines[1]->timeout_message();
+  EXPECT_NE(m.find("recursive-doubling all-reduce #0: waiting for rank 2 (round 0)"),
+            std::string::npos)
+      << m;
 }
 
 }  // namespace
