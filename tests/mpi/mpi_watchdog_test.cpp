@@ -10,6 +10,7 @@
 //   --case healthy  all-reduces that must succeed, exact, with no warning (run it with the
 //                   default timeout, or with a short one and an injected slow rank: a slow
 //                   collective that keeps moving never warns).
+// With SKIPRING_ON_TIMEOUT=abort (--case skip) the first rank to time out ends the job.
 // After a timeout the communicator is unusable: the next call returns an error at once and
 // says why. Each rank's stderr goes to a file the rank reads back to check its own log (and
 // copies to the real stderr at the end). Prints "N passed, M failed".
@@ -280,7 +281,10 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[++i]);
   }
   if (const char* t = std::getenv("SKIPRING_TIMEOUT")) g_timeout = std::atof(t);
-  g_capture.start();
+  // With SKIPRING_ON_TIMEOUT=abort the job ends inside the call: the log must reach mpirun.
+  const char* on_timeout = std::getenv("SKIPRING_ON_TIMEOUT");
+  const bool aborting = on_timeout != nullptr && std::strcmp(on_timeout, "abort") == 0;
+  if (!aborting) g_capture.start();
   // The ring with skip-ahead for every size (the direct recursive doubling of small sizes runs
   // blocking MPI calls, without the engine).
   check(skipring_set_algo("skipring") == MPI_SUCCESS, "skipring_set_algo");
@@ -292,6 +296,8 @@ int main(int argc, char** argv) {
     case_stop();
   } else if (which == "skip") {
     case_skip();
+    // Not reached with SKIPRING_ON_TIMEOUT=abort.
+    if (aborting) check(false, "SKIPRING_ON_TIMEOUT=abort ends the job at the timeout");
   } else if (which == "counts") {
     case_counts();
   } else if (which == "counts-differ") {
