@@ -19,13 +19,12 @@
 #include <skipring/skipring.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,30 +39,36 @@ using mpitest::g_size;
 constexpr int kVictim = 1;
 double g_timeout = 2;  // SKIPRING_TIMEOUT of the run
 
-// This rank's stderr, redirected to a file (skipring logs there).
+// This rank's stderr, redirected to a file (skipring logs there). The file is unlinked at once
+// (nothing is left behind even when the job is aborted) and read back through its descriptor.
 struct Capture {
-  std::string path;
-  int saved = -1;
+  int fd = -1;           // the file, for reading
+  int saved = -1;        // the real stderr
   size_t read_from = 0;  // log() returns what came after the last mark()
 
   void start() {
     char name[] = "/tmp/skipring-watchdog-XXXXXX";
-    const int fd = mkstemp(name);
+    fd = mkstemp(name);
     if (fd < 0) return;
-    path = name;
+    unlink(name);
     std::fflush(stderr);
     saved = dup(2);
     dup2(fd, 2);
-    close(fd);
   }
   std::string all() const {
     std::fflush(stderr);
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
+    std::string text;
+    if (fd < 0) return text;
+    char buf[4096];
+    for (off_t at = 0;;) {
+      const ssize_t got = pread(fd, buf, sizeof(buf), at);
+      if (got <= 0) break;
+      text.append(buf, static_cast<size_t>(got));
+      at += got;
+    }
+    return text;
   }
-  std::string log() const { return all().substr(read_from); }
+  std::string log() const { return all().substr(std::min(read_from, all().size())); }
   void mark() { read_from = all().size(); }
   // Restores stderr and copies the log to it.
   void stop() {
@@ -71,10 +76,10 @@ struct Capture {
     const std::string text = all();
     dup2(saved, 2);
     close(saved);
-    saved = -1;
+    close(fd);
+    saved = fd = -1;
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);
-    std::remove(path.c_str());
   }
 };
 Capture g_capture;
