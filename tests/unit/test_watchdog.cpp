@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/hier_allreduce.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/ring_collectives.h"
@@ -352,6 +353,19 @@ TEST(Watchdog, RecursiveDoublingNamesThePeerAndRound) {
   EXPECT_NE(m.find("recursive-doubling all-reduce #0: waiting for rank 2 (round 0)"),
             std::string::npos)
       << m;
+}
+
+TEST(Watchdog, HierarchicalNamesTheSilentLocalRank) {
+  // Two hosts of two ranks; rank 3 never enters: rank 2, on its host, waits for its pieces.
+  Ranks run(4, 1.0, /*skip=*/false);
+  run.make_core = [](const RingParams& q, std::vector<uint8_t>* scratch) {
+    return std::unique_ptr<CollectiveCore>(new HierAllreduce(q, {0, 0, 1, 1}, scratch));
+  };
+  run.advance(1.1, 0.01, {0, 0, 0, -1});
+  ASSERT_EQ(run.status[2], Status::kErrTimeout);
+  const std::string m = run.engines[2]->timeout_message();
+  EXPECT_NE(m.find("hierarchical all-reduce #0"), std::string::npos) << m;
+  EXPECT_NE(m.find("not arrived, from rank(s) 3"), std::string::npos) << m;
 }
 
 }  // namespace
