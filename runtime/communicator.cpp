@@ -296,7 +296,7 @@ Algo Communicator::choose_algo(size_t bytes) {
 
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
-  if (broken_) return Status::kErrInternal;
+  if (broken_) return refuse_broken("allreduce");
   // The ring order and sizes were checked at creation; the C API checked op, type and buffers.
   RingParams& p = params_;
   p.count = count;

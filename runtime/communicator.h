@@ -91,6 +91,8 @@ class Communicator {
   // -1 for collectives other than the all-reduce), debug log and the SKIPRING_CHECK leftover
   // check; shared by every collective.
   Status finish_collective(CollectiveCore* core, Status st, const char* name, int algo);
+  // A call on a broken communicator: logs why it is broken (when known) and returns the error.
+  Status refuse_broken(const char* name) const;
 
   MPI_Comm internal_ = MPI_COMM_NULL;
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
@@ -120,6 +122,7 @@ class Communicator {
   StepTimer timer_;  // normal step time per predecessor
   uint64_t seq_ = 0;
   bool broken_ = false;
+  std::string broken_why_;  // what broke it (a timeout), said on every later call
   CollectiveStats last_stats_;
 };
 

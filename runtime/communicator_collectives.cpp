@@ -23,6 +23,14 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
   ++seq_;
   if (!ok(st)) {
     broken_ = true;
+    if (st == Status::kErrTimeout) {
+      // The watchdog logged what the collective waited for; messages may still be in flight.
+      broken_why_ = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq_ - 1,
+                                cfg_.timeout_s);
+      SKIPRING_LOG_ERROR("{} seq {} failed: {}; this communicator is unusable from now on", name,
+                         seq_ - 1, engine_->timeout_message());
+      return st;
+    }
     SKIPRING_LOG_ERROR("{} seq {} failed: {} {}", name, seq_ - 1, status_string(st), core->error());
     return st;
   }
@@ -47,6 +55,13 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
   return Status::kOk;
 }
 
+Status Communicator::refuse_broken(const char* name) const {
+  if (!broken_why_.empty()) {
+    SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_why_);
+  }
+  return Status::kErrInternal;
+}
+
 namespace {
 RingParams params_for(const RingParams& base, uint64_t seq, size_t count, DType dtype, ROp op,
                       const void* sendbuf, void* recvbuf) {
@@ -64,7 +79,7 @@ RingParams params_for(const RingParams& base, uint64_t seq, size_t count, DType 
 
 Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, size_t recvcount,
                                           DType dtype, ROp op) {
-  if (broken_) return Status::kErrInternal;
+  if (broken_) return refuse_broken("reduce_scatter_block");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   const size_t count = recvcount * static_cast<size_t>(size_);
   std::vector<uint8_t> input;
@@ -90,7 +105,7 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
 }
 
 Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype) {
-  if (broken_) return Status::kErrInternal;
+  if (broken_) return refuse_broken("allgather");
   const size_t elem = dtype_size(dtype);
   // The core takes the own block at its place in the full buffer: put it there, run in place.
   if (sendbuf != recvbuf && count > 0) {
@@ -105,7 +120,7 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 }
 
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
-  if (broken_) return Status::kErrInternal;
+  if (broken_) return refuse_broken("bcast");
   RingParams p = params_for(params_, seq_, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
   c.root = root;
@@ -115,7 +130,7 @@ Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
 
 Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
                             int root) {
-  if (broken_) return Status::kErrInternal;
+  if (broken_) return refuse_broken("reduce");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   // recvbuf is only written at the root; elsewhere it may be null.
   void* out = rank_ == root ? recvbuf : const_cast<void*>(sendbuf);

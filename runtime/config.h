@@ -29,6 +29,10 @@ struct Config {
   int pipeline_depth = 8;                // SKIPRING_PIPELINE_DEPTH
   int poll_spins = 200;                  // SKIPRING_POLL_SPINS
   int idle_sleep_us = 20;                // SKIPRING_IDLE_SLEEP_US
+  // The progress engine's watchdog: a collective with no progress (no message completed) for
+  // timeout_s seconds fails with kErrTimeout (0: never); warnings name what it waits for before.
+  double timeout_s = 300;         // SKIPRING_TIMEOUT
+  bool abort_on_timeout = false;  // SKIPRING_ON_TIMEOUT=error|abort (abort: MPI_Abort)
 #ifdef SKIPRING_SIMGRID
   ClockKind clock = ClockKind::kMpiWtime;  // SKIPRING_CLOCK (SMPI: simulated time only)
 #else
