@@ -81,7 +81,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
     fi
   done
   ctest --test-dir "$asan_dir" --output-on-failure -j 1 \
-    -R '^(mpi_allreduce_np3|mpi_allreduce_ring_only_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3)$' ||
+    -R '^(mpi_allreduce_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3)$' ||
     status=$?
   tsan_dir="${TSAN_BUILD_DIR:-build-tsan}"
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=thread \
