@@ -37,6 +37,19 @@ int isend_data(const void* buf, int count, int peer, int tag, MPI_Comm comm, MPI
 #endif
 }
 
+// Receives are matched by probing first (class comment in mpi_transport.h). Under SimGrid
+// SMPI they are posted ahead as before: the engine blocks in the redirected MPI_Testsome until
+// a posted request completes, and SMPI truncates an oversized message safely.
+#ifdef SKIPRING_SIMGRID
+constexpr bool kProbeFirst = false;
+#else
+constexpr bool kProbeFirst = true;
+#endif
+
+const char* part_name(bool split, bool payload_part) {
+  return !split ? "message" : payload_part ? "payload part" : "header part";
+}
+
 }  // namespace
 
 MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
@@ -57,6 +70,17 @@ MpiTransport::~MpiTransport() {
     if (r != MPI_REQUEST_NULL) {
       MPI_Cancel(&r);
       MPI_Request_free(&r);
+    }
+  }
+  for (Drain& d : drains_) {
+    int done = 0;
+    MPI_Test(&d.req, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      delete[] d.buf;
+    } else {
+      // Still arriving (after a protocol error): MPI owns the buffer until it completes, so it
+      // is left allocated.
+      MPI_Request_free(&d.req);
     }
   }
 }
@@ -138,6 +162,17 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   Op op{token, true, payload_bytes > kPackLimit, 1, header_bytes, 0, header, payload, -1};
   op.tag = tag;
   op.payload_capacity = payload_bytes;
+  op.peer = peer;
+  if (!op.split && payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+    op.staging = take_staging(header_bytes + payload_bytes);
+  }
+  if (kProbeFirst) {
+    // Nothing is posted: poll() probes each part, checks its size, then receives it.
+    op.remaining = op.split ? 2 : 1;
+    op.unmatched = op.split ? (kHeaderPart | kPayloadPart) : kHeaderPart;
+    probing_.push_back(new_op(op));
+    return Status::kOk;
+  }
   MPI_Request reqs[2];
   if (op.split && peer == kAnySource) {
     // From any source: receive the header first, then the payload from whoever sent it, so
@@ -159,11 +194,7 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
       return Status::kErrTransport;
     }
   } else {
-    void* buf = header;
-    if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
-      op.staging = take_staging(header_bytes + payload_bytes);
-      buf = staging_[op.staging].data();
-    }
+    void* buf = op.staging >= 0 ? staging_[op.staging].data() : header;
     if (MPI_Irecv(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE,
                   peer < 0 ? MPI_ANY_SOURCE : peer, header_tag(tag), comm_,
                   &reqs[0]) != MPI_SUCCESS) {
@@ -175,7 +206,118 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   return Status::kOk;
 }
 
+Status MpiTransport::size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
+                                   size_t expected_max, int received, MPI_Message* msg) {
+  if (expected_min == expected_max) {
+    SKIPRING_LOG_ERROR(
+        "protocol error: {} from rank {} with tag {}: expected {} bytes, received {} bytes", part,
+        from, op.tag, expected_max, received);
+  } else {
+    SKIPRING_LOG_ERROR(
+        "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} bytes",
+        part, from, op.tag, expected_min, expected_max, received);
+  }
+  if (msg != nullptr && *msg != MPI_MESSAGE_NULL) {
+    // Received into a buffer of its own size, so the sender's request completes.
+    const size_t bytes = received > 0 ? static_cast<size_t>(received) : 0;
+    if (bytes <= kDrainLimit) {
+      Drain d{new uint8_t[bytes > 0 ? bytes : 1], MPI_REQUEST_NULL};
+      if (MPI_Imrecv(d.buf, received, MPI_BYTE, msg, &d.req) == MPI_SUCCESS) {
+        drains_.push_back(d);
+      } else {
+        delete[] d.buf;
+      }
+    }
+  }
+  return Status::kErrProtocol;
+}
+
+Status MpiTransport::probe_part(int op_id, uint8_t part, bool* matched) {
+  *matched = false;
+  Op& op = ops_[op_id];
+  const bool payload_part = part == kPayloadPart;
+  // The payload of a kAnySource split message comes from the header's sender, once known.
+  if (payload_part && op.peer == kAnySource && op.source < 0) return Status::kOk;
+  int src = op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
+  if (op.source >= 0) src = op.source;
+  int flag = 0;
+  MPI_Message msg = MPI_MESSAGE_NULL;
+  MPI_Status st;
+  if (MPI_Improbe(src, payload_part ? payload_tag(op.tag) : header_tag(op.tag), comm_, &flag, &msg,
+                  &st) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  if (!flag) return Status::kOk;
+  *matched = true;
+  int bytes = 0;
+  if (MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes == MPI_UNDEFINED) {
+    bytes = -1;
+  }
+  const char* name = part_name(op.split, payload_part);
+  size_t lo, hi;
+  if (payload_part) {
+    lo = 0;
+    hi = op.payload_capacity;
+  } else if (op.split) {
+    lo = hi = op.header_bytes;
+  } else {
+    lo = op.header_bytes;
+    hi = op.header_bytes + op.payload_capacity;
+  }
+  if (bytes < 0 || static_cast<size_t>(bytes) < lo || static_cast<size_t>(bytes) > hi) {
+    return size_mismatch(op, name, st.MPI_SOURCE, lo, hi, bytes, &msg);
+  }
+  if (op.split) {
+    // The two parts of one message come from one rank (kAnySourceOneSender's promise).
+    if (op.source >= 0 && op.source != st.MPI_SOURCE) {
+      SKIPRING_LOG_ERROR(
+          "protocol error: split message with tag {}: header and payload from ranks {} and {}",
+          op.tag, op.source, st.MPI_SOURCE);
+      return size_mismatch(op, name, st.MPI_SOURCE, lo, hi, bytes, &msg);
+    }
+    op.source = st.MPI_SOURCE;
+  }
+  void* buf = payload_part ? op.payload : op.staging >= 0 ? staging_[op.staging].data() : op.header;
+  if (payload_part) {
+    op.payload_bytes = static_cast<size_t>(bytes);
+  } else if (!op.split) {
+    op.payload_bytes = static_cast<size_t>(bytes) - op.header_bytes;
+  }
+  MPI_Request req;
+  if (MPI_Imrecv(buf, bytes, MPI_BYTE, &msg, &req) != MPI_SUCCESS) return Status::kErrTransport;
+  add_request(req, op_id);
+  op.unmatched &= static_cast<uint8_t>(~part);
+  return Status::kOk;
+}
+
+Status MpiTransport::match_probed() {
+  if (probing_.empty()) return Status::kOk;
+  // Nothing waiting: one probe instead of one per receive.
+  int flag = 0;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  if (!flag) return Status::kOk;
+  // In posting order, so two receives that can match the same message take them in order,
+  // as posted MPI receives would.
+  size_t keep = 0;
+  for (size_t i = 0; i < probing_.size(); ++i) {
+    const int id = probing_[i];
+    for (uint8_t part : {kHeaderPart, kPayloadPart}) {
+      bool matched = false;
+      if ((ops_[id].unmatched & part) == 0) continue;
+      const Status st = probe_part(id, part, &matched);
+      if (!ok(st)) return st;
+    }
+    if (ops_[id].unmatched != 0) probing_[keep++] = id;
+  }
+  probing_.resize(keep);
+  return Status::kOk;
+}
+
 Status MpiTransport::poll(std::vector<Completion>* done) {
+  // Probed receives first, so a small message matched now completes in this same poll.
+  SKIPRING_RETURN_IF_ERROR(match_probed());
   if (requests_.empty()) return Status::kOk;
   const int n = static_cast<int>(requests_.size());
   indices_.resize(n);
@@ -208,14 +350,23 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
       op.source = from;
     }
     if (op.is_recv) {
+      // Every part's size, before anything is copied out of staging (probe-first receives were
+      // checked before they were received; this is the posted-ahead path's check).
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
-      if (bytes == MPI_UNDEFINED) return Status::kErrTransport;
       const bool payload_part = op.split && statuses_[i].MPI_TAG % 2 == 1;
+      const size_t lo = payload_part ? 0 : op.header_bytes;
+      const size_t hi = payload_part ? op.payload_capacity
+                        : op.split   ? op.header_bytes
+                                     : op.header_bytes + op.payload_capacity;
+      if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
+          static_cast<size_t>(bytes) > hi) {
+        return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo, hi,
+                             bytes, nullptr);
+      }
       if (payload_part) {
         op.payload_bytes = static_cast<size_t>(bytes);
       } else if (!op.split) {
-        if (static_cast<size_t>(bytes) < op.header_bytes) return Status::kErrTransport;
         op.payload_bytes = bytes - op.header_bytes;
       }
     }
@@ -265,6 +416,27 @@ Status MpiTransport::cancel(Token token) {
     request_op_[k] = request_op_.back();
     requests_.pop_back();
     request_op_.pop_back();
+  }
+  if (ops_[id].unmatched != 0) {
+    // A probing receive: nothing posted. A part matched already, or one waiting now that a
+    // posted receive would have matched, is data the protocol did not expect.
+    received = received ||
+               ops_[id].unmatched != (ops_[id].split ? (kHeaderPart | kPayloadPart) : kHeaderPart);
+    const Op& op = ops_[id];
+    const int src = op.source >= 0 ? op.source : op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
+    // Another receive for this tag may be the one a waiting message is for.
+    bool shared_tag = false;
+    for (int other : probing_)
+      shared_tag = shared_tag || (other != id && ops_[other].tag == op.tag);
+    for (uint8_t part : {kHeaderPart, kPayloadPart}) {
+      if ((op.unmatched & part) == 0 || shared_tag) continue;
+      int flag = 0;
+      MPI_Iprobe(src, part == kPayloadPart ? payload_tag(op.tag) : header_tag(op.tag), comm_, &flag,
+                 MPI_STATUS_IGNORE);
+      received = received || flag != 0;
+    }
+    probing_.erase(std::remove(probing_.begin(), probing_.end(), id), probing_.end());
+    ops_[id].unmatched = 0;
   }
   release_op(id);
   // The protocol cancels only receives nothing can match any more: data here is a bug.
