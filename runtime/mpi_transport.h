@@ -5,19 +5,24 @@
 // between user buffers (single-copy shared-memory paths apply). Both sides derive the form
 // from the payload size alone, so they always agree.
 //
-// Receives never write past their buffers, whatever a peer sends (issue 13): outside SimGrid
-// a receive is matched first (MPI_Improbe) and its size checked against what the receive
-// expects (the header part exactly header_bytes; a packed message header_bytes plus at most
-// the payload capacity; a payload part at most the capacity) before MPI_Imrecv lets any byte
-// land; a mismatch is Status::kErrProtocol, logged with peer, tag, expected and received
-// sizes, and the message is drained into a buffer of its own size so its sender completes.
-// Posting an MPI_Irecv ahead is not safe: Open MPI 4.1's single-copy (CMA) rendezvous path
-// writes a message larger than the posted receive past its end (measured: 5000 bytes into a
-// 32-byte receive wrote 4968 bytes past it and corrupted the heap; eager sizes truncate
-// correctly), so a datatype-size mismatch across ranks overflowed a scratch buffer.
-// Probing adds no wait: every part of every message is still matched as soon as poll() sees
-// it (header and payload of a split message independently, as when both receives were
-// posted at once); a poll with nothing waiting costs one MPI_Iprobe more.
+// Receives never write past their buffers, whatever a peer sends (issue 13). Posting a
+// receive of the size the local arguments give is not enough: Open MPI 4.1's single-copy (CMA)
+// rendezvous path writes a message larger than the posted receive past its end (measured:
+// 5000 bytes into a 32-byte MPI_Irecv wrote 4968 bytes past it and corrupted the heap; eager
+// sizes truncate correctly), so a datatype-size mismatch across ranks overflowed a buffer.
+//  - The even tag carries a packed message (at most max_header_ + kPackLimit bytes, the
+//    sender enforces header_bytes <= max_header_ = wire_header_bytes(size)) or the header
+//    part of a split one. Its receive is still posted ahead (no added latency on the small,
+//    latency-bound path), into a buffer of even_capacity_ = max_header_ + kPackLimit bytes
+//    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
+//    it; poll() then checks the size before copying anything out.
+//  - The payload part of a split message (> kPackLimit bytes) is matched first (MPI_Improbe),
+//    its size checked against the receive's capacity, and only then received (MPI_Imrecv),
+//    outside SimGrid. Header and payload are still matched independently and as soon as
+//    poll() sees them (no wait for the header, which an earlier change removed), and a poll
+//    with nothing waiting costs one MPI_Iprobe more while such a payload is pending.
+// A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes;
+// a wrong-size payload is drained into a buffer of its own size so its sender completes.
 #pragma once
 
 #include <mpi.h>
@@ -70,11 +75,10 @@ class MpiTransport final : public Transport {
     int peer = -1;                  // as posted (a rank, kAnySource, kAnySourceOneSender)
     uint8_t unmatched = 0;  // parts still to be probed and matched: kHeaderPart|kPayloadPart
   };
-  static constexpr uint8_t kHeaderPart = 1;  // the whole message when not split
   static constexpr uint8_t kPayloadPart = 2;
   // Matches what it can of the probing receives (probe-first path).
   Status match_probed();
-  // Probes part `part` of receive `op_id`; on a match of the right size posts MPI_Imrecv.
+  // Probes the payload part of receive `op_id`; on a match of the right size posts MPI_Imrecv.
   Status probe_part(int op_id, uint8_t part, bool* matched);
   // A message of the wrong size: logs it, drains it, returns kErrProtocol.
   Status size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
@@ -87,6 +91,8 @@ class MpiTransport final : public Transport {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   int tag_span_ = 1 << 28;
+  size_t max_header_ = 0;     // largest header a message may have: wire_header_bytes(size_)
+  size_t even_capacity_ = 0;  // largest even-tag message: max_header_ + kPackLimit
   std::vector<MPI_Request> requests_;
   std::vector<int> request_op_;  // requests_[i] belongs to ops_[request_op_[i]]
   std::vector<Op> ops_;
