@@ -38,14 +38,15 @@ int isend_data(const void* buf, int count, int peer, int tag, MPI_Comm comm, MPI
 #endif
 }
 
-// Receives are matched by probing first (class comment in mpi_transport.h). Under SimGrid
-// SMPI they are posted ahead as before: the engine blocks in the redirected MPI_Testsome until
-// a posted request completes, and SMPI truncates an oversized message safely.
-#ifdef SKIPRING_SIMGRID
+// Whether split payloads are matched by MPI_Improbe and size-checked before MPI_Imrecv. Off:
+// under Open MPI's UCX pml (mpi_collectives_ucx_np3) the probe handed out same-tag payloads
+// from one sender out of order (a ring round's last, short segment before its first), which
+// for equal-size segments would be a silent misassignment; posted receives keep MPI's
+// non-overtaking order. With it off, a payload larger than its receive (a datatype-size
+// mismatch above kPackLimit on both sides) is still written past the receive by Open MPI's CMA
+// path; everything on the even tag is safe (post_recv). Under SimGrid it stays off as well
+// (the engine blocks in the redirected MPI_Testsome on posted requests).
 constexpr bool kProbeFirst = false;
-#else
-constexpr bool kProbeFirst = true;
-#endif
 
 const char* part_name(bool split, bool payload_part) {
   return !split ? "message" : payload_part ? "payload part" : "header part";
@@ -182,8 +183,8 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   // ahead into a buffer that holds either, so no sender can overrun it; poll() checks the size.
   const size_t even_bytes = op.split ? header_bytes : header_bytes + payload_bytes;
   void* even_buf = header;
-  if (even_bytes < even_capacity_ || (!op.split && payload_bytes > 0 &&
-                                      !contiguous(header, header_bytes, payload))) {
+  if (even_bytes < even_capacity_ ||
+      (!op.split && payload_bytes > 0 && !contiguous(header, header_bytes, payload))) {
     op.staging = take_staging(even_capacity_);
     even_buf = staging_[op.staging].data();
   }
@@ -275,14 +276,17 @@ Status MpiTransport::probe_part(int op_id, uint8_t part, bool* matched) {
   return Status::kOk;
 }
 
-Status MpiTransport::match_probed() {
+Status MpiTransport::match_probed(bool* any) {
+  *any = false;
   if (probing_.empty()) return Status::kOk;
-  // Nothing waiting: one probe instead of one per receive.
-  int flag = 0;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-    return Status::kErrTransport;
+  // Several payloads pending and nothing waiting: one probe instead of one per receive.
+  if (probing_.size() > 1) {
+    int flag = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+    if (!flag) return Status::kOk;
   }
-  if (!flag) return Status::kOk;
   // In posting order, so two receives that can match the same message take them in order,
   // as posted MPI receives would.
   size_t keep = 0;
@@ -290,6 +294,7 @@ Status MpiTransport::match_probed() {
     const int id = probing_[i];
     bool matched = false;
     SKIPRING_RETURN_IF_ERROR(probe_part(id, kPayloadPart, &matched));
+    *any = *any || matched;
     if (ops_[id].unmatched != 0) probing_[keep++] = id;
   }
   probing_.resize(keep);
@@ -297,8 +302,17 @@ Status MpiTransport::match_probed() {
 }
 
 Status MpiTransport::poll(std::vector<Completion>* done) {
-  // Probed receives first, so a small message matched now completes in this same poll.
-  SKIPRING_RETURN_IF_ERROR(match_probed());
+  SKIPRING_RETURN_IF_ERROR(test_requests(done));
+  // Payload parts that arrived (or whose announcement did) during that test: received now and
+  // tested again, so a payload completes in the poll that first sees it, as a receive posted
+  // ahead would.
+  if (probing_.empty()) return Status::kOk;
+  bool matched = false;
+  SKIPRING_RETURN_IF_ERROR(match_probed(&matched));
+  return matched ? test_requests(done) : Status::kOk;
+}
+
+Status MpiTransport::test_requests(std::vector<Completion>* done) {
   if (requests_.empty()) return Status::kOk;
   const int n = static_cast<int>(requests_.size());
   indices_.resize(n);
@@ -325,8 +339,8 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
                                      : op.header_bytes + op.payload_capacity;
       if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
           static_cast<size_t>(bytes) > hi) {
-        return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo,
-                             hi, bytes, nullptr);
+        return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo, hi,
+                             bytes, nullptr);
       }
       if (op.split) {
         // The two parts of one message come from one rank (kAnySourceOneSender's promise).
@@ -412,7 +426,8 @@ Status MpiTransport::cancel(Token token) {
     const int src = op.source >= 0 ? op.source : op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
     // Another receive for this tag may be the one a waiting message is for.
     bool shared_tag = false;
-    for (int other : probing_) shared_tag = shared_tag || (other != id && ops_[other].tag == op.tag);
+    for (int other : probing_)
+      shared_tag = shared_tag || (other != id && ops_[other].tag == op.tag);
     if (!shared_tag && (op.peer != kAnySource || op.source >= 0)) {
       int flag = 0;
       MPI_Iprobe(src, payload_tag(op.tag), comm_, &flag, MPI_STATUS_IGNORE);

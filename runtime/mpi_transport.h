@@ -16,11 +16,12 @@
 //    latency-bound path), into a buffer of even_capacity_ = max_header_ + kPackLimit bytes
 //    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
 //    it; poll() then checks the size before copying anything out.
-//  - The payload part of a split message (> kPackLimit bytes) is matched first (MPI_Improbe),
-//    its size checked against the receive's capacity, and only then received (MPI_Imrecv),
-//    outside SimGrid. Header and payload are still matched independently and as soon as
-//    poll() sees them (no wait for the header, which an earlier change removed), and a poll
-//    with nothing waiting costs one MPI_Iprobe more while such a payload is pending.
+//  - The payload part of a split message (> kPackLimit bytes) is posted ahead too, at the
+//    receive's own size, with header and payload matched at once (an earlier change removed
+//    the wait for the header). A probe-first path (MPI_Improbe, size check, MPI_Imrecv) is
+//    here but off (kProbeFirst in mpi_transport.cpp: Open MPI's UCX pml reordered same-tag
+//    payloads under it), so a payload larger than the receive on both sides of the split is
+//    the one case Open MPI's CMA path can still overrun.
 // A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes;
 // a wrong-size payload is drained into a buffer of its own size so its sender completes.
 #pragma once
@@ -76,8 +77,11 @@ class MpiTransport final : public Transport {
     uint8_t unmatched = 0;  // parts still to be probed and matched: kHeaderPart|kPayloadPart
   };
   static constexpr uint8_t kPayloadPart = 2;
-  // Matches what it can of the probing receives (probe-first path).
-  Status match_probed();
+  // Receives the payload parts that have arrived, after checking their sizes (probe-first);
+  // *any: at least one was.
+  Status match_probed(bool* any);
+  // MPI_Testsome over the posted requests; completed receives' sizes checked.
+  Status test_requests(std::vector<Completion>* done);
   // Probes the payload part of receive `op_id`; on a match of the right size posts MPI_Imrecv.
   Status probe_part(int op_id, uint8_t part, bool* matched);
   // A message of the wrong size: logs it, drains it, returns kErrProtocol.
