@@ -200,8 +200,7 @@ constexpr const char* kNames[kTargets] = {"wire_decode", "wire_bitflip", "size_p
 
 // Seeds: valid (or nearly valid) inputs for the mutating driver. The header targets take
 // raw bytes, so they need none beyond what the drivers encode themselves.
-const char* const kSizeSeeds[] = {
-    "8", "64K", "4MiB", "1gb", "2t", " 16 KiB ", "18446744073709551615"};
+const char* const kSizeSeeds[] = {"8", "64K", "4MiB", "1gb", "2t", "16KiB", "18446744073709551615"};
 const char* const kInjectSeeds[] = {
     "rank=1,delay=5ms",
     "rank=0,at=rs,step=2,dist=exp:1ms,prob=0.5,seed=7",
