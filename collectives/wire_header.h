@@ -11,7 +11,9 @@
 
 namespace skipring {
 
-constexpr uint32_t kWireMagic = 0x534b5247;  // "SKRG"
+// Seed of the header checksum ("SKRG"): the checksum also does what a magic word did (bytes
+// that are not a skipring header fail it).
+constexpr uint32_t kWireMagic = 0x534b5247;
 
 // WireHeader.flags
 constexpr uint8_t kFlagToOwner = 1;  // a piece going straight to the chunk's owner (not the ring)
@@ -38,7 +40,12 @@ constexpr uint32_t kRouteAround = 1u << 31;
 constexpr uint32_t kRouteDirect = 1u << 30;
 
 struct WireHeader {
-  uint32_t magic;
+  // CRC32C (Castagnoli) of the rest of the header (the fixed part after this word, then the
+  // contribution set's words), seeded with kWireMagic: one flipped bit anywhere in the header,
+  // the contribution set included, is a protocol error rather than a wrong sum (a CRC detects
+  // every single-bit error, and CRC32C every 2- and 3-bit error and every burst up to 32 bits
+  // at these lengths). It replaced the magic word, so the header did not grow.
+  uint32_t check;
   uint32_t seq;
   uint8_t phase;  // wire phase id: common/phases.h lists every core's values
   uint8_t flags;
@@ -49,6 +56,9 @@ struct WireHeader {
   // followed by set_words 64-bit words of the contribution set
 };
 static_assert(sizeof(WireHeader) == 24, "wire header layout");
+
+// CRC32C (the iSCSI polynomial 0x1EDC6F41, reflected), continuing from `crc` (0 to start).
+uint32_t crc32c(const void* data, size_t bytes, uint32_t crc = 0);
 
 // Bytes of a header (fixed part + contribution set) for n ranks, a multiple of 8.
 inline size_t wire_header_bytes(int n) {
@@ -65,16 +75,21 @@ struct WireExpect {
 
 void encode_wire_header(uint8_t* hdr, const WireExpect& id, const ContributionSet& set,
                         uint8_t flags = 0, uint32_t route = 0);
+// Recomputes and stores the checksum of the `bytes`-byte header at hdr (fixed part + set), for
+// headers written field by field (tests forging messages) or changed after encoding.
+void seal_wire_header(uint8_t* hdr, size_t bytes);
 // The route word of an encoded header.
 uint32_t wire_route(const uint8_t* hdr);
 
-// Checks magic, sequence number, phase/chunk/segment and the set's encoding for n ranks, and
-// reads the set. Returns an empty string when the header is as expected, else the reason.
+// Checks the set's size for n ranks, the checksum, sequence number, phase/chunk/segment
+// and the set's encoding, and reads the set. Returns an empty string when the header is as
+// expected, else the reason. Reads wire_header_bytes(n) bytes of hdr and no more.
 std::string decode_wire_header(const uint8_t* hdr, int n, const WireExpect& want,
                                ContributionSet* set);
 
-// For control messages, whose chunk/segment are not known in advance: checks magic and
-// sequence number only and returns the fixed part in *out.
-std::string decode_wire_control(const uint8_t* hdr, uint32_t seq, WireHeader* out);
+// For control messages, whose chunk/segment are not known in advance: checks the set's
+// size for n ranks, the checksum and the sequence number, and returns the fixed part in *out.
+// Reads wire_header_bytes(n) bytes of hdr and no more.
+std::string decode_wire_control(const uint8_t* hdr, int n, uint32_t seq, WireHeader* out);
 
 }  // namespace skipring

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 
+#include "collectives/wire_header.h"
 #include "runtime/log.h"
 
 namespace skipring {
@@ -37,11 +38,27 @@ int isend_data(const void* buf, int count, int peer, int tag, MPI_Comm comm, MPI
 #endif
 }
 
+// Whether split payloads are matched by MPI_Improbe and size-checked before MPI_Imrecv. Off:
+// under Open MPI's UCX pml (mpi_collectives_ucx_np3) the probe handed out same-tag payloads
+// from one sender out of order (a ring round's last, short segment before its first), which
+// for equal-size segments would be a silent misassignment; posted receives keep MPI's
+// non-overtaking order. With it off, a payload larger than its receive (a datatype-size
+// mismatch above kPackLimit on both sides) is still written past the receive by Open MPI's CMA
+// path; everything on the even tag is safe (post_recv). Under SimGrid it stays off as well
+// (the engine blocks in the redirected MPI_Testsome on posted requests).
+constexpr bool kProbeFirst = false;
+
+const char* part_name(bool split, bool payload_part) {
+  return !split ? "message" : payload_part ? "payload part" : "header part";
+}
+
 }  // namespace
 
 MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  max_header_ = wire_header_bytes(size_);
+  even_capacity_ = max_header_ + kPackLimit;
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
@@ -57,6 +74,17 @@ MpiTransport::~MpiTransport() {
     if (r != MPI_REQUEST_NULL) {
       MPI_Cancel(&r);
       MPI_Request_free(&r);
+    }
+  }
+  for (Drain& d : drains_) {
+    int done = 0;
+    MPI_Test(&d.req, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      delete[] d.buf;
+    } else {
+      // Still arriving (after a protocol error): MPI owns the buffer until it completes, so it
+      // is left allocated.
+      MPI_Request_free(&d.req);
     }
   }
 }
@@ -99,6 +127,12 @@ void MpiTransport::release_op(int op) {
 Status MpiTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
+  if (header_bytes > max_header_) {
+    // Receivers size their buffers for at most this (post_recv).
+    SKIPRING_LOG_ERROR("send with a {}-byte header (at most {} on {} ranks)", header_bytes,
+                       max_header_, size_);
+    return Status::kErrArg;
+  }
   Op op{token,   false, payload_bytes > kPackLimit, 1, header_bytes, payload_bytes, nullptr,
         nullptr, -1};
   MPI_Request reqs[2];
@@ -135,47 +169,150 @@ Status MpiTransport::post_send(int peer, int tag, const void* header, size_t hea
 Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
+  if (header_bytes > max_header_) {
+    SKIPRING_LOG_ERROR("receive with a {}-byte header (at most {} on {} ranks)", header_bytes,
+                       max_header_, size_);
+    return Status::kErrArg;
+  }
   Op op{token, true, payload_bytes > kPackLimit, 1, header_bytes, 0, header, payload, -1};
   op.tag = tag;
   op.payload_capacity = payload_bytes;
+  op.peer = peer;
+  // The even tag carries a packed message (at most max_header_ + kPackLimit bytes) or the
+  // header part of a split one (at most max_header_), whatever this receive expects: posted
+  // ahead into a buffer that holds either, so no sender can overrun it; poll() checks the size.
+  const size_t even_bytes = op.split ? header_bytes : header_bytes + payload_bytes;
+  void* even_buf = header;
+  if (even_bytes < even_capacity_ ||
+      (!op.split && payload_bytes > 0 && !contiguous(header, header_bytes, payload))) {
+    op.staging = take_staging(even_capacity_);
+    even_buf = staging_[op.staging].data();
+  }
+  const int even_count = static_cast<int>(std::max(even_bytes, even_capacity_));
+  const int src = peer < 0 ? MPI_ANY_SOURCE : peer;
   MPI_Request reqs[2];
-  if (op.split && peer == kAnySource) {
-    // From any source: receive the header first, then the payload from whoever sent it, so
-    // two senders' parts can never be paired up wrongly.
-    op.deferred_payload = true;
-    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, MPI_ANY_SOURCE, header_tag(tag),
-                  comm_, &reqs[0]) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-  } else if (op.split) {
-    // From `peer`, or from the one rank that sends this tag (kAnySourceOneSender): both parts
-    // at once; poll() checks that they came from the same rank.
+  if (MPI_Irecv(even_buf, even_count, MPI_BYTE, src, header_tag(tag), comm_, &reqs[0]) !=
+      MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  if (op.split) {
     op.remaining = 2;
-    const int src = peer < 0 ? MPI_ANY_SOURCE : peer;
-    if (MPI_Irecv(header, static_cast<int>(header_bytes), MPI_BYTE, src, header_tag(tag), comm_,
-                  &reqs[0]) != MPI_SUCCESS ||
-        MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, src, payload_tag(tag), comm_,
-                  &reqs[1]) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-  } else {
-    void* buf = header;
-    if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
-      op.staging = take_staging(header_bytes + payload_bytes);
-      buf = staging_[op.staging].data();
-    }
-    if (MPI_Irecv(buf, static_cast<int>(header_bytes + payload_bytes), MPI_BYTE,
-                  peer < 0 ? MPI_ANY_SOURCE : peer, header_tag(tag), comm_,
-                  &reqs[0]) != MPI_SUCCESS) {
-      return Status::kErrTransport;
+    if (kProbeFirst) {
+      // The payload part is probed and size-checked before it is received (poll()). From any
+      // source, it waits for the header's sender (so two senders' parts are never paired).
+      op.unmatched = kPayloadPart;
+    } else if (peer == kAnySource) {
+      // Posted once the header has come, from its sender.
+      op.deferred_payload = true;
+    } else {
+      // From `peer`, or from the one rank that sends this tag (kAnySourceOneSender): both parts
+      // at once; poll() checks that they came from the same rank.
+      if (MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, src, payload_tag(tag),
+                    comm_, &reqs[1]) != MPI_SUCCESS) {
+        return Status::kErrTransport;
+      }
     }
   }
   const int id = new_op(op);
-  for (int i = 0; i < op.remaining; ++i) add_request(reqs[i], id);
+  add_request(reqs[0], id);
+  if (op.split && !kProbeFirst && !op.deferred_payload) add_request(reqs[1], id);
+  if (op.unmatched != 0) probing_.push_back(id);
+  return Status::kOk;
+}
+
+Status MpiTransport::size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
+                                   size_t expected_max, int received, MPI_Message* msg) {
+  if (expected_min == expected_max) {
+    SKIPRING_LOG_ERROR(
+        "protocol error: {} from rank {} with tag {}: expected {} bytes, received {} bytes", part,
+        from, op.tag, expected_max, received);
+  } else {
+    SKIPRING_LOG_ERROR(
+        "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} bytes",
+        part, from, op.tag, expected_min, expected_max, received);
+  }
+  if (msg != nullptr && *msg != MPI_MESSAGE_NULL) {
+    // Received into a buffer of its own size, so the sender's request completes.
+    const size_t bytes = received > 0 ? static_cast<size_t>(received) : 0;
+    if (bytes <= kDrainLimit) {
+      Drain d{new uint8_t[bytes > 0 ? bytes : 1], MPI_REQUEST_NULL};
+      if (MPI_Imrecv(d.buf, received, MPI_BYTE, msg, &d.req) == MPI_SUCCESS) {
+        drains_.push_back(d);
+      } else {
+        delete[] d.buf;
+      }
+    }
+  }
+  return Status::kErrProtocol;
+}
+
+Status MpiTransport::probe_part(int op_id, uint8_t part, bool* matched) {
+  *matched = false;
+  Op& op = ops_[op_id];
+  if (part != kPayloadPart) return Status::kErrInternal;
+  // The payload of a kAnySource split message comes from the header's sender, once known.
+  if (op.peer == kAnySource && op.source < 0) return Status::kOk;
+  int src = op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
+  if (op.source >= 0) src = op.source;
+  int flag = 0;
+  MPI_Message msg = MPI_MESSAGE_NULL;
+  MPI_Status st;
+  if (MPI_Improbe(src, payload_tag(op.tag), comm_, &flag, &msg, &st) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  if (!flag) return Status::kOk;
+  *matched = true;
+  int bytes = 0;
+  if (MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes == MPI_UNDEFINED) bytes = -1;
+  if (bytes < 0 || static_cast<size_t>(bytes) > op.payload_capacity) {
+    return size_mismatch(op, "payload part", st.MPI_SOURCE, 0, op.payload_capacity, bytes, &msg);
+  }
+  MPI_Request req;
+  if (MPI_Imrecv(op.payload, bytes, MPI_BYTE, &msg, &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  add_request(req, op_id);
+  op.unmatched &= static_cast<uint8_t>(~part);
+  return Status::kOk;
+}
+
+Status MpiTransport::match_probed(bool* any) {
+  *any = false;
+  if (probing_.empty()) return Status::kOk;
+  // Several payloads pending and nothing waiting: one probe instead of one per receive.
+  if (probing_.size() > 1) {
+    int flag = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+    if (!flag) return Status::kOk;
+  }
+  // In posting order, so two receives that can match the same message take them in order,
+  // as posted MPI receives would.
+  size_t keep = 0;
+  for (size_t i = 0; i < probing_.size(); ++i) {
+    const int id = probing_[i];
+    bool matched = false;
+    SKIPRING_RETURN_IF_ERROR(probe_part(id, kPayloadPart, &matched));
+    *any = *any || matched;
+    if (ops_[id].unmatched != 0) probing_[keep++] = id;
+  }
+  probing_.resize(keep);
   return Status::kOk;
 }
 
 Status MpiTransport::poll(std::vector<Completion>* done) {
+  SKIPRING_RETURN_IF_ERROR(test_requests(done));
+  // Payload parts that arrived (or whose announcement did) during that test: received now and
+  // tested again, so a payload completes in the poll that first sees it, as a receive posted
+  // ahead would.
+  if (probing_.empty()) return Status::kOk;
+  bool matched = false;
+  SKIPRING_RETURN_IF_ERROR(match_probed(&matched));
+  return matched ? test_requests(done) : Status::kOk;
+}
+
+Status MpiTransport::test_requests(std::vector<Completion>* done) {
   if (requests_.empty()) return Status::kOk;
   const int n = static_cast<int>(requests_.size());
   indices_.resize(n);
@@ -189,39 +326,55 @@ Status MpiTransport::poll(std::vector<Completion>* done) {
   for (int i = 0; i < outcount; ++i) {
     const int op_id = request_op_[indices_[i]];
     Op& op = ops_[op_id];
-    if (op.is_recv && op.deferred_payload) {
-      // Header of an any-source split message arrived: now the payload, from that sender.
-      op.deferred_payload = false;
-      MPI_Request req;
-      if (MPI_Irecv(op.payload, static_cast<int>(op.payload_capacity), MPI_BYTE,
-                    statuses_[i].MPI_SOURCE, payload_tag(op.tag), comm_, &req) != MPI_SUCCESS) {
-        return Status::kErrTransport;
-      }
-      late_requests_.push_back(req);
-      late_request_op_.push_back(op_id);
-      continue;  // remaining stays 1: the payload part
-    }
-    if (op.is_recv && op.split) {
-      // The two parts of one message come from one rank (kAnySourceOneSender's promise).
-      const int from = statuses_[i].MPI_SOURCE;
-      if (op.source >= 0 && op.source != from) return Status::kErrProtocol;
-      op.source = from;
-    }
     if (op.is_recv) {
+      // Every part's size, before anything is copied out of staging. The even-tag part was
+      // received into a buffer that holds any sender's message, the payload part was probed
+      // and checked before it was received (probe-first), so nothing was overrun.
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
-      if (bytes == MPI_UNDEFINED) return Status::kErrTransport;
       const bool payload_part = op.split && statuses_[i].MPI_TAG % 2 == 1;
+      const size_t lo = payload_part ? 0 : op.header_bytes;
+      const size_t hi = payload_part ? op.payload_capacity
+                        : op.split   ? op.header_bytes
+                                     : op.header_bytes + op.payload_capacity;
+      if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
+          static_cast<size_t>(bytes) > hi) {
+        return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo, hi,
+                             bytes, nullptr);
+      }
+      if (op.split) {
+        // The two parts of one message come from one rank (kAnySourceOneSender's promise).
+        const int from = statuses_[i].MPI_SOURCE;
+        if (op.source >= 0 && op.source != from) {
+          SKIPRING_LOG_ERROR(
+              "protocol error: split message with tag {}: header and payload from ranks {} and {}",
+              op.tag, op.source, from);
+          return Status::kErrProtocol;
+        }
+        op.source = from;
+      }
       if (payload_part) {
         op.payload_bytes = static_cast<size_t>(bytes);
       } else if (!op.split) {
-        if (static_cast<size_t>(bytes) < op.header_bytes) return Status::kErrTransport;
         op.payload_bytes = bytes - op.header_bytes;
+      } else if (op.staging >= 0) {
+        std::memcpy(op.header, staging_[op.staging].data(), op.header_bytes);
+      }
+      if (!payload_part && op.deferred_payload) {
+        // Header of an any-source split message arrived: now the payload, from that sender.
+        op.deferred_payload = false;
+        MPI_Request req;
+        if (MPI_Irecv(op.payload, static_cast<int>(op.payload_capacity), MPI_BYTE, op.source,
+                      payload_tag(op.tag), comm_, &req) != MPI_SUCCESS) {
+          return Status::kErrTransport;
+        }
+        late_requests_.push_back(req);
+        late_request_op_.push_back(op_id);
       }
     }
     if (--op.remaining > 0) continue;
     Completion c{op.token, op.is_recv, op.is_recv ? op.payload_bytes : 0};
-    if (op.is_recv && op.staging >= 0) {
+    if (op.is_recv && !op.split && op.staging >= 0) {
       const uint8_t* buf = staging_[op.staging].data();
       std::memcpy(op.header, buf, op.header_bytes);
       if (c.payload_bytes) std::memcpy(op.payload, buf + op.header_bytes, c.payload_bytes);
@@ -265,6 +418,23 @@ Status MpiTransport::cancel(Token token) {
     request_op_[k] = request_op_.back();
     requests_.pop_back();
     request_op_.pop_back();
+  }
+  if (ops_[id].unmatched != 0) {
+    // A payload part not matched yet: nothing posted for it. One waiting now, which a posted
+    // receive would have matched, is data the protocol did not expect.
+    const Op& op = ops_[id];
+    const int src = op.source >= 0 ? op.source : op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
+    // Another receive for this tag may be the one a waiting message is for.
+    bool shared_tag = false;
+    for (int other : probing_)
+      shared_tag = shared_tag || (other != id && ops_[other].tag == op.tag);
+    if (!shared_tag && (op.peer != kAnySource || op.source >= 0)) {
+      int flag = 0;
+      MPI_Iprobe(src, payload_tag(op.tag), comm_, &flag, MPI_STATUS_IGNORE);
+      received = received || flag != 0;
+    }
+    probing_.erase(std::remove(probing_.begin(), probing_.end(), id), probing_.end());
+    ops_[id].unmatched = 0;
   }
   release_op(id);
   // The protocol cancels only receives nothing can match any more: data here is a bug.

@@ -4,6 +4,26 @@
 // two MPI messages, header then payload, each contiguous, so the payload moves straight
 // between user buffers (single-copy shared-memory paths apply). Both sides derive the form
 // from the payload size alone, so they always agree.
+//
+// Receives never write past their buffers, whatever a peer sends (issue 13). Posting a
+// receive of the size the local arguments give is not enough: Open MPI 4.1's single-copy (CMA)
+// rendezvous path writes a message larger than the posted receive past its end (measured:
+// 5000 bytes into a 32-byte MPI_Irecv wrote 4968 bytes past it and corrupted the heap; eager
+// sizes truncate correctly), so a datatype-size mismatch across ranks overflowed a buffer.
+//  - The even tag carries a packed message (at most max_header_ + kPackLimit bytes, the
+//    sender enforces header_bytes <= max_header_ = wire_header_bytes(size)) or the header
+//    part of a split one. Its receive is still posted ahead (no added latency on the small,
+//    latency-bound path), into a buffer of even_capacity_ = max_header_ + kPackLimit bytes
+//    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
+//    it; poll() then checks the size before copying anything out.
+//  - The payload part of a split message (> kPackLimit bytes) is posted ahead too, at the
+//    receive's own size, with header and payload matched at once (an earlier change removed
+//    the wait for the header). A probe-first path (MPI_Improbe, size check, MPI_Imrecv) is
+//    here but off (kProbeFirst in mpi_transport.cpp: Open MPI's UCX pml reordered same-tag
+//    payloads under it), so a payload larger than the receive on both sides of the split is
+//    the one case Open MPI's CMA path can still overrun.
+// A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes;
+// a wrong-size payload is drained into a buffer of its own size so its sender completes.
 #pragma once
 
 #include <mpi.h>
@@ -35,6 +55,8 @@ class MpiTransport final : public Transport {
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;
+  // A message of the wrong size is drained (so that its sender completes) up to this size.
+  static constexpr size_t kDrainLimit = 64u << 20;
 
  private:
   struct Op {
@@ -51,7 +73,20 @@ class MpiTransport final : public Transport {
     size_t payload_capacity = 0;
     bool deferred_payload = false;  // any-source split receive: payload posted after header
     int source = -1;                // split receive: the rank the first part came from
+    int peer = -1;                  // as posted (a rank, kAnySource, kAnySourceOneSender)
+    uint8_t unmatched = 0;  // parts still to be probed and matched: kHeaderPart|kPayloadPart
   };
+  static constexpr uint8_t kPayloadPart = 2;
+  // Receives the payload parts that have arrived, after checking their sizes (probe-first);
+  // *any: at least one was.
+  Status match_probed(bool* any);
+  // MPI_Testsome over the posted requests; completed receives' sizes checked.
+  Status test_requests(std::vector<Completion>* done);
+  // Probes the payload part of receive `op_id`; on a match of the right size posts MPI_Imrecv.
+  Status probe_part(int op_id, uint8_t part, bool* matched);
+  // A message of the wrong size: logs it, drains it, returns kErrProtocol.
+  Status size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
+                       size_t expected_max, int received, MPI_Message* msg);
   int take_staging(size_t bytes);
   int new_op(const Op& op);
   void add_request(MPI_Request req, int op);
@@ -60,6 +95,8 @@ class MpiTransport final : public Transport {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   int tag_span_ = 1 << 28;
+  size_t max_header_ = 0;     // largest header a message may have: wire_header_bytes(size_)
+  size_t even_capacity_ = 0;  // largest even-tag message: max_header_ + kPackLimit
   std::vector<MPI_Request> requests_;
   std::vector<int> request_op_;  // requests_[i] belongs to ops_[request_op_[i]]
   std::vector<Op> ops_;
@@ -70,6 +107,12 @@ class MpiTransport final : public Transport {
   std::vector<int> late_request_op_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
+  std::vector<int> probing_;  // receives (op ids, in posting order) with unmatched parts
+  struct Drain {
+    uint8_t* buf;
+    MPI_Request req;
+  };
+  std::vector<Drain> drains_;  // wrong-size messages being received into their own buffers
 };
 
 }  // namespace skipring

@@ -228,7 +228,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
 
 Status RingAllreduce::on_control(size_t idx, double now, ActionList* out) {
   WireHeader h;
-  const std::string why = decode_wire_control(aux_[idx].hdr.data(), p_.seq, &h);
+  const std::string why = decode_wire_control(aux_[idx].hdr.data(), n_, p_.seq, &h);
   if (!why.empty()) return fail(why);
   ++ctrl_.seen;
   // Copied: the handlers below may add aux ops and move aux_ in memory.

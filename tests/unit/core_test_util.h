@@ -126,7 +126,6 @@ inline const Action* find_action(const ActionList& acts, Action::Kind kind, int 
 inline void write_hdr(void* dst, uint8_t phase, uint32_t chunk, const std::vector<int>& ranks,
                       uint32_t seq = 0, uint32_t segment = 0) {
   WireHeader h{};
-  h.magic = kWireMagic;
   h.seq = seq;
   h.phase = phase;
   h.set_words = 1;
@@ -136,6 +135,7 @@ inline void write_hdr(void* dst, uint8_t phase, uint32_t chunk, const std::vecto
   uint64_t set = 0;
   for (int r : ranks) set |= uint64_t{1} << r;
   std::memcpy(static_cast<uint8_t*>(dst) + sizeof(h), &set, 8);
+  seal_wire_header(static_cast<uint8_t*>(dst), sizeof(h) + 8);
 }
 
 // A header as the cores encode it, for n ranks, carrying `members`.

@@ -63,6 +63,7 @@ class FakeTransport final : public Transport {
   Status post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                    size_t payload_bytes, Token token) override;
   Status poll(std::vector<Completion>* done) override {
+    if (!ok(fault_)) return fault_;
     while (!ready_.empty()) {
       done->push_back(ready_.front());
       ready_.pop_front();
@@ -75,6 +76,7 @@ class FakeTransport final : public Transport {
 
   std::deque<Completion> ready_;
   size_t outstanding_ = 0;
+  Status fault_ = Status::kOk;  // a wrong-size message arrived (returned by poll)
 
  private:
   FakeNetwork* net_;
@@ -98,6 +100,19 @@ class FakeNetwork {
 
   void send(int src, int dst, int tag, const void* header, size_t header_bytes, const void* payload,
             size_t payload_bytes, Token token) {
+    if (opt_.tamper) {
+      std::vector<uint8_t> h(static_cast<const uint8_t*>(header),
+                             static_cast<const uint8_t*>(header) + header_bytes);
+      std::vector<uint8_t> p(static_cast<const uint8_t*>(payload),
+                             static_cast<const uint8_t*>(payload) + payload_bytes);
+      const int copies = opt_.tamper(src, dst, tag, &h, &p);
+      for (int i = 0; i < copies; ++i) {
+        // The sender's completion comes with the first copy only.
+        send_bytes(src, dst, tag, h, p, token, /*complete_sender=*/i == 0);
+      }
+      if (copies <= 0) transports_[src]->ready_.push_back(Completion{token, false, 0});
+      return;
+    }
     auto m = std::make_shared<Message>();
     const bool control = opt_.control_eager && payload_bytes == 0;
     *m = Message{src,
@@ -129,6 +144,31 @@ class FakeNetwork {
     }
     // Non-overtaking: a message never arrives before an earlier one with the same envelope.
     double at = sent + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
+    auto key = std::make_tuple(src, dst, tag);
+    at = std::max(at, last_arrival_[key] + 1e-9);
+    last_arrival_[key] = at;
+    schedule(at, [this, m] {
+      unexpected_[m->dst].push_back(m);
+      match(m->dst);
+    });
+  }
+
+  // An eager message of the given bytes (Options::tamper); the sender completes at once when
+  // complete_sender.
+  void send_bytes(int src, int dst, int tag, const std::vector<uint8_t>& h,
+                  const std::vector<uint8_t>& p, Token token, bool complete_sender) {
+    auto m = std::make_shared<Message>();
+    *m = Message{src, dst, tag, nullptr, h.size(), nullptr, p.size(), token, true, {}, order_++};
+    m->data = h;
+    m->data.insert(m->data.end(), p.begin(), p.end());
+    if (complete_sender) {
+      transports_[src]->outstanding_++;
+      schedule(clock_->now() + 1e-7 * uniform(), [this, m] {
+        complete(m->src, Completion{m->token, false, 0});
+      });
+    }
+    double at =
+        clock_->now() + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
     auto key = std::make_tuple(src, dst, tag);
     at = std::max(at, last_arrival_[key] + 1e-9);
     last_arrival_[key] = at;
@@ -183,6 +223,7 @@ class FakeNetwork {
   }
 
   std::string error;
+  std::string fault;  // the last wrong-size message (Options::tamper)
 
  private:
   struct Event {
@@ -234,6 +275,16 @@ class FakeNetwork {
   }
 
   void transfer(const Message& m, const PostedRecv& r) {
+    if (opt_.tamper && (m.header_bytes != r.header_bytes || m.payload_bytes > r.payload_bytes)) {
+      // What MpiTransport does with a message of the wrong size: a protocol error on the
+      // receiver, nothing copied.
+      transports_[m.dst]->fault_ = Status::kErrProtocol;
+      fault = "rank " + std::to_string(m.dst) + ": message from rank " + std::to_string(m.src) +
+              " with tag " + std::to_string(m.tag) + " of " + std::to_string(m.header_bytes) +
+              " + " + std::to_string(m.payload_bytes) + " bytes, expected " +
+              std::to_string(r.header_bytes) + " + at most " + std::to_string(r.payload_bytes);
+      return;
+    }
     if (m.header_bytes != r.header_bytes || m.payload_bytes > r.payload_bytes ||
         (m.payload_bytes != 0 && m.payload_bytes != r.payload_bytes)) {
       error = "message truncated: header " + std::to_string(m.header_bytes) + "/" +
@@ -366,7 +417,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
         if (!rs.core) continue;
         bool progressed = false;
         Status st = rs.engine->progress(&progressed);
-        if (!ok(st)) return fail(st, rs.core->error());
+        if (!ok(st)) return fail(st, rs.core->error().empty() ? net.fault : rs.core->error());
         any = any || progressed;
         if (rs.engine->finished()) {
           res.outputs[rs.next][r] = rs.recvbuf;
@@ -404,6 +455,10 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
   }
   res.end_time = clock.now();
   res.leftover_messages = !net.idle();
+  if (opt.unmatched_is_error && res.leftover_messages) {
+    res.status = Status::kErrProtocol;
+    res.error = "a message is left unmatched";
+  }
   return res;
 }
 

@@ -55,6 +55,18 @@ struct Options : RingParams {
   // RingParams::ring: the ring order; empty = identity.
   // Straggler injection: extra delay before the first send of (rank, collective, phase, step).
   std::function<double(int rank, int collective, Phase phase, int step)> step_delay;
+  // Message faults (issue 13): called once per message sent with its envelope and copies of
+  // its header and payload, which it may change (forge), shorten (truncate) or lengthen;
+  // returns how many copies to deliver (1 as sent, 2 duplicated). Tampered messages travel
+  // eager (the changed bytes are what arrives). A message whose sizes differ from what the
+  // receive expects completes as Status::kErrProtocol on the receiver, as MpiTransport does
+  // (header exactly header_bytes, payload at most the receive's capacity).
+  std::function<int(int src, int dst, int tag, std::vector<uint8_t>* header,
+                    std::vector<uint8_t>* payload)>
+      tamper;
+  // At the end of the run, a message left unmatched is a protocol error (what SKIPRING_CHECK's
+  // stale-message check reports), instead of only Result::leftover_messages.
+  bool unmatched_is_error = false;
   // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.
   std::function<std::unique_ptr<CollectiveCore>(const RingParams&, std::vector<uint8_t>* scratch)>
       make_core;

@@ -205,7 +205,6 @@ TEST(RingProtocol, OverlappingContributionSetIsAnError) {
   EXPECT_EQ(recv->peer, 0);
   // Forge the predecessor's piece claiming to include rank 1 (us) already.
   WireHeader h{};
-  h.magic = kWireMagic;
   h.seq = 0;
   h.phase = 0;
   h.set_words = 1;
@@ -214,6 +213,7 @@ TEST(RingProtocol, OverlappingContributionSetIsAnError) {
   std::memcpy(recv->header, &h, sizeof(h));
   const uint64_t set = 0b011;  // ranks 0 and 1
   std::memcpy(static_cast<uint8_t*>(recv->header) + sizeof(h), &set, 8);
+  seal_wire_header(static_cast<uint8_t*>(recv->header), wire_header_bytes(3));
   ActionList more;
   EXPECT_EQ(core.on_recv(recv->token, recv->payload_bytes, 1.0, &more), Status::kErrProtocol);
   EXPECT_NE(core.error().find("overlaps"), std::string::npos) << core.error();
@@ -235,10 +235,10 @@ TEST(RingProtocol, StaleSequenceNumberIsAnError) {
   for (const auto& a : acts) {
     if (a.kind != Action::Kind::kRecv || a.payload_bytes == 0) continue;
     WireHeader h{};
-    h.magic = kWireMagic;
     h.seq = 4;  // a piece of the previous collective
     h.set_words = 1;
     std::memcpy(a.header, &h, sizeof(h));
+    seal_wire_header(static_cast<uint8_t*>(a.header), wire_header_bytes(2));
     ActionList more;
     EXPECT_EQ(core.on_recv(a.token, a.payload_bytes, 1.0, &more), Status::kErrProtocol);
     EXPECT_NE(core.error().find("collective 4"), std::string::npos) << core.error();
