@@ -83,6 +83,18 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   ctest --test-dir "$asan_dir" --output-on-failure -j 1 \
     -R '^(mpi_allreduce_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3)$' ||
     status=$?
+  # libFuzzer over the wire-header decoder and the parsers (tests/fuzz), 20 s, where clang is
+  # installed (the unit tests' FuzzDriver.* run the same targets with any compiler).
+  if command -v clang++ >/dev/null && command -v clang >/dev/null; then
+    fuzz_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
+    CC=clang CXX=clang++ cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null
+    cmake --build "$fuzz_dir" -j "$jobs" --target skipring_fuzz
+    ctest --test-dir "$fuzz_dir" --output-on-failure -R '^libfuzzer_wire_and_parsers$' ||
+      status=$?
+  else
+    echo "sanitizers: clang not installed, libFuzzer run skipped (FuzzDriver.* ran above)"
+  fi
   tsan_dir="${TSAN_BUILD_DIR:-build-tsan}"
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=thread \
     -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null
