@@ -310,7 +310,9 @@ harness::Result run_with_fault(
   o.unmatched_is_error = true;
   const testdata::Buffers in = testdata::make_inputs(o, seed * 131 + 5);
   harness::Result res = harness::run(o, in);
-  if (k < (1 << 30)) EXPECT_GT(sent, k) << "the fault never applied (seed " << seed << ")";
+  if (k < (1 << 30)) {
+    EXPECT_GT(sent, k) << "the fault never applied (seed " << seed << ")";
+  }
   return res;
 }
 
