@@ -42,7 +42,8 @@ double churn(int n, bool use_skipring) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"comm_churn: MPI_Comm_dup + one 8-byte all-reduce + MPI_Comm_free, skipring vs PMPI"};
+  CLI::App app{
+      "comm_churn: MPI_Comm_dup + one 8-byte all-reduce + MPI_Comm_free, skipring vs PMPI"};
   int n = 1000, runs = 5;
   app.add_option("-n,--comms", n, "communicators per run")->check(CLI::PositiveNumber);
   app.add_option("-r,--runs", runs, "runs of each (medians are reported)")

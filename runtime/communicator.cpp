@@ -50,6 +50,12 @@ constexpr size_t kCacheEntries = 256;  // a bound: the caches are cleared when t
 std::mutex g_cache_mutex;
 std::map<std::string, GroupEntry> g_groups;
 std::map<std::string, CostEntry> g_costs;
+// Internal communicators of freed communicators, by group key, with their ids (agreed when
+// they were made): a new communicator of the same group takes one that every rank offers.
+// Every collective on one finishes with all its messages received (SKIPRING_CHECK checks it),
+// so nothing of the previous user can meet the next one.
+constexpr size_t kPoolPerGroup = 4;
+std::map<std::string, std::vector<std::pair<int64_t, MPI_Comm>>> g_pool;
 std::atomic<uint64_t> g_cost_measurements{0};
 
 int64_t digest62(const std::string& bytes) { return static_cast<int64_t>(fnv1a64(bytes) >> 2); }
@@ -89,10 +95,10 @@ int64_t group_digest(const std::string& key, const GroupEntry& e) {
 // What the measured parameters depend on: the size, the ranks per host along the ring, whether
 // a host is oversubscribed, and the configuration the probe and the engine run with.
 std::string cost_key(const Topology& t, int any_over, const Config& cfg) {
-  std::string key = fmt::format("n={} over={} clock={} spins={} sleep={} lat={} gbps={} red={} sim={};",
-                                t.size(), any_over, static_cast<int>(cfg.clock), cfg.poll_spins,
-                                cfg.idle_sleep_us, cfg.model_lat_us, cfg.model_gbps,
-                                cfg.model_reduce_gbps, cfg.sim_reduce_gbps);
+  std::string key =
+      fmt::format("n={} over={} clock={} spins={} sleep={} lat={} gbps={} red={} sim={};", t.size(),
+                  any_over, static_cast<int>(cfg.clock), cfg.poll_spins, cfg.idle_sleep_us,
+                  cfg.model_lat_us, cfg.model_gbps, cfg.model_reduce_gbps, cfg.sim_reduce_gbps);
   const auto& host = t.host_of_rank;
   int run = 0, last = -1;
   for (int r : t.ring) {
@@ -158,8 +164,8 @@ std::string ranks_by_value(const std::vector<std::string>& per_rank) {
   std::string out;
   for (const auto& [value, ranks] : groups) {
     if (!out.empty()) out += "; ";
-    out += fmt::format("'{}' on rank{} {}", value,
-                       ranks.find(',') == std::string::npos ? "" : "s", ranks);
+    out += fmt::format("'{}' on rank{} {}", value, ranks.find(',') == std::string::npos ? "" : "s",
+                       ranks);
   }
   return out;
 }
@@ -220,13 +226,15 @@ void Communicator::report_broken() const {
 Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
                             std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Communicator> c(new Communicator());
-  if (MPI_Comm_dup(user, &c->internal_) != MPI_SUCCESS) return Status::kErrComm;
-  MPI_Comm_rank(c->internal_, &c->rank_);
-  MPI_Comm_size(c->internal_, &c->size_);
+  if (MPI_Comm_rank(user, &c->rank_) != MPI_SUCCESS ||
+      MPI_Comm_size(user, &c->size_) != MPI_SUCCESS) {
+    return Status::kErrComm;
+  }
   c->cfg_ = cfg;
   c->skip_floor_s_ = cfg.skip_min_wait_us * 1e-6;
   c->inject_ = inject;
-  SKIPRING_RETURN_IF_ERROR(c->setup_shared_state(cfg));
+  // The agreement all-reduce (on `user`), then internal_ (a pooled or a new duplicate of it).
+  SKIPRING_RETURN_IF_ERROR(c->setup_shared_state(user, cfg));
   std::string why;
   c->ring_ = c->topology_.ring;
   if (!ring_is_valid(c->ring_, c->size_, &why)) {
@@ -276,20 +284,49 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   return Status::kOk;
 }
 
-Status Communicator::setup_shared_state(const Config& cfg) {
-  // One all-reduce (MinMax) carries: the digest of every value that must match (mismatch:
-  // an error on every rank), whether any rank wants per-step records, the smallest L2 cache,
-  // and whether every rank holds the same cached topology (group) and cost parameters
-  // (shape). A communicator whose group is new pays a second one after the topology gather
+Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
+  // One all-reduce (MinMax) on the application's communicator, in the collective the
+  // application is calling, carries: the digest of every value that must match (mismatch: an
+  // error on every rank), whether any rank wants per-step records, the smallest L2 cache,
+  // whether every rank holds the same cached topology (group) and cost parameters (shape),
+  // and the same pooled internal communicator (then no MPI_Comm_dup: it costs as much as the
+  // rest). A communicator whose group is new pays a second one after the topology gather
   // (the oversubscription flag and the cost decision, which needs the shape).
   const std::vector<AgreedValue> values = agreed_values(cfg);
-  const std::string gkey = group_key(internal_, size_, cfg);
+  const std::string gkey = group_key(user, size_, cfg);
+  int64_t pooled_id = -1;
+  MPI_Comm pooled = MPI_COMM_NULL;
+  // Back to the pool unless taken (any return below).
+  struct PoolReturn {
+    const std::string& key;
+    const int64_t& id;
+    MPI_Comm& comm;
+    ~PoolReturn() {
+      if (comm == MPI_COMM_NULL) return;
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      g_pool[key].emplace_back(id, comm);
+    }
+  } pool_return{gkey, pooled_id, pooled};
   GroupEntry group;
   bool have_group = false;
   CostEntry cost;
   bool have_cost = false;
   {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
+    // The offered communicator leaves the pool now (a concurrent setup on another thread
+    // cannot offer it too); it goes back if the ranks do not all offer it.
+    if (auto pt = gkey.empty() ? g_pool.end() : g_pool.find(gkey); pt != g_pool.end()) {
+      auto& list = pt->second;
+      auto best = list.end();
+      for (auto it = list.begin(); it != list.end(); ++it) {
+        if (best == list.end() || it->first < best->first) best = it;
+      }
+      if (best != list.end()) {
+        pooled_id = best->first;
+        pooled = best->second;
+        list.erase(best);
+      }
+    }
     if (auto it = gkey.empty() ? g_groups.end() : g_groups.find(gkey); it != g_groups.end()) {
       group = it->second;
       have_group = true;
@@ -305,8 +342,8 @@ Status Communicator::setup_shared_state(const Config& cfg) {
   l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
   if (l2 <= 0) l2 = 1 << 20;
-  const bool records = !inject_.empty() || !cfg.trace_dir.empty() ||
-                       cfg.log_level <= LogLevel::kDebug;
+  const bool records =
+      !inject_.empty() || !cfg.trace_dir.empty() || cfg.log_level <= LogLevel::kDebug;
   MinMax mm;
   std::vector<int> value_idx;
   for (const AgreedValue& v : values) value_idx.push_back(mm.add(v.digest));
@@ -316,7 +353,16 @@ Status Communicator::setup_shared_state(const Config& cfg) {
   const int i_group = mm.add(have_group ? group.digest : -1);
   const int i_cost_have = mm.add(have_cost ? 1 : 0);
   const int i_cost = mm.add(have_cost ? cost.digest : -1);
-  if (mm.reduce(internal_) != MPI_SUCCESS) {
+  const int i_pooled = mm.add(pooled_id);
+  // A new internal communicator's id: rank 0's draw (the others add 0 to the maximum).
+  static std::atomic<uint64_t> draws{0};
+  const int64_t fresh =
+      rank_ == 0
+          ? digest62(fmt::format("{}.{}.{}", getpid(), draws.fetch_add(1),
+                                 std::chrono::steady_clock::now().time_since_epoch().count()))
+          : 0;
+  const int i_fresh = mm.add(fresh);
+  if (mm.reduce(user) != MPI_SUCCESS) {
     SKIPRING_LOG_ERROR("communicator setup: the agreement all-reduce failed");
     return Status::kErrTransport;
   }
@@ -331,7 +377,7 @@ Status Communicator::setup_shared_state(const Config& cfg) {
   }
   if (!mine.empty()) {
     std::vector<std::vector<std::string>> all;
-    if (!ok(gather_texts(internal_, size_, mine, &all))) {
+    if (!ok(gather_texts(user, size_, mine, &all))) {
       SKIPRING_LOG_ERROR("communicator setup: SKIPRING_* values differ across ranks ({}...)",
                          names[0]);
       return Status::kErrConfig;
@@ -345,6 +391,17 @@ Status Communicator::setup_shared_state(const Config& cfg) {
         "across the {} ranks: {}",
         size_, text);
     return Status::kErrConfig;
+  }
+  // internal_: the pooled communicator every rank offered, or a new duplicate.
+  pool_key_ = gkey;
+  if (mm.min(i_pooled) >= 0 && mm.same(i_pooled)) {
+    internal_ = pooled;
+    internal_id_ = pooled_id;
+    pooled = MPI_COMM_NULL;
+  }
+  if (internal_ == MPI_COMM_NULL) {
+    if (MPI_Comm_dup(user, &internal_) != MPI_SUCCESS) return Status::kErrComm;
+    internal_id_ = mm.max(i_fresh);
   }
   any_records_ = mm.max(i_records) != 0;
   const double cache_bytes = static_cast<double>(mm.min(i_l2));
@@ -440,7 +497,8 @@ Status Communicator::setup_shared_state(const Config& cfg) {
     p.cache_bytes = cache_bytes;
     cost_ = p;
     cost_measured_ = true;
-    if (rank_ == 0) SKIPRING_LOG_DEBUG("cost model (given by SKIPRING_MODEL_*): {}", cost_.to_string());
+    if (rank_ == 0)
+      SKIPRING_LOG_DEBUG("cost model (given by SKIPRING_MODEL_*): {}", cost_.to_string());
   } else if (cost_reused) {
     cost_ = cost.cost;
     cost_measured_ = true;
@@ -453,7 +511,18 @@ Communicator::~Communicator() {
   transport_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+  if (!finalized && internal_ != MPI_COMM_NULL) {
+    // Broken communicators may have messages in flight: never pooled.
+    if (!pool_key_.empty() && !broken_) {
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      auto& list = g_pool[pool_key_];
+      if (list.size() < kPoolPerGroup && g_pool.size() <= kCacheEntries) {
+        list.emplace_back(internal_id_, internal_);
+        internal_ = MPI_COMM_NULL;
+      }
+    }
+    if (internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+  }
 }
 
 double Communicator::skip_threshold(size_t segment_bytes) {
@@ -754,9 +823,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   std::unique_ptr<CollectiveCore> core;
   Status st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
   if (!ok(st)) {
-    const std::string why =
-        fmt::format("allreduce #{}: building {} failed: {}", seq_, algo_name(algo),
-                    status_string(st));
+    const std::string why = fmt::format("allreduce #{}: building {} failed: {}", seq_,
+                                        algo_name(algo), status_string(st));
     SKIPRING_LOG_ERROR("{}", why);
     note_error(st, seq_, why);
     ++seq_;

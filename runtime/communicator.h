@@ -105,7 +105,7 @@ class Communicator {
   // sigma (the engine's cost per message); *failed when this rank's probe failed.
   double measure_engine_sigma(bool* failed);
   // The agreement all-reduces of setup, the topology and the cost-model decision (create).
-  Status setup_shared_state(const Config& cfg);
+  Status setup_shared_state(MPI_Comm user, const Config& cfg);
   // SKIPRING_CHECK: one all-reduce comparing the collective, count, type, op and root across
   // ranks before `name` runs; on a mismatch every rank logs which ranks differ and returns a
   // local argument error (the communicator stays usable).
@@ -124,6 +124,8 @@ class Communicator {
   Status finish_collective(CollectiveCore* core, Status st, const char* name, int algo);
 
   MPI_Comm internal_ = MPI_COMM_NULL;
+  int64_t internal_id_ = 0;  // agreed id of internal_ (the pool's key within a group)
+  std::string pool_key_;     // the group's key: internal_ goes back to the pool under it
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
   // kOversubscribedFloorS when this host runs more ranks than it has cores and the variable
   // is not set (a rank off its core for a scheduler time slice is not a straggler).
@@ -132,8 +134,8 @@ class Communicator {
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
   Topology topology_;
-  CostParams cost_;  // measured on the first auto all-reduce
-  bool cost_measured_ = false;  // cost_ holds the parameters (given, reused or measured)
+  CostParams cost_;               // measured on the first auto all-reduce
+  bool cost_measured_ = false;    // cost_ holds the parameters (given, reused or measured)
   bool cost_summarised_ = false;  // the tree plans' part of topo_summary_ is done
   std::string cost_key_;          // the cost cache's key: this communicator's shape
   // Some rank asks for per-step records (injection, trace, debug log): recursive doubling runs

@@ -2,14 +2,13 @@
 // allgather, broadcast and reduce, each one a core from collectives/ring_collectives.h run on
 // the communicator's progress engine. The MPI buffer conventions are mapped onto the cores'
 // (full-size buffers, blocks indexed by rank) here.
-#include <cstring>
-#include <memory>
-#include <vector>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/ring_collectives.h"
 #include "common/hash.h"
@@ -85,9 +84,8 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
   if (!ok(st)) {
     // keeps_usable's rule: a local argument error leaves the communicator usable, any other
     // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
-    const std::string why = fmt::format("{} #{} failed: {}{}{}", name, seq_ - 1,
-                                        status_string(st), core->error().empty() ? "" : ": ",
-                                        core->error());
+    const std::string why = fmt::format("{} #{} failed: {}{}{}", name, seq_ - 1, status_string(st),
+                                        core->error().empty() ? "" : ": ", core->error());
     SKIPRING_LOG_ERROR("{}", why);
     note_error(st, seq_ - 1, why);
     return st;
@@ -105,7 +103,8 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     const Status probe = transport_->unmatched_message_waiting(&waiting);
     MPI_Barrier(internal_);
     if (!ok(probe)) {
-      note_error(probe, seq_ - 1, fmt::format("{} #{}: probing for leftovers failed", name, seq_ - 1));
+      note_error(probe, seq_ - 1,
+                 fmt::format("{} #{}: probing for leftovers failed", name, seq_ - 1));
       return probe;
     }
     if (waiting) {

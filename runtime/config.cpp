@@ -93,11 +93,20 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //                              collective step; the value itself is local
   //   SKIPRING_SIM_REDUCE_GBPS   auto's choice under SimGrid (the SimGrid build only)
   static const char* const kNames[] = {
-      "SKIPRING_ENABLE",       "SKIPRING_SEGMENT_BYTES",     "SKIPRING_PIPELINE_DEPTH",
-      "SKIPRING_CHECK",        "SKIPRING_SKIP",              "SKIPRING_DIRECT_ALLGATHER",
-      "SKIPRING_ALGO",         "SKIPRING_HOST_MAP",          "SKIPRING_TREE_GRAPH",
-      "SKIPRING_MULTITREE_K",  "SKIPRING_MODEL_LAT_US",      "SKIPRING_MODEL_GBPS",
-      "SKIPRING_MODEL_REDUCE_GBPS", "SKIPRING_SKIP_T_US",
+      "SKIPRING_ENABLE",
+      "SKIPRING_SEGMENT_BYTES",
+      "SKIPRING_PIPELINE_DEPTH",
+      "SKIPRING_CHECK",
+      "SKIPRING_SKIP",
+      "SKIPRING_DIRECT_ALLGATHER",
+      "SKIPRING_ALGO",
+      "SKIPRING_HOST_MAP",
+      "SKIPRING_TREE_GRAPH",
+      "SKIPRING_MULTITREE_K",
+      "SKIPRING_MODEL_LAT_US",
+      "SKIPRING_MODEL_GBPS",
+      "SKIPRING_MODEL_REDUCE_GBPS",
+      "SKIPRING_SKIP_T_US",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif

@@ -81,8 +81,7 @@ int launcher_rank() {
 bool allreduce_ok(MPI_Comm comm, int count) {
   std::vector<int64_t> in(static_cast<size_t>(count)), out(static_cast<size_t>(count), -1);
   for (int i = 0; i < count; ++i) in[i] = (int64_t{1} << 40) + g_rank * 7 + i;
-  if (skipring_allreduce(in.data(), out.data(), count, MPI_INT64_T, MPI_SUM, comm) !=
-      MPI_SUCCESS) {
+  if (skipring_allreduce(in.data(), out.data(), count, MPI_INT64_T, MPI_SUM, comm) != MPI_SUCCESS) {
     return false;
   }
   for (int i = 0; i < count; ++i) {
@@ -98,7 +97,8 @@ void mismatch(const std::string& var) {
   const int rc1 = skipring_allreduce(&in, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   const int rc2 = skipring_allreduce(&in, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   const std::string log = cap.text();
-  check(rc1 == MPI_ERR_ARG, "first all-reduce fails with MPI_ERR_ARG (got " + std::to_string(rc1) + ")");
+  check(rc1 == MPI_ERR_ARG,
+        "first all-reduce fails with MPI_ERR_ARG (got " + std::to_string(rc1) + ")");
   check(rc2 == MPI_ERR_ARG, "second all-reduce fails too (got " + std::to_string(rc2) + ")");
   check(count_of(log, var + " differs") >= 2, "the log names " + var + " (twice: two tries)");
   check(log.find("on rank 0") != std::string::npos, "the log names rank 0");
@@ -147,8 +147,8 @@ void local_errors() {
     check(big != MAP_FAILED, "mmap");
     if (big != MAP_FAILED) {
       StderrCapture cap;
-      const int rc = skipring_allreduce(MPI_IN_PLACE, big, static_cast<int>(count), MPI_DOUBLE,
-                                        MPI_SUM, c);
+      const int rc =
+          skipring_allreduce(MPI_IN_PLACE, big, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, c);
       const std::string log = cap.text();
       check(rc == MPI_ERR_COUNT, "rd with > 2 GiB: MPI_ERR_COUNT (got " + std::to_string(rc) + ")");
       check(log.find("exceed what recursive doubling can send") != std::string::npos,
