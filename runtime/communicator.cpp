@@ -220,7 +220,7 @@ void Communicator::note_error(Status st, uint64_t seq, const std::string& reason
 }
 
 void Communicator::report_broken() const {
-  SKIPRING_LOG_ERROR("communicator broken since all-reduce #{}: {}", broken_seq_, broken_reason_);
+  SKIPRING_LOG_ERROR("communicator broken since collective #{}: {}", broken_seq_, broken_reason_);
 }
 
 Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
@@ -403,6 +403,10 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     if (MPI_Comm_dup(user, &internal_) != MPI_SUCCESS) return Status::kErrComm;
     internal_id_ = mm.max(i_fresh);
   }
+  SKIPRING_LOG_DEBUG("communicator setup: internal communicator {}, topology {}, cost model {}",
+                     internal_id_ == pooled_id ? "reused" : "new",
+                     mm.min(i_group_have) == 1 && mm.same(i_group) ? "reused" : "gathered",
+                     mm.min(i_cost_have) == 1 && mm.same(i_cost) ? "reused" : "not cached");
   any_records_ = mm.max(i_records) != 0;
   const double cache_bytes = static_cast<double>(mm.min(i_l2));
   const bool group_reused = mm.min(i_group_have) == 1 && mm.same(i_group);

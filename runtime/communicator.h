@@ -66,8 +66,8 @@ class Communicator {
 
   const CollectiveStats& last_stats() const { return last_stats_; }
   // After an error other than a local argument error (keeps_usable) the state is unusable.
-  // When broken, logs "communicator broken since ..." (the C API checks it before each call:
-  // every later call says why).
+  // When broken, logs "communicator broken since collective #S: <reason>" (the C API checks it
+  // before each call: every later call says why).
   bool broken() const {
     if (broken_) report_broken();
     return broken_;
