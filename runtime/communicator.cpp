@@ -95,19 +95,25 @@ int64_t group_digest(const std::string& key, const GroupEntry& e) {
 // What the measured parameters depend on: the size, the ranks per host along the ring, whether
 // a host is oversubscribed, and the configuration the probe and the engine run with.
 std::string cost_key(const Topology& t, int any_over, const Config& cfg) {
-  std::string key =
-      fmt::format("n={} over={} clock={} spins={} sleep={} lat={} gbps={} red={} sim={};", t.size(),
-                  any_over, static_cast<int>(cfg.clock), cfg.poll_spins, cfg.idle_sleep_us,
-                  cfg.model_lat_us, cfg.model_gbps, cfg.model_reduce_gbps, cfg.sim_reduce_gbps);
+  std::string key;
+  append_bytes(&key, t.size());
+  append_bytes(&key, any_over);
+  append_bytes(&key, cfg.clock);
+  append_bytes(&key, cfg.poll_spins);
+  append_bytes(&key, cfg.idle_sleep_us);
+  append_bytes(&key, cfg.model_lat_us);
+  append_bytes(&key, cfg.model_gbps);
+  append_bytes(&key, cfg.model_reduce_gbps);
+  append_bytes(&key, cfg.sim_reduce_gbps);
   const auto& host = t.host_of_rank;
   int run = 0, last = -1;
   for (int r : t.ring) {
     const int h = host.empty() ? 0 : host[r];
-    if (h != last && run > 0) key += std::to_string(run) + ",";
+    if (h != last && run > 0) append_bytes(&key, run);
     run = h == last ? run + 1 : 1;
     last = h;
   }
-  key += std::to_string(run);
+  append_bytes(&key, run);
   return key;
 }
 

@@ -111,6 +111,33 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif
   };
+  // Communicators are set up often (dup, split): the list is computed once per distinct set
+  // of these fields (no formatting or file reading on the way).
+  std::string fingerprint;
+  auto raw = [&fingerprint](const auto& v) {
+    fingerprint.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  raw(cfg.enable);
+  raw(cfg.segment_bytes);
+  raw(cfg.pipeline_depth);
+  raw(cfg.check);
+  raw(cfg.skip);
+  raw(cfg.direct_allgather);
+  raw(cfg.algo);
+  raw(cfg.multitree_k);
+  raw(cfg.model_lat_us);
+  raw(cfg.model_gbps);
+  raw(cfg.model_reduce_gbps);
+  raw(cfg.skip_t_us > 0);
+  raw(cfg.sim_reduce_gbps);
+  fingerprint += cfg.host_map + '\0' + cfg.tree_graph;
+  static std::mutex cache_mutex;
+  static std::string cached_fingerprint;
+  static std::vector<AgreedValue> cached;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (!cached.empty() && fingerprint == cached_fingerprint) return cached;
+  }
   std::vector<AgreedValue> out;
   for (const char* name : kNames) {
     const ParamDef* def = nullptr;
@@ -129,6 +156,9 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
     v.digest = static_cast<int64_t>(fnv1a64(std::string(name) + "=" + digested) >> 2);
     out.push_back(std::move(v));
   }
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  cached_fingerprint = fingerprint;
+  cached = out;
   return out;
 }
 
