@@ -68,14 +68,18 @@ void append_bytes(std::string* s, const T& v) {
 // The group's ranks in MPI_COMM_WORLD and the host map; empty when a rank is not in
 // MPI_COMM_WORLD (spawned or connected processes): such groups are not cached.
 std::string group_key(MPI_Comm comm, int size, const Config& cfg) {
-  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  // MPI_COMM_WORLD's group, made once (MPI frees it at MPI_Finalize).
+  static const MPI_Group world = [] {
+    MPI_Group g = MPI_GROUP_NULL;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &g) != MPI_SUCCESS) g = MPI_GROUP_NULL;
+    return g;
+  }();
+  MPI_Group group = MPI_GROUP_NULL;
   std::vector<int> in(static_cast<size_t>(size)), out(static_cast<size_t>(size), MPI_UNDEFINED);
   for (int i = 0; i < size; ++i) in[i] = i;
-  bool ok_ = MPI_Comm_group(comm, &group) == MPI_SUCCESS &&
-             MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS &&
+  bool ok_ = world != MPI_GROUP_NULL && MPI_Comm_group(comm, &group) == MPI_SUCCESS &&
              MPI_Group_translate_ranks(group, size, in.data(), world, out.data()) == MPI_SUCCESS;
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
-  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
   for (int r : out) ok_ = ok_ && r != MPI_UNDEFINED;
   if (!ok_) return std::string();
   std::string key = cfg.host_map;
