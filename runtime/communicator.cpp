@@ -56,6 +56,31 @@ std::map<std::string, CostEntry> g_costs;
 // so nothing of the previous user can meet the next one.
 constexpr size_t kPoolPerGroup = 4;
 std::map<std::string, std::vector<std::pair<int64_t, MPI_Comm>>> g_pool;
+bool g_finalizing = false;  // MPI_Finalize has begun: internal communicators are freed
+
+// Attributes on MPI_COMM_SELF are deleted at the start of MPI_Finalize, the last set first:
+// this one (set after the C API's) empties the pool before the C API frees the remaining
+// communicators, which then free their internal ones.
+int free_pool_at_finalize(MPI_Comm, int, void*, void*) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_finalizing = true;
+  for (auto& [key, list] : g_pool) {
+    for (auto& [id, comm] : list) MPI_Comm_free(&comm);
+  }
+  g_pool.clear();
+  return MPI_SUCCESS;
+}
+
+void watch_finalize() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int keyval = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_pool_at_finalize, &keyval, nullptr) ==
+        MPI_SUCCESS) {
+      MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+    }
+  });
+}
 std::atomic<uint64_t> g_cost_measurements{0};
 
 int64_t digest62(const std::string& bytes) { return static_cast<int64_t>(fnv1a64(bytes) >> 2); }
@@ -302,6 +327,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
   // and the same pooled internal communicator (then no MPI_Comm_dup: it costs as much as the
   // rest). A communicator whose group is new pays a second one after the topology gather
   // (the oversubscription flag and the cost decision, which needs the shape).
+  watch_finalize();
   const std::vector<AgreedValue> values = agreed_values(cfg);
   const std::string gkey = group_key(user, size_, cfg);
   int64_t pooled_id = -1;
@@ -530,7 +556,7 @@ Communicator::~Communicator() {
     if (!pool_key_.empty() && !broken_) {
       std::lock_guard<std::mutex> lock(g_cache_mutex);
       auto& list = g_pool[pool_key_];
-      if (list.size() < kPoolPerGroup && g_pool.size() <= kCacheEntries) {
+      if (!g_finalizing && list.size() < kPoolPerGroup && g_pool.size() <= kCacheEntries) {
         list.emplace_back(internal_id_, internal_);
         internal_ = MPI_COMM_NULL;
       }
