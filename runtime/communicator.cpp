@@ -81,7 +81,6 @@ void watch_finalize() {
     }
   });
 }
-std::atomic<uint64_t> g_cost_measurements{0};
 
 int64_t digest62(const std::string& bytes) { return static_cast<int64_t>(fnv1a64(bytes) >> 2); }
 
@@ -240,10 +239,6 @@ bool Communicator::keeps_usable(Status st) {
     default:
       return false;  // protocol, transport, config, internal, and any status added later
   }
-}
-
-uint64_t Communicator::cost_measurements() {
-  return g_cost_measurements.load(std::memory_order_relaxed);
 }
 
 void Communicator::note_error(Status st, uint64_t seq, const std::string& reason) {
@@ -614,7 +609,6 @@ Status Communicator::ensure_cost_params() {
       SKIPRING_LOG_ERROR("cost model: measurement failed on some rank: {}", status_string(bad));
       return bad;
     }
-    g_cost_measurements.fetch_add(1, std::memory_order_relaxed);
     if (rank_ == 0) SKIPRING_LOG_INFO("cost model (measured): {}", cost_.to_string());
     cost_measured_ = true;
     CostEntry e;

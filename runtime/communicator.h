@@ -76,8 +76,6 @@ class Communicator {
   // message of the collective was sent) leave the communicator usable; every other status
   // (protocol, transport, configuration, internal, and any status added later) breaks it.
   static bool keeps_usable(Status st);
-  // Cost-model measurements this process ran (all communicators), for tests.
-  static uint64_t cost_measurements();
   Status unmatched_message_waiting(bool* waiting) {
     return transport_->unmatched_message_waiting(waiting);
   }
