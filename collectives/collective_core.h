@@ -114,6 +114,14 @@ class CollectiveCore {
   virtual const CollectiveStats& stats() const = 0;
   // One line on what the core still waits for (deadlock reports in tests).
   virtual std::string describe() const { return ""; }
+  // For the progress engine's watchdog (runtime/progress_engine.h), when the collective has
+  // made no progress for a while: which collective (kind and sequence number), which step, and
+  // which ranks and pieces this rank still waits for, in words; `now` is the engine's clock.
+  // Read-only. The default is describe().
+  virtual std::string describe_wait(double now) const {
+    (void)now;
+    return describe();
+  }
 };
 
 // What the event-driven cores (schedule cores, recursive doubling, tree, hierarchical) share:

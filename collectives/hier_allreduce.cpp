@@ -641,6 +641,32 @@ std::string HierAllreduce::describe() const {
   return s;
 }
 
+std::string HierAllreduce::describe_wait(double now) const {
+  std::string s = fmt::format("hierarchical all-reduce #{} (host {}, local index {} of {})", p_.seq,
+                              host_, local_, m_);
+  std::vector<int> from;
+  int waiting = 0;
+  for (const RecvOp& r : recvs_) {
+    if (r.arrived) continue;
+    ++waiting;
+    const int rank = local_rank(host_, r.src_local);
+    if (std::find(from.begin(), from.end(), rank) == from.end()) from.push_back(rank);
+  }
+  std::string parts;
+  if (waiting > 0) {
+    std::sort(from.begin(), from.end());
+    std::string ranks;
+    for (const int r : from) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    parts = fmt::format("{} local piece(s) not arrived, from rank(s) {}", waiting, ranks);
+  }
+  if (ring_.started() && !ring_done_) {
+    parts += (parts.empty() ? "" : "; ") + std::string("inter-host ring: ") +
+             ring_.core().describe_wait(now);
+  }
+  if (parts.empty()) parts = fmt::format("{} operation(s) pending", pending_);
+  return s + ": " + parts;
+}
+
 // ---------------------------------------------------------------------------------------
 double hier_cost(double bytes, const std::vector<int>& ranks_per_host, const HierCostParams& c) {
   const int hosts = static_cast<int>(ranks_per_host.size());

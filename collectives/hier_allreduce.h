@@ -99,6 +99,8 @@ class HierAllreduce final : public CoreBase {
   Status on_time(double now, ActionList* out) override;
   double next_deadline() const override;
   std::string describe() const override;
+  // The watchdog's text: the local senders not heard from, then the inter-host ring's.
+  std::string describe_wait(double now) const override;
 
   int hosts() const { return hosts_; }
   int blocks() const { return blocks_; }

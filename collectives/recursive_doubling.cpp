@@ -64,6 +64,21 @@ std::string RecursiveDoublingAllreduce::what(int id) const {
   return fmt::format("round {}", id - 1);
 }
 
+std::string RecursiveDoublingAllreduce::describe_wait(double now) const {
+  (void)now;
+  std::string s = fmt::format("recursive-doubling all-reduce #{}", p_.seq);
+  std::string waits;
+  for (size_t id = 0; id < msgs_.size(); ++id) {
+    const Msg& m = msgs_[id];
+    if (!m.recv_posted || m.arrived) continue;
+    const int i = static_cast<int>(id);
+    waits +=
+        fmt::format("{}rank {} ({})", waits.empty() ? "" : ", ", p_.ring[peer_pos(i)], what(i));
+  }
+  if (!waits.empty()) return s + ": waiting for " + waits;
+  return s + fmt::format(": {} operation(s) pending (sends or reductions)", pending_);
+}
+
 const void* RecursiveDoublingAllreduce::partial(int k) const {
   if (k > 0) return slot_payload(round_slot(k - 1));
   return has_extra_ ? static_cast<const void*>(slot_payload(fold_slot())) : p_.sendbuf;

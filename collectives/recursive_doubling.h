@@ -107,6 +107,8 @@ class RecursiveDoublingAllreduce final : public CoreBase, public FoldInLayout {
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
   Status on_send(Token t, double now, ActionList* out) override;
   Status on_reduce(Token t, double now, ActionList* out) override;
+  // The watchdog's text: the posted receives not arrived, by peer and round.
+  std::string describe_wait(double now) const override;
 
  private:
   // Message ids: 0 = fold-in, 1 + k = exchange round k, rounds_ + 1 = result delivery.

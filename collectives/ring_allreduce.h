@@ -126,6 +126,10 @@ class RingAllreduce final : public CoreBase {
   double next_deadline() const override;
 
   std::string describe() const override;
+  // The watchdog's text: the predecessor's missing ring pieces (and whether it has sent
+  // anything in this collective), the inputs our chunk still lacks, the allgather segments
+  // not arrived and their chunks' owners.
+  std::string describe_wait(double now) const override;
   const RingLayout& layout() const { return layout_; }
 
  private:

@@ -29,6 +29,8 @@ const char* status_string(Status s) {
       return "out of memory";
     case Status::kErrInternal:
       return "internal error";
+    case Status::kErrTimeout:
+      return "timed out (no progress for SKIPRING_TIMEOUT seconds)";
   }
   return "unknown status";
 }

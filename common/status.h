@@ -17,6 +17,7 @@ enum class Status : int {
   kErrTransport,  // the transport (MPI) reported an error
   kErrNoMem,      // allocation failed (std::bad_alloc caught at the C boundary)
   kErrInternal,
+  kErrTimeout,  // no progress for SKIPRING_TIMEOUT seconds (the progress engine's watchdog)
 };
 
 const char* status_string(Status s);

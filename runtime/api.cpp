@@ -35,8 +35,11 @@ struct GlobalState {
   std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
 };
 
-// Set once init succeeded: the per-call fast path skips the lock.
+// Set once init succeeded: the per-call fast path skips the lock. Cleared again when
+// MPI_Finalize starts (on_self_delete), so later calls take the slow path and fail there.
 std::atomic<bool> g_ready{false};
+// Set when MPI_Finalize deletes MPI_COMM_SELF's attributes: from then on no MPI call is made.
+std::atomic<bool> g_finalized{false};
 
 GlobalState& state() {
   static GlobalState* s = new GlobalState();  // never destroyed: used from MPI_Finalize hooks
@@ -109,6 +112,8 @@ void close_trace() {
 }
 
 int on_self_delete(MPI_Comm, int, void*, void*) {
+  g_finalized.store(true, std::memory_order_release);
+  g_ready.store(false, std::memory_order_release);
   free_all_states();
   close_trace();
   return MPI_SUCCESS;
@@ -131,7 +136,11 @@ int init_locked() {
     return g.init_error;
   }
   configure_logging(world_rank, global_config().log_level);
-  if (!ok(InjectPlan::parse(global_config().inject, &g.inject, &error))) {
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (!ok(InjectPlan::parse(global_config().inject, &g.inject, &error)) ||
+      !ok(g.inject.check_ranks(world_size, &error))) {
+    g.inject = InjectPlan();
     std::fprintf(stderr, "[skipring r%d] error: %s\n", world_rank, error.c_str());
     g.init_error = MPI_ERR_ARG;
     return g.init_error;
@@ -152,11 +161,61 @@ int init_locked() {
   return MPI_SUCCESS;
 }
 
-int ensure_init() {
+// MPI_Initialized and MPI_Finalized may be called at any time; nothing else may be called
+// before MPI_Init or after MPI_Finalize (Open MPI and MPICH abort the job). A skipring call
+// then returns MPI_ERR_OTHER with a message naming the function, and makes no MPI call.
+int mpi_inactive_error(const char* fn) {
+  int mpi_init = 0, mpi_fin = 0;
+  MPI_Initialized(&mpi_init);
+  MPI_Finalized(&mpi_fin);
+  const char* when = nullptr;
+  if (!mpi_init) {
+    when = "before MPI_Init";
+  } else if (mpi_fin || g_finalized.load(std::memory_order_acquire)) {
+    when = "after MPI_Finalize";
+  } else {
+    return MPI_SUCCESS;
+  }
+  SKIPRING_LOG_ERROR("{} called {}: returns MPI_ERR_OTHER (MPI is not active)", fn, when);
+  return MPI_ERR_OTHER;
+}
+
+// Loads the configuration on the first call; MPI_ERR_OTHER (and a message naming `fn`) when
+// MPI is not active, the init error on a bad SKIPRING_* value.
+int ensure_init(const char* fn) {
   if (g_ready.load(std::memory_order_acquire)) return MPI_SUCCESS;
+  if (int rc = mpi_inactive_error(fn); rc != MPI_SUCCESS) return rc;
   std::lock_guard<std::mutex> lock(state().mutex);
   return init_locked();
 }
+
+const char* error_name(int code) {
+  switch (code) {
+    case MPI_ERR_BUFFER:
+      return "MPI_ERR_BUFFER";
+    case MPI_ERR_ARG:
+      return "MPI_ERR_ARG";
+    default:
+      return "an MPI error";
+  }
+}
+
+// Logs why a call's arguments are rejected and returns `code`. The codes are those of Open
+// MPI's own argument checks for the same call (skipring.h lists them).
+int reject(const char* fn, int code, const char* why) {
+  SKIPRING_LOG_ERROR("{}: {}: returns {}", fn, why, error_name(code));
+  return code;
+}
+
+// sendbuf and recvbuf the same buffer without MPI_IN_PLACE: erroneous in MPI (aliased
+// arguments). MPI_BOTTOM is exempt (absolute addresses in a derived datatype).
+bool aliased(const void* sendbuf, const void* recvbuf, int count) {
+  return count > 0 && sendbuf == recvbuf && sendbuf != MPI_BOTTOM && sendbuf != MPI_IN_PLACE;
+}
+
+constexpr const char* kAliasWhy =
+    "sendbuf and recvbuf are the same buffer (aliasing is erroneous in MPI; pass MPI_IN_PLACE "
+    "as sendbuf for an in-place call)";
 
 // Finds or creates the state for `comm` (collective on first use).
 int comm_state(MPI_Comm comm, bool create, Communicator** out) {
@@ -237,13 +296,23 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
               MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (count < 0) return MPI_ERR_COUNT;
-  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  if (int rc = ensure_init("skipring_allreduce"); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
   Communicator* c = nullptr;
   if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
   const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
   if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  // Only sendbuf may be MPI_IN_PLACE (Open MPI: MPI_ERR_BUFFER, also with both in place).
+  if (recvbuf == MPI_IN_PLACE) {
+    return reject("skipring_allreduce", MPI_ERR_BUFFER,
+                  sendbuf == MPI_IN_PLACE ? "sendbuf and recvbuf are both MPI_IN_PLACE (only "
+                                            "sendbuf may be)"
+                                          : "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
+  }
+  if (aliased(sendbuf, recvbuf, count)) {
+    return reject("skipring_allreduce", MPI_ERR_BUFFER, kAliasWhy);
+  }
   // A communicator that already has skipring state is an intra-communicator (checked when the
   // state was created): the per-call path skips native_comm's MPI calls.
   if (kind != MpiReduction::kNative || (c == nullptr && !native_comm(comm))) {
@@ -254,7 +323,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (c == nullptr) {
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
   }
-  if (c->broken()) return MPI_ERR_OTHER;
+  // A broken communicator refuses the call itself, saying why (Communicator::refuse_broken).
   Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
   if (!ok(st)) return to_mpi_error(st);
   account(c->last_stats());
@@ -284,8 +353,7 @@ template <typename F>
 int run_native(MPI_Comm comm, F&& call) {
   Communicator* c = nullptr;
   if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
-  if (c->broken()) return MPI_ERR_OTHER;
-  Status st = call(c);
+  Status st = call(c);  // refused, saying why, when the communicator is broken
   if (!ok(st)) return to_mpi_error(st);
   account(c);
   return MPI_SUCCESS;
@@ -295,11 +363,20 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
                          MPI_Op op, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (recvcount < 0) return MPI_ERR_COUNT;
-  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  if (int rc = ensure_init("skipring_reduce_scatter_block"); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
   const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
   if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  // Only sendbuf may be MPI_IN_PLACE (Open MPI: MPI_ERR_ARG). Open MPI does not check
+  // aliasing here; skipring rejects it as skipring_allreduce does (MPI_ERR_BUFFER).
+  if (recvbuf == MPI_IN_PLACE) {
+    return reject("skipring_reduce_scatter_block", MPI_ERR_ARG,
+                  "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
+  }
+  if (aliased(sendbuf, recvbuf, recvcount)) {
+    return reject("skipring_reduce_scatter_block", MPI_ERR_BUFFER, kAliasWhy);
+  }
   if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
@@ -315,7 +392,16 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
               int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (recvcount < 0 || (sendbuf != MPI_IN_PLACE && sendcount < 0)) return MPI_ERR_COUNT;
-  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  if (int rc = ensure_init("skipring_allgather"); rc != MPI_SUCCESS) return rc;
+  // Only sendbuf may be MPI_IN_PLACE (Open MPI: MPI_ERR_ARG). Open MPI does not check
+  // aliasing here; skipring rejects it as skipring_allreduce does (MPI_ERR_BUFFER).
+  if (recvbuf == MPI_IN_PLACE) {
+    return reject("skipring_allgather", MPI_ERR_ARG,
+                  "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
+  }
+  if (aliased(sendbuf, recvbuf, recvcount)) {
+    return reject("skipring_allgather", MPI_ERR_BUFFER, kAliasWhy);
+  }
   DType dt;
   const bool same = sendbuf == MPI_IN_PLACE || (sendtype == recvtype && sendcount == recvcount);
   if (!same || !handles_type(recvtype, comm, &dt)) {
@@ -332,8 +418,13 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
 int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init("skipring_bcast"); rc != MPI_SUCCESS) return rc;
   if (int rc = root_error(root, comm); rc != MPI_SUCCESS) return rc;
-  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+  // Broadcast has no in-place form (Open MPI: MPI_ERR_ARG).
+  if (buffer == MPI_IN_PLACE) {
+    return reject("skipring_bcast", MPI_ERR_ARG,
+                  "buffer is MPI_IN_PLACE (bcast has no in-place form)");
+  }
   DType dt;
   if (!handles_type(datatype, comm, &dt)) {
     skipring_count_fallback();
@@ -349,20 +440,32 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
            int root, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
   if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init("skipring_reduce"); rc != MPI_SUCCESS) return rc;
   if (int rc = root_error(root, comm); rc != MPI_SUCCESS) return rc;
-  if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
   DType dt;
   ROp rop;
   const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
   if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  int rank = 0;
+  if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS) return MPI_ERR_COMM;
+  // MPI_IN_PLACE only as sendbuf at the root; recvbuf is only significant at the root (a
+  // non-root may pass anything there, MPI_IN_PLACE or sendbuf included). Open MPI returns
+  // MPI_ERR_ARG for each of these.
+  if (rank != root && sendbuf == MPI_IN_PLACE) {
+    return reject("skipring_reduce", MPI_ERR_ARG,
+                  "sendbuf is MPI_IN_PLACE at a non-root rank (only the root may pass it)");
+  }
+  if (rank == root && recvbuf == MPI_IN_PLACE) {
+    return reject("skipring_reduce", MPI_ERR_ARG,
+                  "recvbuf is MPI_IN_PLACE at the root (only sendbuf may be)");
+  }
+  if (rank == root && aliased(sendbuf, recvbuf, count)) {
+    return reject("skipring_reduce", MPI_ERR_ARG, kAliasWhy);
+  }
   if (kind != MpiReduction::kNative || !native_comm(comm)) {
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  // MPI_IN_PLACE only at the root; recvbuf only significant at the root.
-  if (sendbuf == MPI_IN_PLACE && rank != root) return MPI_ERR_BUFFER;
   if (count > 0 && (sendbuf == nullptr || (rank == root && recvbuf == nullptr))) {
     return MPI_ERR_BUFFER;
   }
@@ -390,7 +493,7 @@ int guarded(F&& body) noexcept {
 
 int describe_selection(MPI_Comm comm, size_t max_bytes, std::string* out) {
   return guarded([&]() -> int {
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("describe_selection"); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
     *out = c->describe_selection(max_bytes);
@@ -405,7 +508,7 @@ using namespace skipring;
 extern "C" {
 
 int skipring_init(void) {
-  return guarded([]() -> int { return ensure_init(); });
+  return guarded([]() -> int { return ensure_init("skipring_init"); });
 }
 
 int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -440,7 +543,7 @@ int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handl
     if (handled == nullptr) return MPI_ERR_ARG;
     *handled = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_handles"); rc != MPI_SUCCESS) return rc;
     DType dt;
     ROp rop;
     *handled = handles(datatype, op, comm, &dt, &rop) ? 1 : 0;
@@ -453,7 +556,7 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
     if (out == nullptr) return MPI_ERR_ARG;
     *out = skipring_stats_t{};
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_last_stats"); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
     if (c == nullptr) return MPI_SUCCESS;
@@ -510,7 +613,7 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
     if (pending == nullptr) return MPI_ERR_ARG;
     *pending = 0;
     if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_pending_messages"); rc != MPI_SUCCESS) return rc;
     Communicator* c = nullptr;
     if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
     if (c == nullptr) return MPI_SUCCESS;
@@ -523,11 +626,14 @@ int skipring_pending_messages(MPI_Comm comm, int* pending) {
 
 int skipring_set_inject(const char* spec) {
   return guarded([&]() -> int {
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_set_inject"); rc != MPI_SUCCESS) return rc;
     InjectPlan plan;
     std::string error;
-    if (!ok(InjectPlan::parse(spec == nullptr ? "" : spec, &plan, &error))) {
-      SKIPRING_LOG_ERROR("{}", error);
+    int world_size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (!ok(InjectPlan::parse(spec == nullptr ? "" : spec, &plan, &error)) ||
+        !ok(plan.check_ranks(world_size, &error))) {
+      SKIPRING_LOG_ERROR("skipring_set_inject: {} (the plan in force is kept)", error);
       return MPI_ERR_ARG;
     }
     std::lock_guard<std::mutex> lock(state().mutex);
@@ -539,7 +645,7 @@ int skipring_set_inject(const char* spec) {
 
 int skipring_set_skip(int enabled) {
   return guarded([&]() -> int {
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_set_skip"); rc != MPI_SUCCESS) return rc;
     std::lock_guard<std::mutex> lock(state().mutex);
     Config cfg = global_config();
     cfg.skip = enabled != 0;
@@ -551,7 +657,7 @@ int skipring_set_skip(int enabled) {
 
 int skipring_set_algo(const char* name) {
   return guarded([&]() -> int {
-    if (int rc = ensure_init(); rc != MPI_SUCCESS) return rc;
+    if (int rc = ensure_init("skipring_set_algo"); rc != MPI_SUCCESS) return rc;
     Algo algo = Algo::kAuto;
     if (name == nullptr) {
       Config env_cfg;

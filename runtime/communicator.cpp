@@ -249,10 +249,6 @@ void Communicator::note_error(Status st, uint64_t seq, const std::string& reason
   broken_reason_ = reason.empty() ? status_string(st) : reason;
 }
 
-void Communicator::report_broken() const {
-  SKIPRING_LOG_ERROR("communicator broken since collective #{}: {}", broken_seq_, broken_reason_);
-}
-
 Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
                             std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Communicator> c(new Communicator());
@@ -768,10 +764,7 @@ Algo Communicator::choose_algo(size_t bytes) {
 
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
-  if (broken_) {
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("allreduce");
   // The ring order and sizes were checked at creation; the C API checked op, type and buffers.
   if (!op_valid(op, dtype)) return Status::kErrOp;
   if (cfg_.check) {
@@ -788,10 +781,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const size_t seg_bytes =
       std::min(bytes / std::max(1, size_) + dtype_size(dtype), cfg_.segment_bytes);
   const Algo algo = choose_algo(bytes);
-  if (broken_) {  // the cost model's measurement failed (on some rank: on every rank)
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
   if (algo == Algo::kRd && bytes > static_cast<size_t>(INT32_MAX)) {
     // Recursive doubling sends the whole vector in one MPI message, whose count is an int.
     // Local: every rank with this count stops here before sending anything.
@@ -828,10 +818,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.skip = cfg_.skip && algo_row(algo).skip_ahead;
   if (p.skip) {
     p.skip_threshold_s = skip_threshold(seg_bytes);
-    if (broken_) {
-      report_broken();
-      return broken_status_;
-    }
+    if (broken_) return refuse_broken("allreduce");
   }
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;

@@ -65,13 +65,9 @@ class Communicator {
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
   const CollectiveStats& last_stats() const { return last_stats_; }
-  // After an error other than a local argument error (keeps_usable) the state is unusable.
-  // When broken, logs "communicator broken since collective #S: <reason>" (the C API checks it
-  // before each call: every later call says why).
-  bool broken() const {
-    if (broken_) report_broken();
-    return broken_;
-  }
+  // After an error other than a local argument error (keeps_usable) the state is unusable;
+  // every later call is refused saying why (refuse_broken).
+  bool broken() const { return broken_; }
   // The rule: local argument errors (count, buffer, op, type, other argument; found before any
   // message of the collective was sent) leave the communicator usable; every other status
   // (protocol, transport, configuration, internal, and any status added later) breaks it.
@@ -110,7 +106,6 @@ class Communicator {
   Status agree_call(const char* name, size_t count, DType dtype, int op, int root);
   // Records `st` from collective #seq: breaks the communicator unless keeps_usable(st).
   void note_error(Status st, uint64_t seq, const std::string& reason);
-  void report_broken() const;
   // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
   // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
   Status tree_plan(int k, const MultiTreePlan** out);
@@ -120,6 +115,8 @@ class Communicator {
   // -1 for collectives other than the all-reduce), debug log and the SKIPRING_CHECK leftover
   // check; shared by every collective.
   Status finish_collective(CollectiveCore* core, Status st, const char* name, int algo);
+  // A call on a broken communicator: logs why it is broken (when known) and returns the error.
+  Status refuse_broken(const char* name) const;
 
   MPI_Comm internal_ = MPI_COMM_NULL;
   int64_t internal_id_ = 0;  // agreed id of internal_ (the pool's key within a group)

@@ -82,11 +82,21 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
                                        int algo) {
   ++seq_;
   if (!ok(st)) {
-    // keeps_usable's rule: a local argument error leaves the communicator usable, any other
-    // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
-    const std::string why = fmt::format("{} #{} failed: {}{}{}", name, seq_ - 1, status_string(st),
-                                        core->error().empty() ? "" : ": ", core->error());
-    SKIPRING_LOG_ERROR("{}", why);
+    std::string why;
+    if (st == Status::kErrTimeout) {
+      // The watchdog logged what the collective waited for; messages may still be in flight.
+      why = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq_ - 1,
+                        cfg_.timeout_s);
+      SKIPRING_LOG_ERROR("{} seq {} failed: {}; this communicator is unusable from now on", name,
+                         seq_ - 1, engine_->timeout_message());
+    } else {
+      // keeps_usable's rule: a local argument error leaves the communicator usable, any other
+      // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
+      why = fmt::format("{} seq {} failed: {}{}{}", name, seq_ - 1, status_string(st),
+                        core->error().empty() ? "" : ": ", core->error());
+      SKIPRING_LOG_ERROR("{}{}", why,
+                         keeps_usable(st) ? "" : "; this communicator is unusable from now on");
+    }
     note_error(st, seq_ - 1, why);
     return st;
   }
@@ -104,17 +114,22 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     MPI_Barrier(internal_);
     if (!ok(probe)) {
       note_error(probe, seq_ - 1,
-                 fmt::format("{} #{}: probing for leftovers failed", name, seq_ - 1));
+                 fmt::format("{} seq {}: probing for leftovers failed", name, seq_ - 1));
       return probe;
     }
     if (waiting) {
-      const std::string why = fmt::format("{} #{}: a message is left unmatched", name, seq_ - 1);
+      const std::string why = fmt::format("{} seq {}: a message is left unmatched", name, seq_ - 1);
       SKIPRING_LOG_ERROR("{}", why);
       note_error(Status::kErrProtocol, seq_ - 1, why);
       return Status::kErrProtocol;
     }
   }
   return Status::kOk;
+}
+
+Status Communicator::refuse_broken(const char* name) const {
+  SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_reason_);
+  return Status::kErrInternal;
 }
 
 namespace {
@@ -134,10 +149,7 @@ RingParams params_for(const RingParams& base, uint64_t seq, size_t count, DType 
 
 Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, size_t recvcount,
                                           DType dtype, ROp op) {
-  if (broken_) {
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("reduce_scatter_block");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   if (cfg_.check) {
     SKIPRING_RETURN_IF_ERROR(
@@ -167,10 +179,7 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
 }
 
 Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype) {
-  if (broken_) {
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("allgather");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("allgather", count, dtype, -1, -1));
   const size_t elem = dtype_size(dtype);
   // The core takes the own block at its place in the full buffer: put it there, run in place.
@@ -186,10 +195,7 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 }
 
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
-  if (broken_) {
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("bcast");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("bcast", count, dtype, -1, root));
   RingParams p = params_for(params_, seq_, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
@@ -200,10 +206,7 @@ Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
 
 Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
                             int root) {
-  if (broken_) {
-    report_broken();
-    return broken_status_;
-  }
+  if (broken_) return refuse_broken("reduce");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   if (cfg_.check) {
     SKIPRING_RETURN_IF_ERROR(agree_call("reduce", count, dtype, static_cast<int>(op), root));

@@ -35,7 +35,8 @@ Status load_config(const EnvLookup& env, Config* out, std::string* error,
   Config cfg;
   for (const ParamDef& p : param_table()) {
     std::string value;
-    if (!env(p.name, &value)) continue;
+    // Set but empty (`SKIPRING_X=`) means the default, as if unset (README.md).
+    if (!env(p.name, &value) || value.empty()) continue;
     if (!parse_param(p, value, &cfg)) {
       *error = std::string("invalid value '") + value + "' for " + p.name + ": accepts " +
                param_accepts(p);
@@ -67,8 +68,8 @@ std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env) 
     info.accepts = param_accepts(p);
     info.default_value = show_param(p, defaults);
     info.current_value = show_param(p, cfg);
-    std::string unused;
-    info.set_in_env = env(p.name, &unused);
+    std::string value;
+    info.set_in_env = env(p.name, &value) && !value.empty();
     info.help = p.meaning;
     rows.push_back(std::move(info));
   }

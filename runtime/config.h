@@ -29,6 +29,10 @@ struct Config {
   int pipeline_depth = 8;                // SKIPRING_PIPELINE_DEPTH
   int poll_spins = 200;                  // SKIPRING_POLL_SPINS
   int idle_sleep_us = 20;                // SKIPRING_IDLE_SLEEP_US
+  // The progress engine's watchdog: a collective with no progress (no message completed) for
+  // timeout_s seconds fails with kErrTimeout (0: never); warnings name what it waits for before.
+  double timeout_s = 300;         // SKIPRING_TIMEOUT
+  bool abort_on_timeout = false;  // SKIPRING_ON_TIMEOUT=error|abort (abort: MPI_Abort)
 #ifdef SKIPRING_SIMGRID
   ClockKind clock = ClockKind::kMpiWtime;  // SKIPRING_CLOCK (SMPI: simulated time only)
 #else
@@ -87,7 +91,8 @@ struct ParamInfo {
 using EnvLookup = std::function<bool(const char* name, std::string* value)>;
 SKIPRING_INTERNAL_API EnvLookup process_env();
 
-// Parses every SKIPRING_* parameter through `env` into *out. On a bad value returns
+// Parses every SKIPRING_* parameter through `env` into *out; a variable set to the empty
+// string takes its default, as an unset one does. On a bad value returns
 // kErrConfig and sets *error to a message naming the variable, the value and what it
 // accepts. `env_names` (if given) lists the names of every variable in the environment: a
 // SKIPRING_* name there that is no parameter is reported as an error too.

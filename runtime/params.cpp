@@ -193,6 +193,15 @@ const CustomParam kTrace{
       return true;
     },
     [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }};
+bool parse_on_timeout(const std::string& text, Config* c) {
+  const std::string v = skipring::to_lower(text);
+  if (v == "error") return c->abort_on_timeout = false, true;
+  if (v == "abort") return c->abort_on_timeout = true, true;
+  return false;
+}
+const CustomParam kOnTimeout{"enum", "error, abort", parse_on_timeout, [](const Config& c) {
+                               return std::string(c.abort_on_timeout ? "abort" : "error");
+                             }};
 const CustomParam kSimWait{"enum", "block, poll", parse_sim_wait, [](const Config& c) {
                              return std::string(c.sim_block ? "block" : "poll");
                            }};
@@ -218,6 +227,12 @@ const std::vector<ParamDef>& param_table() {
        "idle polls before the progress engine starts yielding the core"},
       {"SKIPRING_IDLE_SLEEP_US", &Config::idle_sleep_us, {0, 100000}, "",
        "longest back-off sleep when idle (0: only `sched_yield`)"},
+      {"SKIPRING_TIMEOUT", &Config::timeout_s, {0, 1e6}, "",
+       "seconds a collective may make no progress before it fails (0 = never); warnings name "
+       "the ranks it waits for from half of it (at most 30 s)"},
+      {"SKIPRING_ON_TIMEOUT", kOnTimeout, {}, "",
+       "at the timeout: `error` returns an MPI error (the communicator is then unusable), "
+       "`abort` calls `MPI_Abort`"},
       {"SKIPRING_CLOCK", kClock, {}, "", "time source; `mpi_wtime` under SimGrid SMPI"},
       {"SKIPRING_CHECK", &Config::check, {}, "",
        "after each collective, barrier + probe: fail if any message is left unmatched"},

@@ -1,6 +1,7 @@
 // Progress engine implementation.
 #include "runtime/progress_engine.h"
 
+#include <mpi.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -23,8 +24,19 @@
 
 namespace skipring {
 
+namespace {
+// The watchdog's first warning: half the timeout, at most this; then every tenth of the
+// timeout, at most kWarnEveryMax.
+constexpr double kFirstWarnMax = 30;
+constexpr double kWarnEveryMax = 10;
+}  // namespace
+
 ProgressEngine::ProgressEngine(Transport* transport, const Clock* clock, EngineOptions options)
-    : transport_(transport), clock_(clock), options_(options) {}
+    : transport_(transport),
+      clock_(clock),
+      options_(options),
+      watch_from_(options.timeout_s > 0 ? std::min(kFirstWarnMax, options.timeout_s / 2)
+                                        : std::numeric_limits<double>::infinity()) {}
 
 EngineOptions engine_options(const Config& cfg) {
   EngineOptions o;
@@ -33,6 +45,8 @@ EngineOptions engine_options(const Config& cfg) {
   o.sim_reduce_gbps = cfg.sim_reduce_gbps;
   o.sim_poll_s = cfg.sim_poll_ns * 1e-9;
   o.sim_block = cfg.sim_block;
+  o.timeout_s = cfg.timeout_s;
+  o.abort_on_timeout = cfg.abort_on_timeout;
   return o;
 }
 
@@ -104,7 +118,9 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   held_.clear();
   delayed_steps_.clear();
   last_release_ = 0;
-  SKIPRING_RETURN_IF_ERROR(core_->start(clock_->now(), &actions_));
+  recv_tokens_.clear();
+  last_event_ = clock_->now();
+  SKIPRING_RETURN_IF_ERROR(core_->start(last_event_, &actions_));
   return execute(&actions_);
 }
 
@@ -140,6 +156,7 @@ Status ProgressEngine::execute(ActionList* actions) {
         SKIPRING_RETURN_IF_ERROR(transport_->cancel(a.token));
         break;
       case Action::Kind::kRecv:
+        recv_tokens_.push_back(a.token);
         SKIPRING_RETURN_IF_ERROR(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes,
                                                        a.payload, a.payload_bytes, a.token));
         break;
@@ -182,12 +199,14 @@ Status ProgressEngine::progress(bool* progressed) {
       SKIPRING_RETURN_IF_ERROR(post(held_.front().action));
       held_.pop_front();
     }
+    last_event_ = clock_->now();
     *progressed = true;
   }
   completions_.clear();
   SKIPRING_RETURN_IF_ERROR(transport_->poll(&completions_));
   for (const Completion& c : completions_) {
     const double now = clock_->now();
+    last_event_ = now;
     if (c.is_recv) {
       SKIPRING_RETURN_IF_ERROR(core_->on_recv(c.token, c.payload_bytes, now, &actions_));
     } else {
@@ -199,11 +218,53 @@ Status ProgressEngine::progress(bool* progressed) {
   // Read the clock only when the core has a timer armed (most collectives have none).
   const double deadline = core_->next_deadline();
   if (deadline != std::numeric_limits<double>::infinity() && deadline <= clock_->now()) {
-    SKIPRING_RETURN_IF_ERROR(core_->on_time(clock_->now(), &actions_));
+    const double now = clock_->now();
+    SKIPRING_RETURN_IF_ERROR(core_->on_time(now, &actions_));
     SKIPRING_RETURN_IF_ERROR(execute(&actions_));
     *progressed = true;
+    // A timer is not progress; a core whose timer fires at every poll never reaches run()'s
+    // back-off, so the watchdog looks here too.
+    SKIPRING_RETURN_IF_ERROR(check_watchdog(now));
   }
   return Status::kOk;
+}
+
+Status ProgressEngine::watchdog(double now) {
+  if (core_ == nullptr || finished_) return Status::kOk;
+  const double idle = now - last_event_;
+  if (watch_base_ != last_event_) {  // a new stretch without progress
+    watch_base_ = last_event_;
+    next_warn_ = watch_from_;
+  }
+  if (idle < options_.timeout_s) {
+    if (idle >= next_warn_) {
+      const double every = std::min(kWarnEveryMax, options_.timeout_s / 10);
+      while (next_warn_ <= idle) next_warn_ += every;
+      SKIPRING_LOG_WARN("watchdog: no progress for {:.1f} s (fails at SKIPRING_TIMEOUT={} s): {}",
+                        idle, options_.timeout_s, core_->describe_wait(now));
+    }
+    return Status::kOk;
+  }
+  std::string what = core_->describe_wait(now);
+  if (what.empty()) what = "(the collective does not say what it waits for)";
+  timeout_message_ = fmt::format("no progress for {:.1f} s (SKIPRING_TIMEOUT={} s): {}", idle,
+                                 options_.timeout_s, what);
+  SKIPRING_LOG_ERROR("watchdog: {}", timeout_message_);
+  if (options_.abort_on_timeout) {
+    SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
+    logger().flush();
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  // This rank's receives of the collective are no longer wanted: a late message must not land
+  // in the caller's buffers after the error. Tokens of receives that completed or were
+  // cancelled already are refused by the transport (ignored here); sends cannot be cancelled.
+  std::sort(recv_tokens_.begin(), recv_tokens_.end());
+  recv_tokens_.erase(std::unique(recv_tokens_.begin(), recv_tokens_.end()), recv_tokens_.end());
+  for (const Token t : recv_tokens_) (void)transport_->cancel(t);
+  recv_tokens_.clear();
+  held_.clear();
+  core_ = nullptr;
+  return Status::kErrTimeout;
 }
 
 Status ProgressEngine::run(CollectiveCore* core) {
@@ -214,6 +275,7 @@ Status ProgressEngine::run(CollectiveCore* core) {
   while (!finished_) {
     bool progressed = false;
     SKIPRING_RETURN_IF_ERROR(sim_step(&progressed));
+    if (!progressed) SKIPRING_RETURN_IF_ERROR(check_watchdog(clock_->now()));
   }
   return Status::kOk;
 #else
@@ -235,6 +297,7 @@ Status ProgressEngine::run(CollectiveCore* core) {
     }
     if (++idle <= options_.poll_spins) continue;
     const double now = clock_->now();
+    SKIPRING_RETURN_IF_ERROR(check_watchdog(now));
     if (idle == options_.poll_spins + 1) idle_since = now;
     if (options_.idle_sleep_us == 0 || now - idle_since < kSleepAfter) {
       sched_yield();

@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "collectives/collective_core.h"
@@ -32,9 +33,14 @@ struct EngineOptions {
   double sim_reduce_gbps = 2.73;  // reduction rate charged as simulated compute, GB/s
   double sim_poll_s = 100e-9;     // simulated time between polls when idle (polling)
   bool sim_block = true;          // block when idle (false: poll)
+  // The watchdog (check_watchdog): seconds without progress before a collective fails with
+  // kErrTimeout (0: never), and whether to MPI_Abort instead.
+  double timeout_s = 300;
+  bool abort_on_timeout = false;
 };
 
-// The options SKIPRING_POLL_SPINS, SKIPRING_IDLE_SLEEP_US and SKIPRING_SIM_* give.
+// The options SKIPRING_POLL_SPINS, SKIPRING_IDLE_SLEEP_US, SKIPRING_TIMEOUT,
+// SKIPRING_ON_TIMEOUT and SKIPRING_SIM_* give.
 EngineOptions engine_options(const Config& cfg);
 
 // Straggler injection: extra delay (seconds) before the first message a step sends, given
@@ -61,7 +67,25 @@ class ProgressEngine {
 
   bool finished() const { return finished_; }
 
+  // The watchdog. Progress is an event: a message completed or a held send released; the
+  // core's timers are not progress. With no progress for half the timeout (at most 30 s) it
+  // logs at warn level what the collective waits for (CollectiveCore::describe_wait), again
+  // every tenth of the timeout (at most 10 s); at EngineOptions::timeout_s it logs the error,
+  // cancels this rank's receives of the collective (they could otherwise write into the
+  // caller's buffers later) and returns kErrTimeout, or calls MPI_Abort (abort_on_timeout).
+  // The engine forgets the core then: the caller must treat its communicator as broken (sends
+  // may still be in flight). run() calls it when idle (in its back-off, where it reads the
+  // clock anyway); a driver of progress() calls it itself. Cheap: a subtraction and a compare
+  // until the first warning is due.
+  Status check_watchdog(double now) {
+    return now - last_event_ < watch_from_ ? Status::kOk : watchdog(now);
+  }
+  // The message of the last timeout ("no progress for ... s (SKIPRING_TIMEOUT=...): what the
+  // collective waits for"); empty when none.
+  const std::string& timeout_message() const { return timeout_message_; }
+
  private:
+  Status watchdog(double now);
   Status execute(ActionList* actions);
   Status post(const Action& a);
 #ifdef SKIPRING_SIMGRID
@@ -87,6 +111,14 @@ class ProgressEngine {
   bool finished_ = false;
   std::vector<Completion> completions_;
   ActionList actions_;
+
+  // Watchdog state (check_watchdog).
+  double watch_from_;               // idle seconds before the first warning (+inf: off)
+  double last_event_ = 0;           // clock time of the last progress
+  double watch_base_ = -1;          // the last_event_ the warnings below count from
+  double next_warn_ = 0;            // idle seconds of the next warning
+  std::vector<Token> recv_tokens_;  // receives posted in this collective (cancelled on timeout)
+  std::string timeout_message_;
 };
 
 }  // namespace skipring

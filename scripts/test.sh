@@ -46,4 +46,49 @@ ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^(mpi|cluster)
   status=$?
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status=$?
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^cluster$' "$@" || status=$?
+
+# Sanitizers (issue 13, docs/testing.md): an AddressSanitizer + UndefinedBehaviorSanitizer build
+# of the unit tests (all but the three longest skip-ahead sweeps, two shards side by side) and of
+# a part of the mpi tier (the preload among them), and a ThreadSanitizer build of the
+# MPI_THREAD_MULTIPLE test. Undefined behaviour aborts the test that hits it. Leak detection is
+# off: Open MPI's own allocations at exit would be reported. SKIPRING_SANITIZERS=0 skips this
+# part (ctest arguments given to this script select tests of the main build only).
+if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:verify_asan_link_order=0}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+  # tests/tsan.supp: Open MPI's own reports, and reads of bytes MPI delivered into a receive
+  # buffer from another thread's progress call (ordered by Open MPI's uninstrumented atomics).
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:suppressions=$PWD/tests/tsan.supp}"
+  asan_dir="${ASAN_BUILD_DIR:-build-asan}"
+  cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=address,undefined \
+    -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF -DSKIPRING_SOAK_SECONDS=10 >/dev/null
+  cmake --build "$asan_dir" -j "$jobs" --target skipring_unit_tests mpi_allreduce_test \
+    mpi_straggler_test mpi_soak_test mpi_threads_test pmpi_allreduce_c skipring_pmpi
+  unit_filter='-SkipAhead.ExhaustiveSmallRings:SkipAhead.RandomSchedules:SkipAhead.LateArrivalCost*'
+  pids=()
+  for shard in 0 1; do
+    GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard "$asan_dir/tests/unit/skipring_unit_tests" \
+      --gtest_brief=1 --gtest_filter="$unit_filter" >"$asan_dir/unit-shard$shard.log" 2>&1 &
+    pids+=($!)
+  done
+  for shard in 0 1; do
+    if wait "${pids[$shard]}"; then
+      echo "sanitizers: unit tests shard $shard passed (ASan+UBSan)"
+    else
+      status=1
+      echo "sanitizers: unit tests shard $shard FAILED (ASan+UBSan); last lines of its log:"
+      tail -n 40 "$asan_dir/unit-shard$shard.log"
+    fi
+  done
+  ctest --test-dir "$asan_dir" --output-on-failure -j 1 \
+    -R '^(mpi_allreduce_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3)$' ||
+    status=$?
+  tsan_dir="${TSAN_BUILD_DIR:-build-tsan}"
+  cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=thread \
+    -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null
+  cmake --build "$tsan_dir" -j "$jobs" --target mpi_threads_test
+  # Shared memory only: the TCP BTL's lock-order reports are Open MPI's, not ours.
+  OMPI_MCA_btl=self,vader ctest --test-dir "$tsan_dir" --output-on-failure -j 1 \
+    -R '^mpi_threads_np2$' || status=$?
+fi
 exit "$status"

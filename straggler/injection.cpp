@@ -18,6 +18,7 @@ namespace {
 constexpr const char* kVar = "SKIPRING_INJECT";
 constexpr uint64_t kGamma = kSplitMix64Gamma;
 constexpr double kTwoPi = 6.283185307179586476925286766559;
+constexpr double kMaxSigma = kMaxInjectSigma;
 
 // ---- parsing helpers ----------------------------------------------------------------------------
 
@@ -110,6 +111,9 @@ std::string parse_duration(std::string_view s, double* seconds) {
     if (v < 0 || (v == 0 && std::signbit(v))) return "must be >= 0";
     const double secs = v * u.scale;
     if (!std::isfinite(secs)) break;
+    if (secs > kMaxInjectDelay) {
+      return fmt::format("must be at most {} (1 hour)", format_duration(kMaxInjectDelay));
+    }
     *seconds = secs;
     return {};
   }
@@ -135,7 +139,7 @@ double uniform01(uint64_t key, uint64_t i) {
   return static_cast<double>(mix64(key + i * kGamma) >> 11) * 0x1.0p-53;
 }
 
-double sample(const InjectRule& r, uint64_t key) {
+double draw(const InjectRule& r, uint64_t key) {
   switch (r.dist) {
     case InjectRule::Dist::kFixed:
       return r.a;
@@ -151,6 +155,13 @@ double sample(const InjectRule& r, uint64_t key) {
     }
   }
   return 0;
+}
+
+// One draw of the rule's distribution, in [0, kMaxInjectDelay] (a long tail is cut there).
+double sample(const InjectRule& r, uint64_t key) {
+  const double d = draw(r, key);
+  if (!(d >= 0)) return 0;  // NaN cannot come from checked parameters; never sleep on one
+  return d < kMaxInjectDelay ? d : kMaxInjectDelay;
 }
 
 // ---- one rule -----------------------------------------------------------------------------------
@@ -206,8 +217,9 @@ std::string apply_key(std::string_view key, std::string_view value, InjectRule* 
       if (nparams != 2) return bad(kForms);
       const std::string why = parse_duration(parts[1], &a);
       if (!why.empty()) return bad(fmt::format("MEDIAN '{}': {}", parts[1], why));
-      if (!parse_number(parts[2], &b) || b < 0 || (b == 0 && std::signbit(b))) {
-        return bad(fmt::format("SIGMA '{}': expects a plain number >= 0", parts[2]));
+      if (!parse_number(parts[2], &b) || b < 0 || (b == 0 && std::signbit(b)) || b > kMaxSigma) {
+        return bad(
+            fmt::format("SIGMA '{}': expects a plain number in [0, {}]", parts[2], kMaxSigma));
       }
       r->dist = InjectRule::Dist::kLognormal;
     } else {
@@ -337,6 +349,21 @@ double InjectPlan::delay(int rank, uint64_t seq, InjectPoint point, int step) co
     total += sample(r, key);
   }
   return total;
+}
+
+Status InjectPlan::check_ranks(int nranks, std::string* error) const {
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const InjectRule& r = rules_[i];
+    if (r.rank < nranks) continue;
+    if (error != nullptr) {
+      *error = fmt::format(
+          "{}: rule {} ('{}'): bad rank '{}': the job has {} rank{} (MPI_COMM_WORLD), expects "
+          "an integer in [0, {}] or '*'",
+          kVar, i + 1, r.text, r.rank, nranks, nranks == 1 ? "" : "s", nranks - 1);
+    }
+    return Status::kErrConfig;
+  }
+  return Status::kOk;
 }
 
 std::string InjectPlan::to_string() const {

@@ -6,8 +6,14 @@
 //   delay=D                      fixed delay, D a number with a unit ns|us|ms|s (e.g. 2.5ms)
 //   dist=exp:MEAN                exponential delay with mean MEAN
 //   dist=uniform:LO:HI           uniform delay in [LO, HI]
-//   dist=lognormal:MEDIAN:SIGMA  log-normal delay, SIGMA a plain number >= 0
+//   dist=lognormal:MEDIAN:SIGMA  log-normal delay, SIGMA a plain number in [0, 10]
 //                                (exactly one of delay / dist is required)
+// Every duration (D, MEAN, LO, HI, MEDIAN) is finite, >= 0 and at most 1h (kMaxInjectDelay);
+// inf, nan and larger values are rejected with a message naming the field. A draw from a
+// distribution is capped at 1h (a long exp / lognormal tail cannot stall a rank for longer).
+// A rank R must exist in the job: InjectPlan::check_ranks (run at init and by
+// skipring_set_inject against MPI_COMM_WORLD's size) rejects R >= the number of ranks. On a
+// smaller communicator a rule whose rank is outside it does not fire.
 //   at=arrive|rs|ag|step         before entering the collective, each reduce-scatter step, each
 //                                allgather step, or both kinds of step (default rs)
 //   prob=P                       chance in [0, 1] that the rule fires at a point (default 1)
@@ -26,6 +32,12 @@
 #include "common/status.h"
 
 namespace skipring {
+
+// The longest injected delay, in seconds: the bound on every duration of a rule and on every
+// draw from a distribution.
+inline constexpr double kMaxInjectDelay = 3600.0;
+// The largest lognormal SIGMA accepted (exp(10 z) already spans 1e-37..1e37 over z in +-8.6).
+inline constexpr double kMaxInjectSigma = 10.0;
 
 // Where in a collective a delay is applied. at=step in a rule means both kReduceScatter and
 // kAllgather.
@@ -59,6 +71,11 @@ class InjectPlan {
   // untouched and, when `error` is not null, sets it to a message naming SKIPRING_INJECT, the
   // rule (1-based index and text) and the key/value at fault.
   static Status parse(const std::string& spec, InjectPlan* out, std::string* error);
+
+  // Checks every rule's rank against a job of `nranks` ranks: rank=R needs R < nranks ('*'
+  // always fits). On error returns Status::kErrConfig and, when `error` is not null, a message
+  // naming SKIPRING_INJECT, the rule (1-based index and text), the rank field and the range.
+  Status check_ranks(int nranks, std::string* error) const;
 
   bool empty() const { return rules_.empty(); }
   const std::vector<InjectRule>& rules() const { return rules_; }

@@ -404,6 +404,84 @@ std::string RingAllreduce::describe() const {
       free_send_slots_.size(), reduce_cursor_, awaiting_reduce_, unsent);
 }
 
+namespace {
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+}  // namespace
+
+std::string RingAllreduce::describe_wait(double now) const {
+  std::string s = fmt::format("all-reduce #{} (ring position {} of {})", p_.seq, pos_, n_);
+  if (done_ || recvs_.empty()) return s + ": not waiting for any rank";
+  std::vector<std::string> parts;
+  // Reduce-scatter: ring pieces from the predecessor not arrived yet.
+  int rs_missing = 0, rs_skipped = 0;
+  const RecvOp* first = nullptr;
+  for (const RecvOp& r : recvs_) {
+    if (r.phase != Phase::kReduceScatter) continue;
+    if (r.state != OpState::kWaiting && r.state != OpState::kPosted) continue;
+    if (seg_[r.seg_id].pred_bypassed) continue;  // it went to the owner instead
+    if (first == nullptr) first = &r;
+    ++(r.skipped ? rs_skipped : rs_missing);
+  }
+  if (first != nullptr) {
+    std::string p = fmt::format(
+        "reduce-scatter step {}: waiting for rank {} (predecessor): {} ring piece(s) from chunk "
+        "{} segment {} on not arrived",
+        first->step, pred_, rs_missing + rs_skipped, first->chunk, first->seg);
+    if (rs_skipped > 0) p += fmt::format(", {} of them skipped", rs_skipped);
+    if (!mode_.pred_heard_once && !mode_.pred_bypassing) {
+      p += fmt::format("; rank {} has not entered all-reduce #{} for {:.1f} s", pred_, p_.seq,
+                       now - stats_.start);
+    } else {
+      p += fmt::format("; nothing from rank {} for {:.1f} s", pred_, now - t_pred_heard_);
+    }
+    if (mode_.pred == PredState::kAbsent) p += " (skip-ahead: absent)";
+    parts.push_back(p);
+  }
+  // Our chunk: the inputs not merged yet (a piece held up behind a missing rank lacks the
+  // inputs of the ranks before it too).
+  std::vector<int> lacking;
+  int open = 0;
+  for (const ring::OwnerPiece& o : owner_) {
+    if (o.full) continue;
+    ++open;
+    for (int r = 0; r < n_; ++r) {
+      if (r != p_.rank && !o.acc.contains(r) &&
+          std::find(lacking.begin(), lacking.end(), r) == lacking.end()) {
+        lacking.push_back(r);
+      }
+    }
+  }
+  if (open > 0) {
+    std::sort(lacking.begin(), lacking.end());
+    parts.push_back(fmt::format("our chunk {}: {} segment(s) still lack the inputs of rank(s) {}",
+                                pos_, open, join_ints(lacking)));
+  }
+  // Allgather: final segments not arrived, by owner.
+  int ag_missing = 0, ag_step = -1;
+  std::vector<int> owners;
+  for (const RecvOp& r : recvs_) {
+    if (r.phase != Phase::kAllgather || r.state >= OpState::kArrived) continue;
+    if (ag_missing++ == 0) ag_step = r.step;
+    const int owner = p_.ring[r.chunk];
+    if (std::find(owners.begin(), owners.end(), owner) == owners.end()) owners.push_back(owner);
+  }
+  if (ag_missing > 0) {
+    std::sort(owners.begin(), owners.end());
+    parts.push_back(fmt::format(
+        "allgather step {}: {} final segment(s) not arrived, of the chunks of rank(s) {}", ag_step,
+        ag_missing, join_ints(owners)));
+  }
+  if (parts.empty()) {
+    parts.push_back(fmt::format("{} operation(s) pending (sends or control messages)", pending_));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) s += (i == 0 ? ": " : "; ") + parts[i];
+  return s;
+}
+
 void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 ||
       next_post_ != recvs_.size() || awaiting_reduce_ != 0 || ctrl_.any_open()) {

@@ -72,8 +72,8 @@ void fortran_allreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
                        const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
                        MPI_Fint* ierr) {
   set_ierr(ierr, guarded([&] {
-             // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which MPI rejects (MPI_ERR_ARG)
-             // instead of reducing into the sentinel variable.
+             // A Fortran MPI_IN_PLACE as recvbuf becomes the C one, which is rejected
+             // (MPI_ERR_BUFFER) instead of reducing into the sentinel variable.
              return allreduce(translate_buffer(sendbuf), translate_buffer(recvbuf),
                               static_cast<int>(*count), MPI_Type_f2c(*datatype), MPI_Op_f2c(*op),
                               MPI_Comm_f2c(*comm));
@@ -170,6 +170,7 @@ void fortran_finalize(MPI_Fint* ierr) {
              } else {
                code = PMPI_Finalize();
              }
+             if (!scope.nested()) after_finalize();
              return code;
            }));
 }

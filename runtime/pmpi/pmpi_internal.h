@@ -54,6 +54,12 @@ int after_init(int init_rc);
 // Called right before PMPI_Finalize (C or Fortran): writes the SKIPRING_REPORT line and
 // frees skipring's state.
 void before_finalize();
+// Called right after PMPI_Finalize returned (C or Fortran): MPI is finished for good.
+void after_finalize();
+
+// Why no MPI function may be called now ("before MPI_Init", "after MPI_Finalize"), or nullptr
+// when MPI is usable (inside MPI_Finalize included: its attribute callbacks may communicate).
+const char* mpi_unusable();
 
 // The whole MPI_Allreduce wrapper behaviour; never throws. The Fortran bindings call it
 // with C handles and with MPI_IN_PLACE / MPI_BOTTOM already translated.

@@ -24,6 +24,7 @@ std::mutex g_init_mutex;
 std::atomic<bool> g_init_done{false};   // skipring_init has been called (g_init_rc valid)
 int g_init_rc = MPI_SUCCESS;            // written once, before g_init_done is set
 std::atomic<bool> g_finalizing{false};  // before_finalize has started
+std::atomic<bool> g_finalized{false};   // PMPI_Finalize has returned (after_finalize)
 
 bool mpi_active() {
   int initialized = 0;
@@ -87,6 +88,21 @@ int ensure_skipring_init() {
   return g_init_rc;
 }
 
+const char* mpi_unusable() {
+  int initialized = 0;
+  PMPI_Initialized(&initialized);
+  if (initialized == 0) return "before MPI_Init";
+  if (g_finalized.load(std::memory_order_acquire)) return "after MPI_Finalize";
+  // Between before_finalize and the end of PMPI_Finalize (Open MPI's MPI_Finalized is already
+  // true there, but attribute delete callbacks may still communicate): let PMPI decide.
+  if (g_finalizing.load(std::memory_order_acquire)) return nullptr;
+  int finalized = 0;
+  PMPI_Finalized(&finalized);  // finalized without this library's wrapper
+  return finalized != 0 ? "after MPI_Finalize" : nullptr;
+}
+
+void after_finalize() { g_finalized.store(true, std::memory_order_release); }
+
 int after_init(int init_rc) {
   if (init_rc != MPI_SUCCESS) return init_rc;
   return guarded([] {
@@ -126,7 +142,9 @@ SKIPRING_PMPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, 
 
 SKIPRING_PMPI_EXPORT int MPI_Finalize(void) {
   skipring::pmpi::before_finalize();
-  return PMPI_Finalize();
+  const int rc = PMPI_Finalize();
+  skipring::pmpi::after_finalize();
+  return rc;
 }
 
 }  // extern "C"

@@ -1,7 +1,9 @@
-// skipring_allreduce under mpirun against PMPI_Allreduce: every predefined type x op,
-// counts {0, 1, n-1, n, n+1, a prime, large}, in place and not; results exact for integers,
-// bitwise identical on every rank and close to MPI's for floats; no message left unmatched on
-// the internal communicator after each collective; bad arguments give MPI error codes.
+// skipring_allreduce under mpirun: every predefined type x op, counts {0, 1, n-1, n, n+1, a
+// prime, large}, in place and not; results exact against a reduction computed on the host
+// (mpi_test_util.h: integers, bool and byte with every op, floats with MIN/MAX; integer values
+// over the full range, high bit set, except signed SUM/PROD), float SUM/PROD bitwise identical
+// on every rank and close to PMPI_Allreduce's; no message left unmatched on the internal
+// communicator after each collective; bad arguments give MPI error codes.
 // Prints "N passed, M failed" and exits non-zero on any failure.
 #include <mpi.h>
 #include <skipring/skipring.h>
@@ -78,7 +80,12 @@ void fill(const TypeCase& t, void* buf, size_t count, std::mt19937_64& rng, MPI_
     for (size_t i = 0; i < count; ++i) b[i] = rng() & 1;
     return;
   }
-  // Integers: small values in the low byte of each element (little endian), rest random-free.
+  // Unsigned integers with any op, signed ones with MIN/MAX and the logical and bitwise ops:
+  // the full range, high bit included (signed SUM/PROD would overflow, undefined in C).
+  if (t.kind == 1 || (t.kind == 0 && op != MPI_SUM && op != MPI_PROD)) {
+    return mpitest::fill_full_range(b, count, t.size, rng);
+  }
+  // Signed SUM/PROD: small values in the low byte of each element (little endian).
   std::memset(buf, 0, count * t.size);
   for (size_t i = 0; i < count; ++i) {
     b[i * t.size] = static_cast<uint8_t>(op == MPI_PROD ? rng() % 4 : rng() % 200);
@@ -127,11 +134,12 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
               std::string(st.algo) == g_expect_algo,
           what + ": ran " + st.algo + ", expected " + g_expect_algo);
   }
-  PMPI_Allreduce(in.data(), ref.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  // Exact cases against the host's reduction; float SUM/PROD (order-sensitive) against MPI's.
+  const bool exact = mpitest::host_reduce(t.type, o.op, in.data(), count, ref.data());
+  if (!exact) PMPI_Allreduce(in.data(), ref.data(), count, t.type, o.op, MPI_COMM_WORLD);
   mine.resize(bytes);
   ref.resize(bytes);
-  const bool order_sensitive = t.kind == 2 && (o.op == MPI_SUM || o.op == MPI_PROD);
-  if (!order_sensitive) {
+  if (exact) {
     // Long double: compare values, its 6 padding bytes are not part of the value.
     bool same = true;
     if (t.kind == 2 && t.size > 8) {
@@ -140,7 +148,7 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
     } else {
       same = mine == ref;
     }
-    check(same, what + ": differs from PMPI_Allreduce");
+    check(same, what + ": differs from the host reference");
   } else {
     bool close = true;
     for (int i = 0; i < count && close; ++i) {

@@ -1,7 +1,9 @@
 // skipring_reduce_scatter_block, skipring_allgather, skipring_bcast and skipring_reduce under
-// mpirun against MPI's own (PMPI_) collectives: several types, ops, counts (0, 1, < n, uneven,
-// large), roots, in place and not; values are small multiples of 1/4 so that every summation
-// order gives exact results and float results can be compared bit for bit; nothing left
+// mpirun: several types, ops, counts (0, 1, < n, uneven, large), roots, in place and not;
+// reductions against the host's (mpi_test_util.h: integers over their full range, high bit
+// set, except signed sums; floats with MIN/MAX), float sums against MPI's own (PMPI_) with
+// values that are small multiples of 1/4 so that every summation order gives exact results and
+// float results can be compared bit for bit; allgather and bcast against PMPI_; nothing left
 // unmatched on the internal communicator; bad arguments give MPI error codes.
 // Prints "N passed, M failed" and exits non-zero on any failure.
 #include <mpi.h>
@@ -32,6 +34,7 @@ const TypeCase kTypes[] = {
     {MPI_INT, "int", sizeof(int), false},
     {MPI_LONG_LONG, "long long", sizeof(long long), false},
     {MPI_UNSIGNED_CHAR, "unsigned char", 1, false},
+    {MPI_UNSIGNED_LONG, "unsigned long", sizeof(unsigned long), false},
     {MPI_FLOAT, "float", sizeof(float), true},
     {MPI_DOUBLE, "double", sizeof(double), true},
 };
@@ -44,7 +47,16 @@ const OpCase kOps[] = {{MPI_SUM, "sum"}, {MPI_MAX, "max"}, {MPI_MIN, "min"}, {MP
 
 bool defined(const TypeCase& t, MPI_Op op) { return !(t.floating && op == MPI_BXOR); }
 
-void fill(const TypeCase& t, void* buf, size_t count, std::mt19937_64& rng) {
+bool is_unsigned(const TypeCase& t) {
+  return t.type == MPI_UNSIGNED_CHAR || t.type == MPI_UNSIGNED_LONG;
+}
+
+// Values for `op`: integers over their full range (high bit set) for unsigned types and for
+// signed MIN/MAX/BXOR; small values where a signed sum must not overflow; floats in quarters.
+void fill(const TypeCase& t, void* buf, size_t count, std::mt19937_64& rng, MPI_Op op) {
+  if (!t.floating && (is_unsigned(t) || op != MPI_SUM)) {
+    return mpitest::fill_full_range(static_cast<uint8_t*>(buf), count, t.size, rng);
+  }
   for (size_t i = 0; i < count; ++i) {
     const long v = static_cast<long>(rng() % 64) - 16;
     auto* p = static_cast<uint8_t*>(buf) + i * t.size;
@@ -54,8 +66,6 @@ void fill(const TypeCase& t, void* buf, size_t count, std::mt19937_64& rng) {
     } else if (t.type == MPI_LONG_LONG) {
       const long long x = v * 1000003LL;
       std::memcpy(p, &x, sizeof x);
-    } else if (t.type == MPI_UNSIGNED_CHAR) {
-      *p = static_cast<uint8_t>(rng() % 7);  // sums of <= 8 ranks stay below 256
     } else if (t.type == MPI_FLOAT) {
       const float x = static_cast<float>(v) / 4;
       std::memcpy(p, &x, sizeof x);
@@ -77,7 +87,7 @@ void test_reduce_scatter(const TypeCase& t, const OpCase& o, int count, bool in_
   const size_t n = static_cast<size_t>(g_size), es = t.size, c = static_cast<size_t>(count);
   std::vector<uint8_t> in(n * c * es + 1), got(in_place ? n * c * es + 1 : c * es + 1, 0x5A),
       want(c * es + 1, 0x5A);
-  fill(t, in.data(), n * c, rng);
+  fill(t, in.data(), n * c, rng, o.op);
   int rc;
   if (in_place) {
     std::memcpy(got.data(), in.data(), n * c * es);
@@ -86,10 +96,18 @@ void test_reduce_scatter(const TypeCase& t, const OpCase& o, int count, bool in_
   } else {
     rc = skipring_reduce_scatter_block(in.data(), got.data(), count, t.type, o.op, MPI_COMM_WORLD);
   }
-  PMPI_Reduce_scatter_block(in.data(), want.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  // The host's reduction of the whole vector, this rank's block of it; MPI's for float sums.
+  std::vector<uint8_t> full(n * c * es + 1);
+  const bool host = mpitest::host_reduce(t.type, o.op, in.data(), n * c, full.data());
+  if (host) {
+    std::memcpy(want.data(), full.data() + g_rank * c * es, c * es);
+  } else {
+    PMPI_Reduce_scatter_block(in.data(), want.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  }
   const std::string what = label("reduce_scatter_block", t, o.name, count, -1, in_place);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
-  check(std::memcmp(got.data(), want.data(), c * es) == 0, what + ": differs from MPI");
+  check(std::memcmp(got.data(), want.data(), c * es) == 0,
+        what + (host ? ": differs from the host reference" : ": differs from MPI"));
   if (!in_place) check(got[c * es] == 0x5A, what + ": wrote past the block");
   check(no_leftovers(), what + ": message left unmatched");
 }
@@ -97,7 +115,7 @@ void test_reduce_scatter(const TypeCase& t, const OpCase& o, int count, bool in_
 void test_allgather(const TypeCase& t, int count, bool in_place, std::mt19937_64& rng) {
   const size_t n = static_cast<size_t>(g_size), es = t.size, c = static_cast<size_t>(count);
   std::vector<uint8_t> mine(c * es + 1), got(n * c * es + 1, 0x5A), want(n * c * es + 1, 0x5A);
-  fill(t, mine.data(), c, rng);
+  fill(t, mine.data(), c, rng, MPI_BXOR);
   int rc;
   if (in_place) {
     std::memcpy(got.data() + g_rank * c * es, mine.data(), c * es);
@@ -117,7 +135,7 @@ void test_bcast(const TypeCase& t, int count, int root, std::mt19937_64& rng) {
   const size_t es = t.size, c = static_cast<size_t>(count);
   std::vector<uint8_t> got(c * es + 1, 0x5A), want(c * es + 1, 0x5A);
   if (g_rank == root) {
-    fill(t, got.data(), c, rng);
+    fill(t, got.data(), c, rng, MPI_BXOR);
     want = got;
   }
   const int rc = skipring_bcast(got.data(), count, t.type, root, MPI_COMM_WORLD);
@@ -132,7 +150,7 @@ void test_reduce(const TypeCase& t, const OpCase& o, int count, int root, bool i
                  std::mt19937_64& rng) {
   const size_t es = t.size, c = static_cast<size_t>(count);
   std::vector<uint8_t> in(c * es + 1), got(c * es + 1, 0x5A), want(c * es + 1, 0x5A);
-  fill(t, in.data(), c, rng);
+  fill(t, in.data(), c, rng, o.op);
   int rc;
   if (in_place && g_rank == root) {
     std::memcpy(got.data(), in.data(), c * es);
@@ -142,11 +160,13 @@ void test_reduce(const TypeCase& t, const OpCase& o, int count, int root, bool i
     rc = skipring_reduce(in.data(), g_rank == root ? got.data() : nullptr, count, t.type, o.op,
                          root, MPI_COMM_WORLD);
   }
-  PMPI_Reduce(in.data(), want.data(), count, t.type, o.op, root, MPI_COMM_WORLD);
+  const bool host = mpitest::host_reduce(t.type, o.op, in.data(), c, want.data());
+  if (!host) PMPI_Reduce(in.data(), want.data(), count, t.type, o.op, root, MPI_COMM_WORLD);
   const std::string what = label("reduce", t, o.name, count, root, in_place);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   if (g_rank == root) {
-    check(std::memcmp(got.data(), want.data(), c * es + 1) == 0, what + ": differs from MPI");
+    check(std::memcmp(got.data(), want.data(), c * es + 1) == 0,
+          what + (host ? ": differs from the host reference" : ": differs from MPI"));
   } else {
     check(got[0] == 0x5A, what + ": non-root recvbuf written");
   }

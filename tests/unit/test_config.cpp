@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <variant>
 
@@ -57,7 +58,7 @@ TEST(Config, InvalidValuesNameTheVariable) {
       {"SKIPRING_SEGMENT_BYTES", "12"}, {"SKIPRING_SEGMENT_BYTES", "4T"},
       {"SKIPRING_PIPELINE_DEPTH", "0"}, {"SKIPRING_PIPELINE_DEPTH", "3x"},
       {"SKIPRING_LOG_LEVEL", "loud"},   {"SKIPRING_CLOCK", "sundial"},
-      {"SKIPRING_IDLE_SLEEP_US", "-1"}, {"SKIPRING_POLL_SPINS", ""},
+      {"SKIPRING_IDLE_SLEEP_US", "-1"}, {"SKIPRING_POLL_SPINS", " "},
   };
   for (const auto& [name, value] : bad) {
     Config c;
@@ -69,6 +70,62 @@ TEST(Config, InvalidValuesNameTheVariable) {
     EXPECT_NE(err.find("accepts"), std::string::npos) << err;
     EXPECT_EQ(c.pipeline_depth, 99);
   }
+}
+
+// README.md: an empty value means the default. Every parameter set to "" (alone, and all at
+// once) loads, takes its default and does not count as set; a non-empty bad value still fails.
+TEST(Config, EmptyValuesMeanTheDefault) {
+  const Config defaults;
+  std::map<std::string, std::string> all;
+  std::vector<std::string> names;
+  for (const ParamDef& p : param_table()) {
+    Config c;
+    std::string err;
+    std::vector<std::string> one = {p.name};
+    ASSERT_EQ(load_config(fake_env({{p.name, ""}}), &c, &err, &one), Status::kOk)
+        << p.name << "=: " << err;
+    EXPECT_EQ(show_param(p, c), show_param(p, defaults)) << p.name;
+    all[p.name] = "";
+    names.push_back(p.name);
+  }
+  Config c;
+  c.pipeline_depth = 99;
+  std::string err;
+  ASSERT_EQ(load_config(fake_env(all), &c, &err, &names), Status::kOk) << err;
+  for (const ParamDef& p : param_table()) EXPECT_EQ(show_param(p, c), show_param(p, defaults));
+  for (const ParamInfo& row : describe_params(c, fake_env(all))) {
+    EXPECT_FALSE(row.set_in_env) << row.name;
+  }
+  // An unknown SKIPRING_* name is still reported, empty or not.
+  names.push_back("SKIPRING_NO_SUCH_VARIABLE");
+  EXPECT_EQ(load_config(fake_env(all), &c, &err, &names), Status::kErrConfig);
+  EXPECT_NE(err.find("SKIPRING_NO_SUCH_VARIABLE"), std::string::npos) << err;
+}
+
+// The same through the process environment and init_global_config (what skipring_init runs):
+// SKIPRING_HOST_MAP= and SKIPRING_TRACE= used to abort init.
+TEST(Config, EmptyEnvironmentValuesInitWithDefaults) {
+  const Config defaults;
+  std::vector<std::pair<std::string, std::string>> saved;  // variables set before the test
+  for (const ParamDef& p : param_table()) {
+    if (const char* v = std::getenv(p.name)) saved.emplace_back(p.name, v);
+  }
+  for (const ParamDef& p : param_table()) {
+    ASSERT_EQ(setenv(p.name, "", 1), 0);
+    std::string err;
+    EXPECT_EQ(init_global_config(&err), Status::kOk) << p.name << "=: " << err;
+    EXPECT_EQ(show_param(p, global_config()), show_param(p, defaults)) << p.name;
+    ASSERT_EQ(unsetenv(p.name), 0);
+  }
+  for (const ParamDef& p : param_table()) ASSERT_EQ(setenv(p.name, "", 1), 0);
+  std::string err;
+  EXPECT_EQ(init_global_config(&err), Status::kOk) << "every SKIPRING_* empty: " << err;
+  EXPECT_EQ(global_config().host_map, "");
+  EXPECT_EQ(global_config().trace_dir, "");
+  EXPECT_EQ(global_config().segment_bytes, defaults.segment_bytes);
+  for (const ParamDef& p : param_table()) unsetenv(p.name);
+  for (const auto& [name, value] : saved) setenv(name.c_str(), value.c_str(), 1);
+  ASSERT_EQ(init_global_config(&err), Status::kOk) << err;
 }
 
 TEST(Config, UnknownVariableRejected) {
@@ -141,7 +198,7 @@ TEST(Config, AlgorithmAndTopologyParameters) {
 
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"SKIPRING_ALGO", "fastest"},
-      {"SKIPRING_ALGO", ""},
+      {"SKIPRING_ALGO", " "},
       {"SKIPRING_HOST_MAP", "a,,b"},
       {"SKIPRING_HOST_MAP", "block:0"},
       {"SKIPRING_HOST_MAP", "block:x"},
@@ -173,7 +230,7 @@ TEST(Config, DirectAllgather) {
         << err;
     EXPECT_EQ(c.direct_allgather, want) << value;
   }
-  for (const std::string bad : {"2", "yes please", "", "direct"}) {
+  for (const std::string bad : {"2", "yes please", " ", "direct"}) {
     Config d;
     EXPECT_EQ(load_config(fake_env({{"SKIPRING_DIRECT_ALLGATHER", bad}}), &d, &err),
               Status::kErrConfig)

@@ -196,6 +196,21 @@ TEST(InjectParse, MalformedSpecsNameTheFault) {
       {"rank=1,delay=1ms,seed=abc", "bad seed 'abc'"},
       {"rank=1,delay=1ms,seed=18446744073709551616", "bad seed '18446744073709551616'"},
       {"rank=1,delay", "'delay' is not key=value"},
+      // Finite and at most 1h (issue 13: 1e300s slept 0 s; a huge sigma hung the rank).
+      {"rank=1,delay=1e300s", "bad delay '1e300s': must be at most 3600s"},
+      {"rank=1,delay=3601s", "bad delay '3601s': must be at most 3600s"},
+      {"rank=1,delay=1e13ns", "bad delay '1e13ns': must be at most"},
+      {"rank=1,delay=nanms", "bad delay 'nanms'"},
+      {"rank=1,delay=infms", "bad delay 'infms'"},
+      {"rank=1,delay=1e400s", "bad delay '1e400s'"},
+      {"rank=1,dist=exp:2h", "MEAN '2h'"},
+      {"rank=1,dist=exp:1e300s", "MEAN '1e300s': must be at most 3600s"},
+      {"rank=1,dist=uniform:1ms:1e9s", "HI '1e9s': must be at most 3600s"},
+      {"rank=1,dist=lognormal:1e300s:1", "MEDIAN '1e300s': must be at most 3600s"},
+      {"rank=1,dist=lognormal:1ms:1e300", "SIGMA '1e300': expects a plain number in [0, 10]"},
+      {"rank=1,dist=lognormal:1ms:10.5", "SIGMA '10.5'"},
+      {"rank=1,dist=lognormal:1ms:nan", "SIGMA 'nan'"},
+      {"rank=1,dist=lognormal:1ms:inf", "SIGMA 'inf'"},
       {"rank=1,,delay=1ms", "empty item"},
   };
   for (const auto& [spec, token] : bad) {
@@ -220,6 +235,33 @@ TEST(InjectParse, ErrorNamesRuleIndexAndText) {
             "or '*'");
   // A null error pointer is allowed.
   EXPECT_EQ(InjectPlan::parse("rank=x,delay=1ms", &plan, nullptr), Status::kErrConfig);
+}
+
+TEST(InjectParse, LargestAcceptedValues) {
+  EXPECT_DOUBLE_EQ(one_rule("rank=0,delay=3600s").a, kMaxInjectDelay);
+  EXPECT_DOUBLE_EQ(one_rule("rank=0,delay=3.6e12ns").a, kMaxInjectDelay);
+  EXPECT_DOUBLE_EQ(one_rule("rank=0,dist=lognormal:1ms:10").b, kMaxInjectSigma);
+  EXPECT_DOUBLE_EQ(one_rule("rank=0,dist=uniform:0s:3600s").b, kMaxInjectDelay);
+}
+
+// Ranks are checked against the job's size: rank=99 on 2 ranks is an error naming the rule and
+// the field; ranks inside it and '*' pass.
+TEST(InjectParse, CheckRanksAgainstTheJobSize) {
+  std::string err;
+  EXPECT_EQ(parse_ok("rank=1,delay=1ms;rank=*,delay=1ms").check_ranks(2, &err), Status::kOk);
+  EXPECT_EQ(parse_ok("").check_ranks(1, &err), Status::kOk);
+  EXPECT_EQ(parse_ok("rank=99,delay=1ms").check_ranks(2, &err), Status::kErrConfig);
+  EXPECT_EQ(err,
+            "SKIPRING_INJECT: rule 1 ('rank=99,delay=1ms'): bad rank '99': the job has 2 ranks "
+            "(MPI_COMM_WORLD), expects an integer in [0, 1] or '*'");
+  EXPECT_EQ(parse_ok("rank=0,delay=1ms; rank=2,dist=exp:1ms").check_ranks(2, &err),
+            Status::kErrConfig);
+  EXPECT_NE(err.find("rule 2 ('rank=2,dist=exp:1ms'): bad rank '2'"), std::string::npos) << err;
+  EXPECT_EQ(parse_ok("rank=1,delay=1ms").check_ranks(1, &err), Status::kErrConfig);
+  EXPECT_NE(err.find("the job has 1 rank (MPI_COMM_WORLD), expects an integer in [0, 0]"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(parse_ok("rank=1,delay=1ms").check_ranks(1, nullptr), Status::kErrConfig);
 }
 
 // ---- the plan -----------------------------------------------------------------------------------
@@ -364,6 +406,27 @@ TEST(InjectDelay, LognormalMedianAndMean) {
   // sigma 0 degenerates to the median.
   const InjectPlan fixed = parse_ok("rank=*,dist=lognormal:1ms:0");
   EXPECT_DOUBLE_EQ(fixed.delay(3, 4, InjectPoint::kReduceScatter, 1), 1e-3);
+}
+
+// Long tails are cut at 1h: the widest accepted lognormal and exponential give finite draws in
+// [0, 3600] s, the cap is reached, and the draws are not all capped.
+TEST(InjectDelay, DrawsAreFiniteAndCappedAtOneHour) {
+  for (const char* spec :
+       {"rank=0,dist=lognormal:3600s:10,at=step", "rank=0,dist=lognormal:1ms:10,at=step",
+        "rank=0,dist=exp:3600s,at=step"}) {
+    const InjectPlan plan = parse_ok(spec);
+    int capped = 0, below = 0;
+    for (uint64_t seq = 0; seq < 4000; ++seq) {
+      const double d = plan.delay(0, seq, InjectPoint::kReduceScatter, 0);
+      ASSERT_TRUE(std::isfinite(d)) << spec << " seq " << seq;
+      ASSERT_GE(d, 0) << spec;
+      ASSERT_LE(d, kMaxInjectDelay) << spec;
+      capped += d == kMaxInjectDelay;
+      below += d < kMaxInjectDelay;
+    }
+    EXPECT_GT(capped, 0) << spec;
+    EXPECT_GT(below, 0) << spec;
+  }
 }
 
 TEST(InjectDelay, DeterministicAndSeedDependent) {

@@ -77,8 +77,10 @@ std::vector<uint8_t> reference(ROp op, DType t, size_t count, const std::vector<
   std::vector<uint8_t> res(count * es);
   for (int v = 0; v < p; ++v) {
     EXPECT_EQ(hi[v] - lo[v], 1);
-    std::memcpy(res.data() + off(lo[v]) * es, g[v].data() + off(lo[v]) * es,
-                (off(hi[v]) - off(lo[v])) * es);
+    const size_t bytes = (off(hi[v]) - off(lo[v])) * es;
+    if (bytes > 0) {  // res.data() is null for count 0
+      std::memcpy(res.data() + off(lo[v]) * es, g[v].data() + off(lo[v]) * es, bytes);
+    }
   }
   return res;
 }

@@ -1,7 +1,12 @@
 /* skipring C API: a straggler-tolerant ring all-reduce for MPI programs.
  *
  * All functions return MPI error codes (MPI_SUCCESS on success; MPI_ERR_NO_MEM when memory
- * runs out, MPI_ERR_OTHER on an internal error) and never throw.
+ * runs out, MPI_ERR_OTHER on an internal error) and never throw. Called before MPI_Init or
+ * after MPI_Finalize, every function that needs MPI returns MPI_ERR_OTHER and logs
+ * "<function> called before MPI_Init" / "after MPI_Finalize", making no MPI call (MPI itself
+ * would abort the job); skipring_get_totals, skipring_count_fallback and skipring_finalize
+ * work at any time. A rejected argument is logged (one error line naming the function and
+ * the reason) and changes nothing: the communicator stays usable.
  * Thread support: call from one thread at a time per communicator (MPI_THREAD_FUNNELED
  * or SERIALIZED usage). */
 #ifndef SKIPRING_SKIPRING_H_
@@ -34,8 +39,11 @@ SKIPRING_API int skipring_init(void);
  * ops on predefined integer, floating, bool and byte types on intra-communicators natively;
  * for user-defined ops, MAXLOC/MINLOC, derived/complex datatypes and inter-communicators it
  * calls PMPI_Allreduce (counted as a fallback). Errors: MPI_ERR_COUNT (count < 0),
- * MPI_ERR_BUFFER (NULL buffer, count > 0), MPI_ERR_OP (op not defined on the type),
- * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error). */
+ * MPI_ERR_BUFFER (NULL buffer, count > 0; recvbuf == MPI_IN_PLACE, with or without sendbuf
+ * MPI_IN_PLACE; sendbuf == recvbuf with count > 0, which MPI forbids: pass MPI_IN_PLACE as
+ * sendbuf instead; these are checked before any fallback and are Open MPI 4.1's codes, though
+ * Open MPI itself lets an aliased count of 1 through), MPI_ERR_OP (op not defined on the type),
+ * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error; MPI not active). */
 SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 
@@ -46,9 +54,14 @@ SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int coun
  * run. Like skipring_allreduce they call the PMPI_ function for what they do not handle
  * natively (user ops, derived types, inter-communicators; allgather with different send and
  * receive types or counts) and return MPI error codes: MPI_ERR_COMM, MPI_ERR_COUNT (negative
- * count), MPI_ERR_BUFFER (NULL buffer with count > 0; MPI_IN_PLACE at a non-root of reduce),
- * MPI_ERR_ROOT (root outside the communicator), MPI_ERR_OP, MPI_ERR_OTHER. Argument errors
- * must be the same on every rank (as in MPI), or the others wait in the collective. */
+ * count), MPI_ERR_BUFFER (NULL buffer with count > 0; sendbuf == recvbuf with count > 0 in
+ * reduce-scatter and allgather, which Open MPI does not check), MPI_ERR_ARG (as Open MPI 4.1
+ * for the same calls: recvbuf == MPI_IN_PLACE in reduce-scatter, allgather and at the root of
+ * reduce; buffer == MPI_IN_PLACE in bcast; sendbuf == recvbuf at the root of reduce;
+ * sendbuf == MPI_IN_PLACE at a non-root of reduce), MPI_ERR_ROOT (root outside the
+ * communicator), MPI_ERR_OP, MPI_ERR_OTHER. A non-root of reduce may pass anything as recvbuf.
+ * Argument errors must be the same on every rank (as in MPI), or the others wait in the
+ * collective. */
 SKIPRING_API int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 SKIPRING_API int skipring_allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -108,7 +121,9 @@ SKIPRING_API int skipring_pending_messages(MPI_Comm comm, int* pending);
 
 /* Replaces the straggler-injection plan (same syntax as SKIPRING_INJECT; NULL or "" clears
  * it) for every communicator, from the next collective on. MPI_ERR_ARG on a bad spec (the
- * logged message names the offending part). */
+ * logged message names the offending part; the plan in force is kept): a rank outside
+ * MPI_COMM_WORLD, a duration that is not finite or above 1 hour, a lognormal SIGMA above 10
+ * (draws are capped at 1 hour). SKIPRING_INJECT is checked the same way at init. */
 SKIPRING_API int skipring_set_inject(const char* spec);
 
 /* Turns skip-ahead on (1) or off (0, plain ring: run-to-run identical results) for every
