@@ -8,7 +8,7 @@ const char* status_string(Status s) {
     case Status::kOk:
       return "success";
     case Status::kErrCount:
-      return "invalid count (negative)";
+      return "invalid count (negative, or too large for the algorithm)";
     case Status::kErrBuffer:
       return "invalid buffer (NULL with count > 0)";
     case Status::kErrOp:

@@ -4,14 +4,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "collectives/algorithms.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
+#include "common/hash.h"
 #include "runtime/cost_probe.h"
 #include "runtime/log.h"
 #include "runtime/progress_engine.h"
@@ -25,50 +31,237 @@ namespace {
 // off its core that long (measured on 4 ranks / 2 cores: the learnt threshold of 1.6-2 ms
 // skipped healthy ranks tens of times per 8 MiB all-reduce, costing 8-19 %).
 constexpr double kOversubscribedFloorS = 5e-3;
+
+// Process-wide caches of what setup learns collectively, so that dup'd and split
+// communicators skip it (issue 13: a communicator used to cost ~10 ms to set up). Entries are
+// only used when every rank of the new communicator holds an identical one (the setup
+// all-reduce compares their digests), so each rank's cache may differ.
+struct GroupEntry {  // by the group's MPI_COMM_WORLD ranks and SKIPRING_HOST_MAP
+  Topology topology;
+  bool local_over = false;  // this rank's host runs more of the group's ranks than cores
+  int any_over = 0;         // any host of the group does
+  int64_t digest = 0;
+};
+struct CostEntry {  // by the communicator's shape (cost_key)
+  CostParams cost;
+  int64_t digest = 0;
+};
+constexpr size_t kCacheEntries = 256;  // a bound: the caches are cleared when they exceed it
+std::mutex g_cache_mutex;
+std::map<std::string, GroupEntry> g_groups;
+std::map<std::string, CostEntry> g_costs;
+// Internal communicators of freed communicators, by group key, with their ids (agreed when
+// they were made): a new communicator of the same group takes one that every rank offers.
+// Every collective on one finishes with all its messages received (SKIPRING_CHECK checks it),
+// so nothing of the previous user can meet the next one.
+constexpr size_t kPoolPerGroup = 4;
+std::map<std::string, std::vector<std::pair<int64_t, MPI_Comm>>> g_pool;
+bool g_finalizing = false;  // MPI_Finalize has begun: internal communicators are freed
+
+// Attributes on MPI_COMM_SELF are deleted at the start of MPI_Finalize, the last set first:
+// this one (set after the C API's) empties the pool before the C API frees the remaining
+// communicators, which then free their internal ones.
+int free_pool_at_finalize(MPI_Comm, int, void*, void*) {
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  g_finalizing = true;
+  for (auto& [key, list] : g_pool) {
+    for (auto& [id, comm] : list) MPI_Comm_free(&comm);
+  }
+  g_pool.clear();
+  return MPI_SUCCESS;
+}
+
+void watch_finalize() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int keyval = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_pool_at_finalize, &keyval, nullptr) ==
+        MPI_SUCCESS) {
+      MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+    }
+  });
+}
+
+int64_t digest62(const std::string& bytes) { return static_cast<int64_t>(fnv1a64(bytes) >> 2); }
+
+template <typename T>
+void append_bytes(std::string* s, const T& v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// The group's ranks in MPI_COMM_WORLD and the host map; empty when a rank is not in
+// MPI_COMM_WORLD (spawned or connected processes): such groups are not cached.
+std::string group_key(MPI_Comm comm, int size, const Config& cfg) {
+  // MPI_COMM_WORLD's group, made once (MPI frees it at MPI_Finalize).
+  static const MPI_Group world = [] {
+    MPI_Group g = MPI_GROUP_NULL;
+    if (MPI_Comm_group(MPI_COMM_WORLD, &g) != MPI_SUCCESS) g = MPI_GROUP_NULL;
+    return g;
+  }();
+  MPI_Group group = MPI_GROUP_NULL;
+  std::vector<int> in(static_cast<size_t>(size)), out(static_cast<size_t>(size), MPI_UNDEFINED);
+  for (int i = 0; i < size; ++i) in[i] = i;
+  bool ok_ = world != MPI_GROUP_NULL && MPI_Comm_group(comm, &group) == MPI_SUCCESS &&
+             MPI_Group_translate_ranks(group, size, in.data(), world, out.data()) == MPI_SUCCESS;
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  for (int r : out) ok_ = ok_ && r != MPI_UNDEFINED;
+  if (!ok_) return std::string();
+  std::string key = cfg.host_map;
+  key.push_back('\0');
+  key.append(reinterpret_cast<const char*>(out.data()), out.size() * sizeof(int));
+  return key;
+}
+
+int64_t group_digest(const std::string& key, const GroupEntry& e) {
+  std::string b = key;
+  for (int r : e.topology.ring) append_bytes(&b, r);
+  for (int h : e.topology.host_of_rank) append_bytes(&b, h);
+  append_bytes(&b, e.any_over);
+  return digest62(b);
+}
+
+// What the measured parameters depend on: the size, the ranks per host along the ring, whether
+// a host is oversubscribed, and the configuration the probe and the engine run with.
+std::string cost_key(const Topology& t, int any_over, const Config& cfg) {
+  std::string key;
+  append_bytes(&key, t.size());
+  append_bytes(&key, any_over);
+  append_bytes(&key, cfg.clock);
+  append_bytes(&key, cfg.poll_spins);
+  append_bytes(&key, cfg.idle_sleep_us);
+  append_bytes(&key, cfg.model_lat_us);
+  append_bytes(&key, cfg.model_gbps);
+  append_bytes(&key, cfg.model_reduce_gbps);
+  append_bytes(&key, cfg.sim_reduce_gbps);
+  const auto& host = t.host_of_rank;
+  int run = 0, last = -1;
+  for (int r : t.ring) {
+    const int h = host.empty() ? 0 : host[r];
+    if (h != last && run > 0) append_bytes(&key, run);
+    run = h == last ? run + 1 : 1;
+    last = h;
+  }
+  append_bytes(&key, run);
+  return key;
+}
+
+int64_t cost_digest(const CostParams& c) {
+  std::string b;
+  for (double v : {c.alpha_s, c.beta_s, c.gamma_s, c.inter_alpha_s, c.inter_beta_s, c.sigma_s,
+                   c.cache_bytes, c.mem_slowdown}) {
+    append_bytes(&b, v);
+  }
+  return digest62(b);
+}
+
+template <typename Map>
+void bounded_insert(Map* m, const std::string& key, typename Map::mapped_type v) {
+  if (m->size() >= kCacheEntries && m->find(key) == m->end()) m->clear();
+  (*m)[key] = std::move(v);
+}
+
+// A MAX all-reduce of int64 values that also gives minima: each value goes in as v and -v.
+class MinMax {
+ public:
+  // Adds v (|v| < 2^62); returns its index.
+  int add(int64_t v) {
+    vals_.push_back(v);
+    vals_.push_back(-v);
+    return static_cast<int>(vals_.size() / 2 - 1);
+  }
+  int reduce(MPI_Comm comm) {
+    res_.assign(vals_.size(), 0);
+    return PMPI_Allreduce(vals_.data(), res_.data(), static_cast<int>(vals_.size()), MPI_INT64_T,
+                          MPI_MAX, comm);
+  }
+  int64_t max(int i) const { return res_[2 * i]; }
+  int64_t min(int i) const { return -res_[2 * i + 1]; }
+  bool same(int i) const { return max(i) == min(i); }
+
+ private:
+  std::vector<int64_t> vals_, res_;
+};
+
+// "a on ranks 0,2; b on rank 1": each rank's text (fixed-width fields, one per rank) grouped
+// by value.
+std::string ranks_by_value(const std::vector<std::string>& per_rank) {
+  std::vector<std::pair<std::string, std::string>> groups;  // value, ranks
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == per_rank[r]; });
+    if (it == groups.end()) {
+      groups.emplace_back(per_rank[r], std::to_string(r));
+    } else {
+      it->second += "," + std::to_string(r);
+    }
+  }
+  std::string out;
+  for (const auto& [value, ranks] : groups) {
+    if (!out.empty()) out += "; ";
+    out += fmt::format("'{}' on rank{} {}", value, ranks.find(',') == std::string::npos ? "" : "s",
+                       ranks);
+  }
+  return out;
+}
+
+// Every rank's text for each of `mine` (each cut to kField - 1 characters), by rank.
+constexpr size_t kField = 96;
+Status gather_texts(MPI_Comm comm, int size, const std::vector<std::string>& mine,
+                    std::vector<std::vector<std::string>>* out) {
+  const size_t k = mine.size();
+  std::vector<char> send(k * kField, '\0'), all(k * kField * static_cast<size_t>(size));
+  for (size_t i = 0; i < k; ++i) std::snprintf(&send[i * kField], kField, "%s", mine[i].c_str());
+  if (PMPI_Allgather(send.data(), static_cast<int>(send.size()), MPI_CHAR, all.data(),
+                     static_cast<int>(send.size()), MPI_CHAR, comm) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  out->assign(k, std::vector<std::string>(static_cast<size_t>(size)));
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < k; ++i) {
+      const char* f = &all[(static_cast<size_t>(r) * k + i) * kField];
+      (*out)[i][r] = std::string(f, strnlen(f, kField));
+    }
+  }
+  return Status::kOk;
+}
+
 }  // namespace
+
+bool Communicator::keeps_usable(Status st) {
+  switch (st) {
+    case Status::kOk:
+    case Status::kErrCount:
+    case Status::kErrBuffer:
+    case Status::kErrOp:
+    case Status::kErrType:
+    case Status::kErrArg:
+      return true;
+    default:
+      return false;  // protocol, transport, config, internal, and any status added later
+  }
+}
+
+void Communicator::note_error(Status st, uint64_t seq, const std::string& reason) {
+  if (keeps_usable(st) || broken_) return;
+  broken_ = true;
+  broken_status_ = st;
+  broken_seq_ = seq;
+  broken_reason_ = reason.empty() ? status_string(st) : reason;
+}
 
 Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
                             std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Communicator> c(new Communicator());
-  if (MPI_Comm_dup(user, &c->internal_) != MPI_SUCCESS) return Status::kErrComm;
-  MPI_Comm_rank(c->internal_, &c->rank_);
-  MPI_Comm_size(c->internal_, &c->size_);
+  if (MPI_Comm_rank(user, &c->rank_) != MPI_SUCCESS ||
+      MPI_Comm_size(user, &c->size_) != MPI_SUCCESS) {
+    return Status::kErrComm;
+  }
   c->cfg_ = cfg;
   c->skip_floor_s_ = cfg.skip_min_wait_us * 1e-6;
-#ifndef SKIPRING_SIMGRID
-  {
-    MPI_Comm local = MPI_COMM_NULL;
-    int local_size = 1;
-    if (MPI_Comm_split_type(c->internal_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
-        MPI_SUCCESS) {
-      MPI_Comm_size(local, &local_size);
-      MPI_Comm_free(&local);
-    }
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const bool oversubscribed = cores > 0 && local_size > cores;
-    // The cost model's overlap must be the same on every rank (it picks the algorithm): the
-    // communicator is oversubscribed when any of its hosts is.
-    int over = oversubscribed ? 1 : 0, any_over = over;
-    PMPI_Allreduce(&over, &any_over, 1, MPI_INT, MPI_MAX, c->internal_);
-    c->topo_summary_.overlap = any_over == 0;
-    if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
-      c->skip_floor_s_ = std::max(c->skip_floor_s_, kOversubscribedFloorS);
-      if (c->rank_ == 0) {
-        SKIPRING_LOG_INFO(
-            "{} ranks on a host with {} cores: skip threshold floor {} ms "
-            "(set SKIPRING_SKIP_MIN_WAIT_US to override)",
-            local_size, cores, kOversubscribedFloorS * 1e3);
-      }
-    }
-  }
-#endif
-  // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
-  // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
+  c->inject_ = inject;
+  // The agreement all-reduce (on `user`), then internal_ (a pooled or a new duplicate of it).
+  SKIPRING_RETURN_IF_ERROR(c->setup_shared_state(user, cfg));
   std::string why;
-  if (Status st = gather_topology(c->internal_, cfg.host_map, &c->topology_, &why); !ok(st)) {
-    SKIPRING_LOG_ERROR("communicator setup: {}", why);
-    return st;
-  }
   c->ring_ = c->topology_.ring;
   if (!ring_is_valid(c->ring_, c->size_, &why)) {
     SKIPRING_LOG_ERROR("ring order: {}", why);
@@ -113,8 +306,235 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     return self->tree_plan(k, plan);
   };
   c->algo_ctx_.multitree_k = cfg.multitree_k;
-  c->inject_ = inject;
   *out = std::move(c);
+  return Status::kOk;
+}
+
+Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
+  // One all-reduce (MinMax) on the application's communicator, in the collective the
+  // application is calling, carries: the digest of every value that must match (mismatch: an
+  // error on every rank), whether any rank wants per-step records, the smallest L2 cache,
+  // whether every rank holds the same cached topology (group) and cost parameters (shape),
+  // and the same pooled internal communicator (then no MPI_Comm_dup: it costs as much as the
+  // rest). A communicator whose group is new pays a second one after the topology gather
+  // (the oversubscription flag and the cost decision, which needs the shape).
+  watch_finalize();
+  const std::vector<AgreedValue> values = agreed_values(cfg);
+  const std::string gkey = group_key(user, size_, cfg);
+  int64_t pooled_id = -1;
+  MPI_Comm pooled = MPI_COMM_NULL;
+  // Back to the pool unless taken (any return below).
+  struct PoolReturn {
+    const std::string& key;
+    const int64_t& id;
+    MPI_Comm& comm;
+    ~PoolReturn() {
+      if (comm == MPI_COMM_NULL) return;
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      g_pool[key].emplace_back(id, comm);
+    }
+  } pool_return{gkey, pooled_id, pooled};
+  GroupEntry group;
+  bool have_group = false;
+  CostEntry cost;
+  bool have_cost = false;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    // The offered communicator leaves the pool now (a concurrent setup on another thread
+    // cannot offer it too); it goes back if the ranks do not all offer it.
+    if (auto pt = gkey.empty() ? g_pool.end() : g_pool.find(gkey); pt != g_pool.end()) {
+      auto& list = pt->second;
+      auto best = list.end();
+      for (auto it = list.begin(); it != list.end(); ++it) {
+        if (best == list.end() || it->first < best->first) best = it;
+      }
+      if (best != list.end()) {
+        pooled_id = best->first;
+        pooled = best->second;
+        list.erase(best);
+      }
+    }
+    if (auto it = gkey.empty() ? g_groups.end() : g_groups.find(gkey); it != g_groups.end()) {
+      group = it->second;
+      have_group = true;
+      cost_key_ = cost_key(group.topology, group.any_over, cfg);
+      if (auto jt = g_costs.find(cost_key_); jt != g_costs.end()) {
+        cost = jt->second;
+        have_cost = true;
+      }
+    }
+  }
+  long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  if (l2 <= 0) l2 = 1 << 20;
+  const bool records =
+      !inject_.empty() || !cfg.trace_dir.empty() || cfg.log_level <= LogLevel::kDebug;
+  MinMax mm;
+  std::vector<int> value_idx;
+  for (const AgreedValue& v : values) value_idx.push_back(mm.add(v.digest));
+  const int i_records = mm.add(records ? 1 : 0);
+  const int i_l2 = mm.add(l2);
+  const int i_group_have = mm.add(have_group ? 1 : 0);
+  const int i_group = mm.add(have_group ? group.digest : -1);
+  const int i_cost_have = mm.add(have_cost ? 1 : 0);
+  const int i_cost = mm.add(have_cost ? cost.digest : -1);
+  const int i_pooled = mm.add(pooled_id);
+  // A new internal communicator's id: rank 0's draw (the others add 0 to the maximum).
+  static std::atomic<uint64_t> draws{0};
+  const int64_t fresh =
+      rank_ == 0
+          ? digest62(fmt::format("{}.{}.{}", getpid(), draws.fetch_add(1),
+                                 std::chrono::steady_clock::now().time_since_epoch().count()))
+          : 0;
+  const int i_fresh = mm.add(fresh);
+  if (mm.reduce(user) != MPI_SUCCESS) {
+    SKIPRING_LOG_ERROR("communicator setup: the agreement all-reduce failed");
+    return Status::kErrTransport;
+  }
+  // Mismatched values: every rank sees the same list (the min/max are the same everywhere),
+  // so every rank takes part in the one all-gather that names who holds what.
+  std::vector<std::string> mine;
+  std::vector<const char*> names;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (mm.same(value_idx[i])) continue;
+    mine.push_back(values[i].shown);
+    names.push_back(values[i].name);
+  }
+  if (!mine.empty()) {
+    std::vector<std::vector<std::string>> all;
+    if (!ok(gather_texts(user, size_, mine, &all))) {
+      SKIPRING_LOG_ERROR("communicator setup: SKIPRING_* values differ across ranks ({}...)",
+                         names[0]);
+      return Status::kErrConfig;
+    }
+    std::string text;
+    for (size_t i = 0; i < names.size(); ++i) {
+      text += fmt::format("{}{} differs: {}", i ? "; " : "", names[i], ranks_by_value(all[i]));
+    }
+    SKIPRING_LOG_ERROR(
+        "communicator setup: SKIPRING_* values that must be the same on every rank differ "
+        "across the {} ranks: {}",
+        size_, text);
+    return Status::kErrConfig;
+  }
+  // internal_: the pooled communicator every rank offered, or a new duplicate.
+  pool_key_ = gkey;
+  if (mm.min(i_pooled) >= 0 && mm.same(i_pooled)) {
+    internal_ = pooled;
+    internal_id_ = pooled_id;
+    pooled = MPI_COMM_NULL;
+  }
+  if (internal_ == MPI_COMM_NULL) {
+    if (MPI_Comm_dup(user, &internal_) != MPI_SUCCESS) return Status::kErrComm;
+    internal_id_ = mm.max(i_fresh);
+  }
+  SKIPRING_LOG_DEBUG("communicator setup: internal communicator {}, topology {}, cost model {}",
+                     internal_id_ == pooled_id ? "reused" : "new",
+                     mm.min(i_group_have) == 1 && mm.same(i_group) ? "reused" : "gathered",
+                     mm.min(i_cost_have) == 1 && mm.same(i_cost) ? "reused" : "not cached");
+  any_records_ = mm.max(i_records) != 0;
+  const double cache_bytes = static_cast<double>(mm.min(i_l2));
+  const bool group_reused = mm.min(i_group_have) == 1 && mm.same(i_group);
+  bool cost_reused = group_reused && mm.min(i_cost_have) == 1 && mm.same(i_cost);
+  int any_over = 0;
+  if (group_reused) {
+    topology_ = group.topology;
+    any_over = group.any_over;
+    if (group.local_over) skip_floor_s_ = std::max(skip_floor_s_, kOversubscribedFloorS);
+  } else {
+    bool oversubscribed = false;
+#ifndef SKIPRING_SIMGRID
+    {
+      MPI_Comm local = MPI_COMM_NULL;
+      int local_size = 1;
+      if (MPI_Comm_split_type(internal_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) ==
+          MPI_SUCCESS) {
+        MPI_Comm_size(local, &local_size);
+        MPI_Comm_free(&local);
+      }
+      const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      oversubscribed = cores > 0 && local_size > cores;
+      if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
+        if (rank_ == 0) {
+          SKIPRING_LOG_INFO(
+              "{} ranks on a host with {} cores: skip threshold floor {} ms "
+              "(set SKIPRING_SKIP_MIN_WAIT_US to override)",
+              local_size, cores, kOversubscribedFloorS * 1e3);
+        }
+      }
+    }
+#endif
+    if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
+      skip_floor_s_ = std::max(skip_floor_s_, kOversubscribedFloorS);
+    }
+    // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
+    // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
+    std::string why;
+    if (Status st = gather_topology(internal_, cfg.host_map, &topology_, &why); !ok(st)) {
+      SKIPRING_LOG_ERROR("communicator setup: {}", why);
+      return st;
+    }
+    // The cost model's overlap must be the same on every rank (it picks the algorithm): the
+    // communicator is oversubscribed when any of its hosts is. Second all-reduce: that flag
+    // and the cost cache's decision for this shape.
+    MinMax m2;
+    const int j_over = m2.add(oversubscribed ? 1 : 0);
+    // Both possible keys are looked up; the agreed flag picks one.
+    CostEntry c0, c1;
+    bool h0 = false, h1 = false;
+    {
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      if (auto it = g_costs.find(cost_key(topology_, 0, cfg)); it != g_costs.end()) {
+        c0 = it->second;
+        h0 = true;
+      }
+      if (auto it = g_costs.find(cost_key(topology_, 1, cfg)); it != g_costs.end()) {
+        c1 = it->second;
+        h1 = true;
+      }
+    }
+    const int j_h0 = m2.add(h0 ? 1 : 0), j_c0 = m2.add(h0 ? c0.digest : -1);
+    const int j_h1 = m2.add(h1 ? 1 : 0), j_c1 = m2.add(h1 ? c1.digest : -1);
+    if (m2.reduce(internal_) != MPI_SUCCESS) {
+      SKIPRING_LOG_ERROR("communicator setup: the second agreement all-reduce failed");
+      return Status::kErrTransport;
+    }
+    any_over = static_cast<int>(m2.max(j_over));
+    cost_key_ = cost_key(topology_, any_over, cfg);
+    const int jh = any_over ? j_h1 : j_h0, jc = any_over ? j_c1 : j_c0;
+    cost_reused = m2.min(jh) == 1 && m2.same(jc);
+    if (cost_reused) cost = any_over ? c1 : c0;
+    if (!gkey.empty()) {
+      GroupEntry e;
+      e.topology = topology_;
+      e.local_over = oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr;
+      e.any_over = any_over;
+      e.digest = group_digest(gkey, e);
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      bounded_insert(&g_groups, gkey, std::move(e));
+    }
+  }
+  topo_summary_.overlap = any_over == 0;
+  const bool model_given = cfg.model_lat_us > 0 && cfg.model_gbps > 0 && cfg.model_reduce_gbps > 0;
+  if (model_given) {
+    // Nothing left to measure but the engine's per-message cost, the cache size and the
+    // out-of-cache slowdown: defaults for the last two and sigma, the smallest L2 over ranks.
+    CostParams p;
+    p.alpha_s = p.inter_alpha_s = cfg.model_lat_us * 1e-6;
+    p.beta_s = p.inter_beta_s = 1.0 / (cfg.model_gbps * 1e9);
+    p.gamma_s = 1.0 / (cfg.model_reduce_gbps * 1e9);
+    p.cache_bytes = cache_bytes;
+    cost_ = p;
+    cost_measured_ = true;
+    if (rank_ == 0)
+      SKIPRING_LOG_DEBUG("cost model (given by SKIPRING_MODEL_*): {}", cost_.to_string());
+  } else if (cost_reused) {
+    cost_ = cost.cost;
+    cost_measured_ = true;
+    if (rank_ == 0) SKIPRING_LOG_DEBUG("cost model (reused for this shape): {}", cost_.to_string());
+  }
   return Status::kOk;
 }
 
@@ -122,7 +542,18 @@ Communicator::~Communicator() {
   transport_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+  if (!finalized && internal_ != MPI_COMM_NULL) {
+    // Broken communicators may have messages in flight: never pooled.
+    if (!pool_key_.empty() && !broken_) {
+      std::lock_guard<std::mutex> lock(g_cache_mutex);
+      auto& list = g_pool[pool_key_];
+      if (!g_finalizing && list.size() < kPoolPerGroup && g_pool.size() <= kCacheEntries) {
+        list.emplace_back(internal_id_, internal_);
+        internal_ = MPI_COMM_NULL;
+      }
+    }
+    if (internal_ != MPI_COMM_NULL) MPI_Comm_free(&internal_);
+  }
 }
 
 double Communicator::skip_threshold(size_t segment_bytes) {
@@ -144,7 +575,9 @@ double Communicator::skip_threshold(size_t segment_bytes) {
   tp.fixed_T_s = cfg_.skip_t_us > 0 ? cfg_.skip_t_us * 1e-6 : 0;
   tp.fixed_trans_s = cfg_.skip_ttrans_us > 0 ? cfg_.skip_ttrans_us * 1e-6 : 0;
   if (cfg_.skip_t_us <= 0) {
-    ensure_cost_params();  // collective: every rank gets here at the same call (same config)
+    // Collective: every rank gets here at the same call (SKIPRING_SKIP_T_US given or not is
+    // agreed at setup). On failure the communicator is broken; the caller checks.
+    if (!ok(ensure_cost_params())) return tp.min_wait_s;
     const auto& host = topology_.host_of_rank;
     const bool same_host = host.empty() || host[pred] == host[rank_];
     const double lat = same_host ? cost_.alpha_s : cost_.inter_alpha_s;
@@ -155,16 +588,33 @@ double Communicator::skip_threshold(size_t segment_bytes) {
   return timer_.threshold(pred, segment_bytes, tp);
 }
 
-void Communicator::ensure_cost_params() {
+Status Communicator::ensure_cost_params() {
+  if (broken_) return broken_status_;
   if (!cost_measured_) {
-    // The cost model's parameters, identical on every rank (one all-reduce inside).
-    if (ok(measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_))) {
-      measure_engine_sigma();
-      if (rank_ == 0) SKIPRING_LOG_INFO("cost model: {}", cost_.to_string());
-    } else {
-      SKIPRING_LOG_WARN("cost model: measurement failed, using defaults {}", cost_.to_string());
+    // The cost model's parameters, identical on every rank (one all-reduce inside, which also
+    // tells every rank whether any failed).
+    const Status st =
+        measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_);
+    bool sigma_failed = false;
+    if (ok(st)) cost_.sigma_s = measure_engine_sigma(&sigma_failed);
+    if (!ok(st) || sigma_failed) {
+      const Status bad = ok(st) ? Status::kErrTransport : st;
+      note_error(bad, seq_,
+                 fmt::format("the cost model's measurement failed ({}{})", status_string(bad),
+                             sigma_failed ? ", engine probe" : ""));
+      SKIPRING_LOG_ERROR("cost model: measurement failed on some rank: {}", status_string(bad));
+      return bad;
     }
+    if (rank_ == 0) SKIPRING_LOG_INFO("cost model (measured): {}", cost_.to_string());
     cost_measured_ = true;
+    CostEntry e;
+    e.cost = cost_;
+    e.digest = cost_digest(cost_);
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    bounded_insert(&g_costs, cost_key_, std::move(e));
+  }
+  if (!cost_summarised_) {
+    cost_summarised_ = true;
     // Trees enter auto's choice when there is something to plan on: a link graph, or links of
     // two kinds (several hosts). On one host every link is alike and a tree moves twice the
     // ring's bytes through its inner nodes.
@@ -188,6 +638,7 @@ void Communicator::ensure_cost_params() {
       }
     }
   }
+  return Status::kOk;
 }
 
 Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
@@ -199,7 +650,7 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
     if (tree_graph_.nodes() == 0) {
       // Every pair of ranks linked: same host at the measured same-host latency and
       // bandwidth, across hosts at the inter-host ones (the planner's model: independent links).
-      ensure_cost_params();
+      SKIPRING_RETURN_IF_ERROR(ensure_cost_params());
       derived = LinkGraph(size_);
       const auto& host = topology_.host_of_rank;
       for (int u = 0; u < size_; ++u) {
@@ -226,12 +677,15 @@ Status Communicator::tree_plan(int k, const MultiTreePlan** out) {
   return Status::kOk;
 }
 
-void Communicator::measure_engine_sigma() {
+double Communicator::measure_engine_sigma(bool* failed) {
   // sigma, the progress engine's cost per message: the same 8-byte recursive doubling run as a
   // core through the engine and straight on MPI (runtime/rd_direct.h); the difference per
   // message this rank sends. The probe collectives use sequence numbers no real collective has
-  // and end with a barrier, so none of their messages can meet a real one.
-  if (size_ < 2) return;
+  // and end with a barrier, so none of their messages can meet a real one. A failure on any
+  // rank stops this rank's loop and reaches every rank through the closing all-reduce (a rank
+  // whose peer failed mid-exchange can still wait for it: only the watchdog ends that).
+  *failed = false;
+  if (size_ < 2) return cost_.sigma_s;
   constexpr int kIters = 20;
   constexpr uint32_t kProbeSeq = 0xfffff000u;
   uint64_t in = 1, out = 0;
@@ -245,32 +699,46 @@ void Communicator::measure_engine_sigma() {
   engine_->set_step_delay(nullptr);
   std::vector<double> core_t, direct_t;
   uint32_t messages = 0;
-  for (int i = 0; i < kIters; ++i) {
+  bool mine_failed = false;
+  for (int i = 0; i < kIters && !mine_failed; ++i) {
     p.seq = kProbeSeq + static_cast<uint32_t>(i);
     RecursiveDoublingAllreduce core(p, &scratch_);
     const double t0 = clock_->now();
-    if (!ok(engine_->run(&core))) return;
+    if (!ok(engine_->run(&core))) {
+      mine_failed = true;
+      break;
+    }
     const double t1 = clock_->now();
     if (!ok(rd_direct_allreduce(internal_, ring_, pos_, &in, &out, 1, DType::kUint64, ROp::kSum,
                                 &scratch_, &messages))) {
-      return;
+      mine_failed = true;
+      break;
     }
     const double t2 = clock_->now();
     core_t.push_back(t1 - t0);
     direct_t.push_back(t2 - t1);
   }
-  std::sort(core_t.begin(), core_t.end());
-  std::sort(direct_t.begin(), direct_t.end());
-  double sigma =
-      messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages : 0.0;
-  double all = sigma;
-  PMPI_Allreduce(&sigma, &all, 1, MPI_DOUBLE, MPI_MAX, internal_);
-  PMPI_Barrier(internal_);
-  cost_.sigma_s = all;
+  double sigma = 0;
+  if (!mine_failed) {
+    std::sort(core_t.begin(), core_t.end());
+    std::sort(direct_t.begin(), direct_t.end());
+    sigma =
+        messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages : 0.0;
+  }
+  double mine[2] = {sigma, mine_failed ? 1.0 : 0.0}, all[2] = {0, 1};
+  if (PMPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_MAX, internal_) != MPI_SUCCESS ||
+      PMPI_Barrier(internal_) != MPI_SUCCESS) {
+    *failed = true;
+    return cost_.sigma_s;
+  }
+  *failed = all[1] != 0;
+  return all[0];
 }
 
 std::string Communicator::describe_selection(size_t max_bytes) {
-  ensure_cost_params();
+  if (Status st = ensure_cost_params(); !ok(st)) {
+    return fmt::format("cost model: measurement failed ({})\n", status_string(st));
+  }
   const TopologySummary& t = topo_summary_;
   std::string out =
       fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}): {}\n", t.n, t.hosts,
@@ -287,7 +755,7 @@ Algo Communicator::choose_algo(size_t bytes) {
   // Applications repeat sizes: the last decision is kept (the model costs ~100 ns per call,
   // as much as a third of an 8-byte all-reduce on shared memory).
   if (bytes == last_choice_bytes_ && cfg_.skip == last_choice_skip_) return last_choice_;
-  ensure_cost_params();
+  if (!ok(ensure_cost_params())) return Algo::kRing;  // broken: the caller checks
   last_choice_ = select_algo(bytes, topo_summary_, cost_, cfg_.segment_bytes, cfg_.skip);
   last_choice_bytes_ = bytes;
   last_choice_skip_ = cfg_.skip;
@@ -298,6 +766,10 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                ROp op) {
   if (broken_) return refuse_broken("allreduce");
   // The ring order and sizes were checked at creation; the C API checked op, type and buffers.
+  if (!op_valid(op, dtype)) return Status::kErrOp;
+  if (cfg_.check) {
+    SKIPRING_RETURN_IF_ERROR(agree_call("allreduce", count, dtype, static_cast<int>(op), -1));
+  }
   RingParams& p = params_;
   p.count = count;
   p.dtype = dtype;
@@ -305,15 +777,24 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.sendbuf = sendbuf;
   p.recvbuf = recvbuf;
   p.seq = static_cast<uint32_t>(seq_);
-  if (!op_valid(op, dtype)) return Status::kErrOp;
   const size_t bytes = count * dtype_size(dtype);
   const size_t seg_bytes =
       std::min(bytes / std::max(1, size_) + dtype_size(dtype), cfg_.segment_bytes);
   const Algo algo = choose_algo(bytes);
-  // Recursive doubling with nothing asking for per-step records: straight on MPI
-  // (runtime/rd_direct.h), without the core's per-message headers and action lists.
-  if (algo == Algo::kRd && inject_.empty() && cfg_.trace_dir.empty() &&
-      cfg_.log_level > LogLevel::kDebug && !cfg_.check) {
+  if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
+  if (algo == Algo::kRd && bytes > static_cast<size_t>(INT32_MAX)) {
+    // Recursive doubling sends the whole vector in one MPI message, whose count is an int.
+    // Local: every rank with this count stops here before sending anything.
+    SKIPRING_LOG_ERROR(
+        "allreduce #{}: {} elements of {} bytes ({} bytes) exceed what recursive doubling can "
+        "send in one MPI message ({} bytes); use another SKIPRING_ALGO for this size",
+        seq_, count, dtype_size(dtype), bytes, INT32_MAX);
+    return Status::kErrCount;
+  }
+  // Recursive doubling with nothing asking for per-step records on any rank (agreed at setup):
+  // straight on MPI (runtime/rd_direct.h), without the core's per-message headers and action
+  // lists.
+  if (algo == Algo::kRd && !any_records_ && inject_.empty() && !cfg_.check) {
     // Not timed: two clock reads cost ~40 ns, a tenth of an 8-byte all-reduce on shared
     // memory (start = end = 0: time_s reads 0 for this path).
     last_stats_ = CollectiveStats{};
@@ -325,16 +806,20 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
                                           op, &scratch_, &s.messages_sent, &s.messages_received);
     ++seq_;
     if (!ok(st)) {
-      broken_ = true;
-      SKIPRING_LOG_ERROR("allreduce seq {} (recursive doubling) failed: {}", s.seq,
-                         status_string(st));
+      const std::string why =
+          fmt::format("allreduce #{} (recursive doubling) failed: {}", s.seq, status_string(st));
+      note_error(st, s.seq, why);
+      SKIPRING_LOG_ERROR("{}", why);
     }
     return st;
   }
   // Skip-ahead runs in the rows that have it (the ring, also inside hier); "ring" is the ring
   // with skipping off.
   p.skip = cfg_.skip && algo_row(algo).skip_ahead;
-  if (p.skip) p.skip_threshold_s = skip_threshold(seg_bytes);
+  if (p.skip) {
+    p.skip_threshold_s = skip_threshold(seg_bytes);
+    if (broken_) return refuse_broken("allreduce");
+  }
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
@@ -359,8 +844,11 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   std::unique_ptr<CollectiveCore> core;
   Status st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
   if (!ok(st)) {
+    const std::string why = fmt::format("allreduce #{}: building {} failed: {}", seq_,
+                                        algo_name(algo), status_string(st));
+    SKIPRING_LOG_ERROR("{}", why);
+    note_error(st, seq_, why);
     ++seq_;
-    broken_ = true;
     return st;
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/dtype.h"
@@ -27,7 +28,12 @@ namespace skipring {
 
 class Communicator {
  public:
-  // Collective over `user`: duplicates it. `inject` is the straggler-injection plan.
+  // Collective over `user`: duplicates it. `inject` is the straggler-injection plan. Setup
+  // checks first, in one all-reduce, that every rank has the same protocol-relevant SKIPRING_*
+  // values (agreed_values in runtime/config.h): on a mismatch every rank logs an error naming
+  // the variables and which ranks hold which value, and returns kErrConfig. The topology and
+  // the cost model's parameters are reused from an earlier communicator of the same group /
+  // shape when every rank has them (decided in the same all-reduce).
   static Status create(MPI_Comm user, const Config& cfg, const InjectPlan& inject,
                        std::unique_ptr<Communicator>* out);
   ~Communicator();
@@ -59,8 +65,13 @@ class Communicator {
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
   const CollectiveStats& last_stats() const { return last_stats_; }
-  // After a protocol or transport error the state is unusable.
+  // After an error other than a local argument error (keeps_usable) the state is unusable;
+  // every later call is refused saying why (refuse_broken).
   bool broken() const { return broken_; }
+  // The rule: local argument errors (count, buffer, op, type, other argument; found before any
+  // message of the collective was sent) leave the communicator usable; every other status
+  // (protocol, transport, configuration, internal, and any status added later) breaks it.
+  static bool keeps_usable(Status st);
   Status unmatched_message_waiting(bool* waiting) {
     return transport_->unmatched_message_waiting(waiting);
   }
@@ -69,7 +80,8 @@ class Communicator {
   void set_algo(Algo a) { cfg_.algo = a; }
   // The algorithm an all-reduce of `bytes` runs: SKIPRING_ALGO, or the cost model's choice.
   // With auto, the first call measures the cost model's parameters (collective: every rank
-  // reaches it in the same all-reduce).
+  // reaches it in the same all-reduce). A failed measurement breaks the communicator (the
+  // caller checks broken_) and gives the configured algorithm's default, the ring.
   Algo choose_algo(size_t bytes);
   // The cost model's parameters and auto's choice per size up to max_bytes (skipring_info
   // --algo). Collective on first use (measures the parameters).
@@ -80,8 +92,20 @@ class Communicator {
   // The skip threshold of the next ring collective (seconds). Collective on first use when T
   // is learnt (measures the cost parameters).
   double skip_threshold(size_t segment_bytes);
-  void ensure_cost_params();
-  void measure_engine_sigma();
+  // The cost model's parameters: given (SKIPRING_MODEL_* all set), reused (decided at setup)
+  // or measured now (collective; a failure on any rank fails it on every rank and breaks the
+  // communicator).
+  Status ensure_cost_params();
+  // sigma (the engine's cost per message); *failed when this rank's probe failed.
+  double measure_engine_sigma(bool* failed);
+  // The agreement all-reduces of setup, the topology and the cost-model decision (create).
+  Status setup_shared_state(MPI_Comm user, const Config& cfg);
+  // SKIPRING_CHECK: one all-reduce comparing the collective, count, type, op and root across
+  // ranks before `name` runs; on a mismatch every rank logs which ranks differ and returns a
+  // local argument error (the communicator stays usable).
+  Status agree_call(const char* name, size_t count, DType dtype, int op, int root);
+  // Records `st` from collective #seq: breaks the communicator unless keeps_usable(st).
+  void note_error(Status st, uint64_t seq, const std::string& reason);
   // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
   // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
   Status tree_plan(int k, const MultiTreePlan** out);
@@ -95,6 +119,8 @@ class Communicator {
   Status refuse_broken(const char* name) const;
 
   MPI_Comm internal_ = MPI_COMM_NULL;
+  int64_t internal_id_ = 0;  // agreed id of internal_ (the pool's key within a group)
+  std::string pool_key_;     // the group's key: internal_ goes back to the pool under it
   // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
   // kOversubscribedFloorS when this host runs more ranks than it has cores and the variable
   // is not set (a rank off its core for a scheduler time slice is not a straggler).
@@ -103,8 +129,13 @@ class Communicator {
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
   Topology topology_;
-  CostParams cost_;  // measured on the first auto all-reduce
-  bool cost_measured_ = false;
+  CostParams cost_;               // measured on the first auto all-reduce
+  bool cost_measured_ = false;    // cost_ holds the parameters (given, reused or measured)
+  bool cost_summarised_ = false;  // the tree plans' part of topo_summary_ is done
+  std::string cost_key_;          // the cost cache's key: this communicator's shape
+  // Some rank asks for per-step records (injection, trace, debug log): recursive doubling runs
+  // as a core on every rank then, not straight on MPI (agreed at setup).
+  bool any_records_ = false;
   LinkGraph tree_graph_;  // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
   std::map<int, MultiTreePlan> tree_plans_;  // by k
   size_t last_choice_bytes_ = SIZE_MAX;      // choose_algo's last auto decision
@@ -122,7 +153,9 @@ class Communicator {
   StepTimer timer_;  // normal step time per predecessor
   uint64_t seq_ = 0;
   bool broken_ = false;
-  std::string broken_why_;  // what broke it (a timeout), said on every later call
+  Status broken_status_ = Status::kOk;
+  uint64_t broken_seq_ = 0;
+  std::string broken_reason_;
   CollectiveStats last_stats_;
 };
 

@@ -2,15 +2,75 @@
 // allgather, broadcast and reduce, each one a core from collectives/ring_collectives.h run on
 // the communicator's progress engine. The MPI buffer conventions are mapped onto the cores'
 // (full-size buffers, blocks indexed by rank) here.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/ring_collectives.h"
+#include "common/hash.h"
 #include "runtime/communicator.h"
 #include "runtime/log.h"
 
 namespace skipring {
+
+Status Communicator::agree_call(const char* name, size_t count, DType dtype, int op, int root) {
+  // One all-reduce of [collective, count, type, op, root] as (v, -v) under MAX: every rank
+  // learns the minimum and maximum of each, so every rank sees a mismatch and takes part in the
+  // all-gather that names who called what. Nothing of the collective has been sent yet, and
+  // every rank returns the same error: the communicator stays usable.
+  const int64_t kind = static_cast<int64_t>(fnv1a64(name) >> 2);
+  const int64_t v[5] = {kind, static_cast<int64_t>(std::min<size_t>(count, INT64_MAX >> 1)),
+                        static_cast<int64_t>(dtype), op, root};
+  int64_t mine[10], all[10];
+  for (int i = 0; i < 5; ++i) {
+    mine[2 * i] = v[i];
+    mine[2 * i + 1] = -v[i];
+  }
+  if (PMPI_Allreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, internal_) != MPI_SUCCESS) {
+    note_error(Status::kErrTransport, seq_, "SKIPRING_CHECK's argument agreement failed");
+    return Status::kErrTransport;
+  }
+  bool same = true;
+  for (int i = 0; i < 5; ++i) same = same && all[2 * i] == -all[2 * i + 1];
+  if (same) return Status::kOk;
+  // What each rank called, gathered (every rank is here).
+  std::vector<int64_t> every(static_cast<size_t>(size_) * 5);
+  std::vector<std::string> names(static_cast<size_t>(size_));
+  char mine_name[32] = {};
+  std::snprintf(mine_name, sizeof(mine_name), "%s", name);
+  std::vector<char> every_name(static_cast<size_t>(size_) * sizeof(mine_name));
+  if (PMPI_Allgather(v, 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T, internal_) != MPI_SUCCESS ||
+      PMPI_Allgather(mine_name, sizeof(mine_name), MPI_CHAR, every_name.data(), sizeof(mine_name),
+                     MPI_CHAR, internal_) != MPI_SUCCESS) {
+    note_error(Status::kErrTransport, seq_, "SKIPRING_CHECK's argument agreement failed");
+    return Status::kErrTransport;
+  }
+  std::string calls;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t* e = &every[static_cast<size_t>(r) * 5];
+    const char* nm = &every_name[static_cast<size_t>(r) * sizeof(mine_name)];
+    calls += fmt::format("{}rank {}: {}(count {}, {}, op {}", r ? "; " : "", r,
+                         std::string(nm, strnlen(nm, sizeof(mine_name))), e[1],
+                         dtype_name(static_cast<DType>(e[2])),
+                         e[3] < 0 ? std::string("-") : rop_name(static_cast<ROp>(e[3])));
+    calls += e[4] >= 0 ? fmt::format(", root {})", e[4]) : std::string(")");
+  }
+  const char* what = all[0] != -all[1]   ? "the collective"
+                     : all[2] != -all[3] ? "the count"
+                     : all[4] != -all[5] ? "the datatype"
+                     : all[6] != -all[7] ? "the op"
+                                         : "the root";
+  SKIPRING_LOG_ERROR("{} #{} (SKIPRING_CHECK): {} differs across ranks: {}", name, seq_, what,
+                     calls);
+  if (all[2] != -all[3]) return Status::kErrCount;
+  if (all[4] != -all[5]) return Status::kErrType;
+  if (all[6] != -all[7]) return Status::kErrOp;
+  return Status::kErrArg;
+}
 
 Status Communicator::run_collective(CollectiveCore* core, const char* name) {
   // No straggler injection or skip-ahead here: the plan's steps are the ring all-reduce's.
@@ -22,16 +82,22 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
                                        int algo) {
   ++seq_;
   if (!ok(st)) {
-    broken_ = true;
+    std::string why;
     if (st == Status::kErrTimeout) {
       // The watchdog logged what the collective waited for; messages may still be in flight.
-      broken_why_ = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq_ - 1,
-                                cfg_.timeout_s);
+      why = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq_ - 1,
+                        cfg_.timeout_s);
       SKIPRING_LOG_ERROR("{} seq {} failed: {}; this communicator is unusable from now on", name,
                          seq_ - 1, engine_->timeout_message());
-      return st;
+    } else {
+      // keeps_usable's rule: a local argument error leaves the communicator usable, any other
+      // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
+      why = fmt::format("{} seq {} failed: {}{}{}", name, seq_ - 1, status_string(st),
+                        core->error().empty() ? "" : ": ", core->error());
+      SKIPRING_LOG_ERROR("{}{}", why,
+                         keeps_usable(st) ? "" : "; this communicator is unusable from now on");
     }
-    SKIPRING_LOG_ERROR("{} seq {} failed: {} {}", name, seq_ - 1, status_string(st), core->error());
+    note_error(st, seq_ - 1, why);
     return st;
   }
   last_stats_ = core->stats();
@@ -44,11 +110,17 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     // barrier; nobody starts the next collective before the second one.
     bool waiting = false;
     MPI_Barrier(internal_);
-    SKIPRING_RETURN_IF_ERROR(transport_->unmatched_message_waiting(&waiting));
+    const Status probe = transport_->unmatched_message_waiting(&waiting);
     MPI_Barrier(internal_);
+    if (!ok(probe)) {
+      note_error(probe, seq_ - 1,
+                 fmt::format("{} seq {}: probing for leftovers failed", name, seq_ - 1));
+      return probe;
+    }
     if (waiting) {
-      broken_ = true;
-      SKIPRING_LOG_ERROR("{} seq {}: a message is left unmatched", name, seq_ - 1);
+      const std::string why = fmt::format("{} seq {}: a message is left unmatched", name, seq_ - 1);
+      SKIPRING_LOG_ERROR("{}", why);
+      note_error(Status::kErrProtocol, seq_ - 1, why);
       return Status::kErrProtocol;
     }
   }
@@ -56,9 +128,7 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
 }
 
 Status Communicator::refuse_broken(const char* name) const {
-  if (!broken_why_.empty()) {
-    SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_why_);
-  }
+  SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_reason_);
   return Status::kErrInternal;
 }
 
@@ -81,6 +151,10 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
                                           DType dtype, ROp op) {
   if (broken_) return refuse_broken("reduce_scatter_block");
   if (!op_valid(op, dtype)) return Status::kErrOp;
+  if (cfg_.check) {
+    SKIPRING_RETURN_IF_ERROR(
+        agree_call("reduce_scatter_block", recvcount, dtype, static_cast<int>(op), -1));
+  }
   const size_t count = recvcount * static_cast<size_t>(size_);
   std::vector<uint8_t> input;
   if (sendbuf == recvbuf && count > 0) {
@@ -106,6 +180,7 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
 
 Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype) {
   if (broken_) return refuse_broken("allgather");
+  if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("allgather", count, dtype, -1, -1));
   const size_t elem = dtype_size(dtype);
   // The core takes the own block at its place in the full buffer: put it there, run in place.
   if (sendbuf != recvbuf && count > 0) {
@@ -121,6 +196,7 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
   if (broken_) return refuse_broken("bcast");
+  if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("bcast", count, dtype, -1, root));
   RingParams p = params_for(params_, seq_, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
   c.root = root;
@@ -132,6 +208,9 @@ Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DT
                             int root) {
   if (broken_) return refuse_broken("reduce");
   if (!op_valid(op, dtype)) return Status::kErrOp;
+  if (cfg_.check) {
+    SKIPRING_RETURN_IF_ERROR(agree_call("reduce", count, dtype, static_cast<int>(op), root));
+  }
   // recvbuf is only written at the root; elsewhere it may be null.
   void* out = rank_ == root ? recvbuf : const_cast<void*>(sendbuf);
   RingParams p = params_for(params_, seq_, count, dtype, op, sendbuf, out);

@@ -101,6 +101,18 @@ SKIPRING_INTERNAL_API Status load_config(const EnvLookup& env, Config* out, std:
 
 std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env);
 
+// A SKIPRING_* value every rank of a communicator must share (the protocol, the algorithm
+// choice or whether a collective step runs depend on it): the variable, its value as shown in
+// messages, and a digest (62 bits, >= 0) that the ranks compare at communicator setup
+// (Communicator::create). agreed_values lists them; the other variables are local (logging,
+// polling, the clock, the skip threshold's alpha and floor, injection, tracing).
+struct AgreedValue {
+  const char* name;
+  std::string shown;
+  int64_t digest;
+};
+std::vector<AgreedValue> agreed_values(const Config& cfg);
+
 // The process-wide configuration, loaded once from the environment by init_global_config().
 // Before that it holds the defaults.
 SKIPRING_INTERNAL_API const Config& global_config();

@@ -96,8 +96,9 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   auto host = [&](int r) { return host_of_rank.empty() ? 0 : host_of_rank[r]; };
   // [0] same-host alpha, [1] same-host seconds per byte, [2] inter alpha, [3] inter s/byte,
   // [4] reduction seconds per byte; 0 = not measured by this rank.
-  // [5] cache bytes (min over ranks, negated for the MAX reduction), [6] out-of-cache slowdown.
-  double mine[7] = {0, 0, 0, 0, 0, 0, 0};
+  // [5] cache bytes (min over ranks, negated for the MAX reduction), [6] out-of-cache slowdown,
+  // [7] 1 when this rank's measurement failed.
+  double mine[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<uint8_t> buf(kBandwidthBytes, 1);
   {
     // Everyone here before any pair starts, waiting without spinning: a rank that arrived
@@ -110,7 +111,11 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   }
   // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
   // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
-  for (int shift = 0; shift < 2 && n > 1; ++shift) {
+  // A failure stops this rank's measuring (its partner may be left waiting in a round trip:
+  // only a transport error does that, and the watchdog reports it) but not its part in the
+  // closing all-reduce, which tells every rank that one failed.
+  Status failed = Status::kOk;
+  for (int shift = 0; shift < 2 && n > 1 && ok(failed); ++shift) {
     const int rel = pos - shift;
     if (rel < 0) continue;
     const int partner_pos = rel % 2 == 0 ? pos + 1 : pos - 1;
@@ -118,27 +123,28 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     const int peer = ring[partner_pos];
     const bool first = rel % 2 == 0;
     double lat = 0, big = 0;
-    SKIPRING_RETURN_IF_ERROR(ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat));
-    SKIPRING_RETURN_IF_ERROR(
-        ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, &big));
+    failed = ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat);
+    if (ok(failed)) {
+      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, &big);
+    }
+    if (!ok(failed)) break;
     const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;
     const int slot = host(peer) == host(rank) ? 0 : 2;
     mine[slot] = std::max(mine[slot], lat);
     mine[slot + 1] = std::max(mine[slot + 1], per_byte);
   }
-  {
+  if (ok(failed)) {
     const size_t count = kBandwidthBytes / sizeof(float);
     std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count);
     std::vector<double> t;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 5 && ok(failed); ++i) {
       const double t0 = clock.now();
-      SKIPRING_RETURN_IF_ERROR(
-          reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      failed = reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count);
       t.push_back(clock.now() - t0);
     }
     mine[4] = median(t) / kBandwidthBytes;
   }
-  {
+  if (ok(failed)) {
     // A core's L2 (the segmented ring stays inside it); the reduction's slowdown on arrays four
     // times that size against the in-cache rate above.
     long l2 = -1;
@@ -149,23 +155,24 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     const size_t count = 4 * cache / sizeof(float);
     std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count, 0.0f);
     std::vector<double> t;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 3 && ok(failed); ++i) {
       const double t0 = clock.now();
-      SKIPRING_RETURN_IF_ERROR(
-          reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count));
+      failed = reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count);
       t.push_back(clock.now() - t0);
     }
     mine[5] = -static_cast<double>(cache);
     mine[6] = mine[4] > 0 ? std::max(1.0, median(t) / (count * sizeof(float)) / mine[4]) : 1.0;
   }
-  double all[7];
+  mine[7] = ok(failed) ? 0 : 1;
+  double all[8];
   {
     MPI_Request req;
-    if (PMPI_Iallreduce(mine, all, 7, MPI_DOUBLE, MPI_MAX, comm, &req) != MPI_SUCCESS ||
+    if (PMPI_Iallreduce(mine, all, 8, MPI_DOUBLE, MPI_MAX, comm, &req) != MPI_SUCCESS ||
         wait_yielding(&req) != MPI_SUCCESS) {
       return Status::kErrTransport;
     }
   }
+  if (all[7] != 0) return ok(failed) ? Status::kErrTransport : failed;
   CostParams p;  // defaults where nothing was measured (n == 1)
   if (all[0] > 0) p.alpha_s = all[0];
   if (all[1] > 0) p.beta_s = all[1];

@@ -20,7 +20,8 @@ namespace skipring {
 constexpr int kProbeTag = 0x5100;
 
 // ring: ring order; host_of_rank: dense host id per rank (empty: all on one host).
-// Collective over `comm`.
+// Collective over `comm`. A failure on any rank is returned on every rank (the closing
+// all-reduce carries a failure flag): the ranks never disagree on whether it worked.
 Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
                            const std::vector<int>& host_of_rank, const Config& cfg,
                            const Clock& clock, CostParams* out);
