@@ -31,6 +31,11 @@ namespace {
 // off its core that long (measured on 4 ranks / 2 cores: the learnt threshold of 1.6-2 ms
 // skipped healthy ranks tens of times per 8 MiB all-reduce, costing 8-19 %).
 constexpr double kOversubscribedFloorS = 5e-3;
+// SKIPRING_SKIP_MIN_WAIT_US set to a value (empty means the default, as for every variable).
+bool min_wait_given() {
+  const char* v = std::getenv("SKIPRING_SKIP_MIN_WAIT_US");
+  return v != nullptr && *v != '\0';
+}
 
 // Process-wide caches of what setup learns collectively, so that dup'd and split
 // communicators skip it (issue 13: a communicator used to cost ~10 ms to set up). Entries are
@@ -456,7 +461,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
       }
       const long cores = sysconf(_SC_NPROCESSORS_ONLN);
       oversubscribed = cores > 0 && local_size > cores;
-      if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
+      if (oversubscribed && !min_wait_given()) {
         if (rank_ == 0) {
           SKIPRING_LOG_INFO(
               "{} ranks on a host with {} cores: skip threshold floor {} ms "
@@ -466,7 +471,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
       }
     }
 #endif
-    if (oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr) {
+    if (oversubscribed && !min_wait_given()) {
       skip_floor_s_ = std::max(skip_floor_s_, kOversubscribedFloorS);
     }
     // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
@@ -509,7 +514,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     if (!gkey.empty()) {
       GroupEntry e;
       e.topology = topology_;
-      e.local_over = oversubscribed && std::getenv("SKIPRING_SKIP_MIN_WAIT_US") == nullptr;
+      e.local_over = oversubscribed && !min_wait_given();
       e.any_over = any_over;
       e.digest = group_digest(gkey, e);
       std::lock_guard<std::mutex> lock(g_cache_mutex);
