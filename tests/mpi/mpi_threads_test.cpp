@@ -4,11 +4,12 @@
 // (scripts/test.sh), where a data race in skipring's shared state (the communicator table, the
 // totals, the logger) fails the run.
 //
-//   mpirun -np 2 mpi_threads_test [--threads K] [--iters N]
+//   mpirun -np 2 mpi_threads_test [--threads K] [--iters N] [--max-count C]
 // Exits 77 (ctest: skipped) when the MPI library does not provide MPI_THREAD_MULTIPLE.
 #include <mpi.h>
 #include <skipring/skipring.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -40,10 +41,11 @@ void note(Outcome* o, bool cond, const std::string& what) {
 }
 
 // One thread: `iters` all-reduces of varying sizes and types on `comm`.
-void worker(int t, MPI_Comm comm, int iters, int rank, int size, Outcome* out) {
+void worker(int t, MPI_Comm comm, int iters, size_t max_count, int rank, int size, Outcome* out) {
   static const size_t kCounts[] = {1, 7, 1000, 65536, 262144};
   for (int k = 0; k < iters; ++k) {
-    const size_t count = kCounts[(t + k) % (sizeof kCounts / sizeof kCounts[0])];
+    const size_t count =
+        std::min(max_count, kCounts[(t + k) % (sizeof kCounts / sizeof kCounts[0])]);
     const bool use_double = (k + t) % 2 == 0;
     const int op_pick = k % 3;  // 0 sum, 1 max, 2 min
     const MPI_Op op = op_pick == 0 ? MPI_SUM : op_pick == 1 ? MPI_MAX : MPI_MIN;
@@ -90,7 +92,10 @@ int main(int argc, char** argv) {
     return 77;
   }
   int threads = 3, iters = 20;
+  size_t max_count = 262144;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--max-count") == 0)
+      max_count = std::strtoul(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
   }
@@ -100,7 +105,8 @@ int main(int argc, char** argv) {
   std::vector<Outcome> outcomes(threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back(worker, t, comms[t], iters, mpitest::g_rank, mpitest::g_size, &outcomes[t]);
+    pool.emplace_back(worker, t, comms[t], iters, max_count, mpitest::g_rank, mpitest::g_size,
+                      &outcomes[t]);
   }
   for (auto& th : pool) th.join();
   for (int t = 0; t < threads; ++t) {
