@@ -19,15 +19,6 @@ namespace skipring {
 namespace harness {
 namespace {
 
-class ManualClock final : public Clock {
- public:
-  double now() const override { return t_; }
-  void set(double t) { t_ = t; }
-
- private:
-  double t_ = 0;
-};
-
 struct Message {
   int src, dst, tag;
   const void* header;
@@ -142,9 +133,14 @@ class FakeNetwork {
         complete(m->src, Completion{m->token, false, 0});
       });
     }
-    // Non-overtaking: a message never arrives before an earlier one with the same envelope.
+    deliver(m, sent);
+  }
+
+  // Schedules the arrival of `m`, sent at `sent`, after a random latency. Non-overtaking: a
+  // message never arrives before an earlier one with the same envelope.
+  void deliver(const std::shared_ptr<Message>& m, double sent) {
     double at = sent + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
-    auto key = std::make_tuple(src, dst, tag);
+    auto key = std::make_tuple(m->src, m->dst, m->tag);
     at = std::max(at, last_arrival_[key] + 1e-9);
     last_arrival_[key] = at;
     schedule(at, [this, m] {
@@ -167,15 +163,7 @@ class FakeNetwork {
         complete(m->src, Completion{m->token, false, 0});
       });
     }
-    double at =
-        clock_->now() + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
-    auto key = std::make_tuple(src, dst, tag);
-    at = std::max(at, last_arrival_[key] + 1e-9);
-    last_arrival_[key] = at;
-    schedule(at, [this, m] {
-      unexpected_[m->dst].push_back(m);
-      match(m->dst);
-    });
+    deliver(m, clock_->now());
   }
 
   void recv(int dst, int src, int tag, void* header, size_t header_bytes, void* payload,

@@ -14,10 +14,21 @@
 #include "collectives/collective_core.h"
 #include "collectives/dtype.h"
 #include "collectives/ring_allreduce.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace skipring {
 namespace harness {
+
+// A clock the test sets by hand (the harness's virtual time; test_watchdog.cpp).
+class ManualClock final : public Clock {
+ public:
+  double now() const override { return t_; }
+  void set(double t) { t_ = t; }
+
+ private:
+  double t_ = 0;
+};
 
 // The ring parameters every rank gets are a RingParams (count, dtype, op, segment_bytes, depth,
 // skip, skip_threshold_s, direct_allgather, quiet_polls, tag_span, ...: a new ring parameter

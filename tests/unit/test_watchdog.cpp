@@ -22,18 +22,12 @@
 #include "runtime/log.h"
 #include "runtime/progress_engine.h"
 #include "runtime/transport.h"
+#include "tests/unit/harness.h"
 
 namespace skipring {
 namespace {
 
-class ManualClock final : public Clock {
- public:
-  double now() const override { return t_; }
-  void set(double t) { t_ = t; }
-
- private:
-  double t_ = 0;
-};
+using harness::ManualClock;
 
 // Eager, instant delivery: a send completes at once and lands in the destination's queue; a
 // receive matches the oldest queued message of its source (or any) and tag.
