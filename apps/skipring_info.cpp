@@ -32,8 +32,9 @@ std::string join(const std::vector<int>& v, const char* sep) {
 bool print_topology(const skipring::Config& cfg, int rank) {
   skipring::Topology topo;
   std::string error;
-  const skipring::Status st =
-      skipring::gather_topology(MPI_COMM_WORLD, cfg.host_map, &topo, &error);
+  const skipring::SteadyClock clock;
+  const skipring::Status st = skipring::gather_topology(
+      MPI_COMM_WORLD, cfg.host_map, skipring::wait_policy(cfg, &clock), &topo, &error);
   if (!skipring::ok(st)) {
     if (rank == 0) std::fprintf(stderr, "skipring_info: %s\n", error.c_str());
     return false;

@@ -174,10 +174,22 @@ class MinMax {
     vals_.push_back(-v);
     return static_cast<int>(vals_.size() / 2 - 1);
   }
-  int reduce(MPI_Comm comm) {
+  // Non-blocking and watched: a rank that never joins gives kErrTimeout, not a hang.
+  Status reduce(MPI_Comm comm, const WaitPolicy& wait, const char* what) {
     res_.assign(vals_.size(), 0);
-    return PMPI_Allreduce(vals_.data(), res_.data(), static_cast<int>(vals_.size()), MPI_INT64_T,
-                          MPI_MAX, comm);
+    MPI_Request req;
+    if (PMPI_Iallreduce(vals_.data(), res_.data(), static_cast<int>(vals_.size()), MPI_INT64_T,
+                        MPI_MAX, comm, &req) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
+    WaitWhat w;
+    w.what = what;
+    const Status st = wait_all(Requests{&req, 1, -1}, wait, w);
+    if (st == Status::kErrTimeout) {
+      leak_pending(&vals_);
+      leak_pending(&res_);
+    }
+    return st;
   }
   int64_t max(int i) const { return res_[2 * i]; }
   int64_t min(int i) const { return -res_[2 * i + 1]; }
@@ -212,13 +224,23 @@ std::string ranks_by_value(const std::vector<std::string>& per_rank) {
 // Every rank's text for each of `mine` (each cut to kField - 1 characters), by rank.
 constexpr size_t kField = 96;
 Status gather_texts(MPI_Comm comm, int size, const std::vector<std::string>& mine,
-                    std::vector<std::vector<std::string>>* out) {
+                    const WaitPolicy& wait, std::vector<std::vector<std::string>>* out) {
   const size_t k = mine.size();
   std::vector<char> send(k * kField, '\0'), all(k * kField * static_cast<size_t>(size));
   for (size_t i = 0; i < k; ++i) std::snprintf(&send[i * kField], kField, "%s", mine[i].c_str());
-  if (PMPI_Allgather(send.data(), static_cast<int>(send.size()), MPI_CHAR, all.data(),
-                     static_cast<int>(send.size()), MPI_CHAR, comm) != MPI_SUCCESS) {
+  MPI_Request req;
+  if (PMPI_Iallgather(send.data(), static_cast<int>(send.size()), MPI_CHAR, all.data(),
+                      static_cast<int>(send.size()), MPI_CHAR, comm, &req) != MPI_SUCCESS) {
     return Status::kErrTransport;
+  }
+  WaitWhat w;
+  w.what = "communicator setup: gathering the differing SKIPRING_* values";
+  if (Status st = wait_all(Requests{&req, 1, -1}, wait, w); !ok(st)) {
+    if (st == Status::kErrTimeout) {
+      leak_pending(&send);
+      leak_pending(&all);
+    }
+    return st;
   }
   out->assign(k, std::vector<std::string>(static_cast<size_t>(size)));
   for (int r = 0; r < size; ++r) {
@@ -264,6 +286,8 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->cfg_ = cfg;
   c->skip_floor_s_ = cfg.skip_min_wait_us * 1e-6;
   c->inject_ = inject;
+  c->clock_ = make_clock(cfg.clock);
+  c->wait_ = wait_policy(cfg, c->clock_.get());
   // The agreement all-reduce (on `user`), then internal_ (a pooled or a new duplicate of it).
   SKIPRING_RETURN_IF_ERROR(c->setup_shared_state(user, cfg));
   std::string why;
@@ -275,7 +299,6 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->pos_ =
       static_cast<int>(std::find(c->ring_.begin(), c->ring_.end(), c->rank_) - c->ring_.begin());
   c->transport_ = std::make_unique<MpiTransport>(c->internal_);
-  c->clock_ = make_clock(cfg.clock);
   c->topo_summary_.n = c->size_;
   c->topo_summary_.hosts = c->topology_.num_hosts();
   for (const auto& h : c->topology_.host_ranks) {
@@ -394,9 +417,11 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
                                  std::chrono::steady_clock::now().time_since_epoch().count()))
           : 0;
   const int i_fresh = mm.add(fresh);
-  if (mm.reduce(user) != MPI_SUCCESS) {
-    SKIPRING_LOG_ERROR("communicator setup: the agreement all-reduce failed");
-    return Status::kErrTransport;
+  if (Status st = mm.reduce(user, wait_, "communicator setup: the agreement all-reduce");
+      !ok(st)) {
+    SKIPRING_LOG_ERROR("communicator setup: the agreement all-reduce failed ({})",
+                       status_string(st));
+    return st;
   }
   // Mismatched values: every rank sees the same list (the min/max are the same everywhere),
   // so every rank takes part in the one all-gather that names who holds what.
@@ -409,7 +434,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
   }
   if (!mine.empty()) {
     std::vector<std::vector<std::string>> all;
-    if (!ok(gather_texts(user, size_, mine, &all))) {
+    if (!ok(gather_texts(user, size_, mine, wait_, &all))) {
       SKIPRING_LOG_ERROR("communicator setup: SKIPRING_* values differ across ranks ({}...)",
                          names[0]);
       return Status::kErrConfig;
@@ -432,7 +457,22 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     pooled = MPI_COMM_NULL;
   }
   if (internal_ == MPI_COMM_NULL) {
-    if (MPI_Comm_dup(user, &internal_) != MPI_SUCCESS) return Status::kErrComm;
+    // The new handle lives on the heap until the duplicate exists: MPI writes it at completion,
+    // which a timeout leaves pending (the handle is then leaked with it).
+    std::vector<MPI_Comm> dup(1, MPI_COMM_NULL);
+    MPI_Request req;
+    if (MPI_Comm_idup(user, dup.data(), &req) != MPI_SUCCESS) return Status::kErrComm;
+    WaitWhat w;
+    w.what = "communicator setup: duplicating the communicator";
+    if (Status st = wait_all(Requests{&req, 1, -1}, wait_, w); !ok(st)) {
+      if (st == Status::kErrTimeout) leak_pending(&dup);
+      return st == Status::kErrTimeout ? st : Status::kErrComm;
+    }
+    internal_ = dup[0];
+    // Errors of skipring's own traffic come back as codes (the application's communicator may
+    // have MPI_ERRORS_ARE_FATAL, which a dup inherits): a truncated message from a rank with
+    // a different count is then a protocol error on this rank, not the end of the job.
+    MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN);
     internal_id_ = mm.max(i_fresh);
   }
   SKIPRING_LOG_DEBUG("communicator setup: internal communicator {}, topology {}, cost model {}",
@@ -477,7 +517,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
     // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
     std::string why;
-    if (Status st = gather_topology(internal_, cfg.host_map, &topology_, &why); !ok(st)) {
+    if (Status st = gather_topology(internal_, cfg.host_map, wait_, &topology_, &why); !ok(st)) {
       SKIPRING_LOG_ERROR("communicator setup: {}", why);
       return st;
     }
@@ -502,9 +542,12 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     }
     const int j_h0 = m2.add(h0 ? 1 : 0), j_c0 = m2.add(h0 ? c0.digest : -1);
     const int j_h1 = m2.add(h1 ? 1 : 0), j_c1 = m2.add(h1 ? c1.digest : -1);
-    if (m2.reduce(internal_) != MPI_SUCCESS) {
-      SKIPRING_LOG_ERROR("communicator setup: the second agreement all-reduce failed");
-      return Status::kErrTransport;
+    if (Status st =
+            m2.reduce(internal_, wait_, "communicator setup: the second agreement all-reduce");
+        !ok(st)) {
+      SKIPRING_LOG_ERROR("communicator setup: the second agreement all-reduce failed ({})",
+                         status_string(st));
+      return st;
     }
     any_over = static_cast<int>(m2.max(j_over));
     cost_key_ = cost_key(topology_, any_over, cfg);
@@ -715,7 +758,7 @@ double Communicator::measure_engine_sigma(bool* failed) {
     }
     const double t1 = clock_->now();
     if (!ok(rd_direct_allreduce(internal_, ring_, pos_, &in, &out, 1, DType::kUint64, ROp::kSum,
-                                &scratch_, &messages))) {
+                                &scratch_, wait_, kProbeSeq + i, nullptr, &messages))) {
       mine_failed = true;
       break;
     }
@@ -730,9 +773,24 @@ double Communicator::measure_engine_sigma(bool* failed) {
     sigma =
         messages > 0 ? std::max(0.0, core_t[kIters / 2] - direct_t[kIters / 2]) / messages : 0.0;
   }
-  double mine[2] = {sigma, mine_failed ? 1.0 : 0.0}, all[2] = {0, 1};
-  if (PMPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_MAX, internal_) != MPI_SUCCESS ||
-      PMPI_Barrier(internal_) != MPI_SUCCESS) {
+  std::vector<double> mine = {sigma, mine_failed ? 1.0 : 0.0}, all = {0, 1};
+  MPI_Request reqs[2];
+  WaitWhat w;
+  w.what = "communicator setup: the engine probe's closing all-reduce";
+  Status st = PMPI_Iallreduce(mine.data(), all.data(), 2, MPI_DOUBLE, MPI_MAX, internal_,
+                              &reqs[0]) == MPI_SUCCESS
+                  ? wait_all(Requests{&reqs[0], 1, -1}, wait_, w)
+                  : Status::kErrTransport;
+  if (st == Status::kErrTimeout) {
+    leak_pending(&mine);
+    leak_pending(&all);
+  }
+  if (ok(st)) {
+    st = PMPI_Ibarrier(internal_, &reqs[1]) == MPI_SUCCESS
+             ? wait_all(Requests{&reqs[1], 1, -1}, wait_, w)
+             : Status::kErrTransport;
+  }
+  if (!ok(st)) {
     *failed = true;
     return cost_.sigma_s;
   }
@@ -807,14 +865,23 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     s.seq = seq_;
     s.bytes = bytes;
     s.algo = static_cast<int>(algo);
-    const Status st = rd_direct_allreduce(internal_, ring_, pos_, sendbuf, recvbuf, count, dtype,
-                                          op, &scratch_, &s.messages_sent, &s.messages_received);
+    std::string timeout;
+    const Status st =
+        rd_direct_allreduce(internal_, ring_, pos_, sendbuf, recvbuf, count, dtype, op, &scratch_,
+                            wait_, s.seq, &timeout, &s.messages_sent, &s.messages_received);
     ++seq_;
     if (!ok(st)) {
+      // The same words as the engine's collectives (finish_collective).
       const std::string why =
-          fmt::format("allreduce #{} (recursive doubling) failed: {}", s.seq, status_string(st));
+          st == Status::kErrTimeout
+              ? fmt::format("allreduce seq {} timed out (SKIPRING_TIMEOUT={} s)", s.seq,
+                            cfg_.timeout_s)
+              : fmt::format("allreduce seq {} failed: {} (recursive doubling)", s.seq,
+                            status_string(st));
+      SKIPRING_LOG_ERROR("allreduce seq {} failed: {}{}", s.seq,
+                         st == Status::kErrTimeout ? timeout : status_string(st),
+                         keeps_usable(st) ? "" : "; this communicator is unusable from now on");
       note_error(st, s.seq, why);
-      SKIPRING_LOG_ERROR("{}", why);
     }
     return st;
   }

@@ -18,6 +18,7 @@
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/mpi_transport.h"
+#include "runtime/mpi_wait.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
 #include "straggler/step_timer.h"
@@ -145,6 +146,7 @@ class Communicator {
   Config cfg_;
   std::unique_ptr<MpiTransport> transport_;
   std::unique_ptr<Clock> clock_;
+  WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once

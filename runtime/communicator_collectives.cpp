@@ -25,14 +25,28 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   const int64_t kind = static_cast<int64_t>(fnv1a64(name) >> 2);
   const int64_t v[5] = {kind, static_cast<int64_t>(std::min<size_t>(count, INT64_MAX >> 1)),
                         static_cast<int64_t>(dtype), op, root};
-  int64_t mine[10], all[10];
+  // Vectors: a timeout leaves the collectives pending, and their buffers are then leaked.
+  std::vector<int64_t> mine(10), all(10);
   for (int i = 0; i < 5; ++i) {
     mine[2 * i] = v[i];
     mine[2 * i + 1] = -v[i];
   }
-  if (PMPI_Allreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, internal_) != MPI_SUCCESS) {
-    note_error(Status::kErrTransport, seq_, "SKIPRING_CHECK's argument agreement failed");
-    return Status::kErrTransport;
+  WaitWhat w;
+  w.what = "SKIPRING_CHECK's argument agreement before the collective";
+  w.seq = static_cast<int64_t>(seq_);
+  MPI_Request req;
+  Status st =
+      PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req) ==
+              MPI_SUCCESS
+          ? wait_all(Requests{&req, 1, -1}, wait_, w)
+          : Status::kErrTransport;
+  if (st == Status::kErrTimeout) {
+    leak_pending(&mine);
+    leak_pending(&all);
+  }
+  if (!ok(st)) {
+    note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
+    return st;
   }
   bool same = true;
   for (int i = 0; i < 5; ++i) same = same && all[2 * i] == -all[2 * i + 1];
@@ -40,21 +54,34 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   // What each rank called, gathered (every rank is here).
   std::vector<int64_t> every(static_cast<size_t>(size_) * 5);
   std::vector<std::string> names(static_cast<size_t>(size_));
-  char mine_name[32] = {};
-  std::snprintf(mine_name, sizeof(mine_name), "%s", name);
-  std::vector<char> every_name(static_cast<size_t>(size_) * sizeof(mine_name));
-  if (PMPI_Allgather(v, 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T, internal_) != MPI_SUCCESS ||
-      PMPI_Allgather(mine_name, sizeof(mine_name), MPI_CHAR, every_name.data(), sizeof(mine_name),
-                     MPI_CHAR, internal_) != MPI_SUCCESS) {
-    note_error(Status::kErrTransport, seq_, "SKIPRING_CHECK's argument agreement failed");
-    return Status::kErrTransport;
+  constexpr int kName = 32;
+  std::vector<char> mine_name(kName, '\0');
+  std::snprintf(mine_name.data(), kName, "%s", name);
+  std::vector<char> every_name(static_cast<size_t>(size_) * kName);
+  std::vector<int64_t> mine_v(v, v + 5);
+  MPI_Request reqs[2];
+  st = PMPI_Iallgather(mine_v.data(), 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T, internal_,
+                       &reqs[0]) == MPI_SUCCESS &&
+               PMPI_Iallgather(mine_name.data(), kName, MPI_CHAR, every_name.data(), kName,
+                               MPI_CHAR, internal_, &reqs[1]) == MPI_SUCCESS
+           ? wait_all(Requests{reqs, 2, -1}, wait_, w)
+           : Status::kErrTransport;
+  if (st == Status::kErrTimeout) {
+    leak_pending(&mine_v);
+    leak_pending(&every);
+    leak_pending(&mine_name);
+    leak_pending(&every_name);
+  }
+  if (!ok(st)) {
+    note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
+    return st;
   }
   std::string calls;
   for (int r = 0; r < size_; ++r) {
     const int64_t* e = &every[static_cast<size_t>(r) * 5];
-    const char* nm = &every_name[static_cast<size_t>(r) * sizeof(mine_name)];
+    const char* nm = &every_name[static_cast<size_t>(r) * kName];
     calls += fmt::format("{}rank {}: {}(count {}, {}, op {}", r ? "; " : "", r,
-                         std::string(nm, strnlen(nm, sizeof(mine_name))), e[1],
+                         std::string(nm, strnlen(nm, kName)), e[1],
                          dtype_name(static_cast<DType>(e[2])),
                          e[3] < 0 ? std::string("-") : rop_name(static_cast<ROp>(e[3])));
     calls += e[4] >= 0 ? fmt::format(", root {})", e[4]) : std::string(")");
@@ -109,9 +136,19 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     // Every message of this collective has been received once all ranks are past the first
     // barrier; nobody starts the next collective before the second one.
     bool waiting = false;
-    MPI_Barrier(internal_);
-    const Status probe = transport_->unmatched_message_waiting(&waiting);
-    MPI_Barrier(internal_);
+    WaitWhat w;
+    w.what = "SKIPRING_CHECK's leftover check after the collective";
+    w.seq = static_cast<int64_t>(seq_ - 1);
+    MPI_Request req;
+    Status probe = MPI_Ibarrier(internal_, &req) == MPI_SUCCESS
+                       ? wait_all(Requests{&req, 1, -1}, wait_, w)
+                       : Status::kErrTransport;
+    if (ok(probe)) probe = transport_->unmatched_message_waiting(&waiting);
+    if (ok(probe)) {
+      probe = MPI_Ibarrier(internal_, &req) == MPI_SUCCESS
+                  ? wait_all(Requests{&req, 1, -1}, wait_, w)
+                  : Status::kErrTransport;
+    }
     if (!ok(probe)) {
       note_error(probe, seq_ - 1,
                  fmt::format("{} seq {}: probing for leftovers failed", name, seq_ - 1));

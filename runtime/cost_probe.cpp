@@ -1,7 +1,6 @@
 // Cost-model parameter measurement (see cost_probe.h).
 #include "runtime/cost_probe.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
+#include "runtime/mpi_wait.h"
 
 namespace skipring {
 namespace {
@@ -27,34 +27,35 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Completes `req`, yielding the core between tests: a blocking MPI call spins, and where ranks
-// share cores (emulated hosts, oversubscribed nodes) the spinning rank holds the core its
-// partner needs for a whole time slice, which the round trip then measures (2-4 ms latencies
-// between emulated hosts on 2 cores for 4 ranks, with MPI_Send / MPI_Recv).
-int wait_yielding(MPI_Request* req) {
-#ifdef SKIPRING_SIMGRID
-  return MPI_Wait(req, MPI_STATUS_IGNORE);  // simulated time: a test loop would not advance it
-#else
-  int done = 0;
-  while (!done) {
-    const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return rc;
-    if (!done) sched_yield();
+// Completes `req`, watched (runtime/mpi_wait.h), yielding the core from the first failed test
+// (policy.spins = 0): a blocking MPI call spins, and where ranks share cores (emulated hosts,
+// oversubscribed nodes) the spinning rank holds the core its partner needs for a whole time
+// slice, which the round trip then measures (2-4 ms latencies between emulated hosts on 2
+// cores for 4 ranks, with MPI_Send / MPI_Recv). A partner that never answers: kErrTimeout.
+Status wait_yielding(MPI_Request* req, int recvs, const WaitPolicy& policy, const char* what,
+                     int peer) {
+  WaitWhat w;
+  w.what = what;
+  w.peer = peer;
+  return wait_all(Requests{req, 1, recvs}, policy, w);
+}
+
+constexpr const char* kRoundTrip = "communicator setup: the cost model's round trips";
+
+Status send_yielding(const void* buf, int len, int peer, MPI_Comm comm, const WaitPolicy& w) {
+  MPI_Request req;
+  if (MPI_Isend(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
   }
-  return MPI_SUCCESS;
-#endif
+  return wait_yielding(&req, 0, w, kRoundTrip, peer);
 }
 
-int send_yielding(const void* buf, int len, int peer, MPI_Comm comm) {
+Status recv_yielding(void* buf, int len, int peer, MPI_Comm comm, const WaitPolicy& w) {
   MPI_Request req;
-  const int rc = MPI_Isend(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req);
-  return rc == MPI_SUCCESS ? wait_yielding(&req) : rc;
-}
-
-int recv_yielding(void* buf, int len, int peer, MPI_Comm comm) {
-  MPI_Request req;
-  const int rc = MPI_Irecv(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req);
-  return rc == MPI_SUCCESS ? wait_yielding(&req) : rc;
+  if (MPI_Irecv(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  return wait_yielding(&req, 1, w, kRoundTrip, peer);
 }
 
 // Half round trips of `bytes` with `peer`, the fastest of `iters` (after two warm-up rounds):
@@ -64,20 +65,18 @@ int recv_yielding(void* buf, int len, int peer, MPI_Comm comm) {
 // threshold, whose floor is that link time, ranged from 22 to 96 ms (RingAllreduce: a piece
 // takes 2.1 ms there).
 Status ping_pong(MPI_Comm comm, int peer, bool first, std::vector<uint8_t>* buf, size_t bytes,
-                 int iters, const Clock& clock, double* half_rtt) {
+                 int iters, const Clock& clock, const WaitPolicy& w, double* half_rtt) {
   std::vector<double> t;
   for (int i = 0; i < iters + 2; ++i) {
     const double t0 = clock.now();
     const int len = static_cast<int>(bytes);
-    int rc;
     if (first) {
-      rc = send_yielding(buf->data(), len, peer, comm);
-      if (rc == MPI_SUCCESS) rc = recv_yielding(buf->data(), len, peer, comm);
+      SKIPRING_RETURN_IF_ERROR(send_yielding(buf->data(), len, peer, comm, w));
+      SKIPRING_RETURN_IF_ERROR(recv_yielding(buf->data(), len, peer, comm, w));
     } else {
-      rc = recv_yielding(buf->data(), len, peer, comm);
-      if (rc == MPI_SUCCESS) rc = send_yielding(buf->data(), len, peer, comm);
+      SKIPRING_RETURN_IF_ERROR(recv_yielding(buf->data(), len, peer, comm, w));
+      SKIPRING_RETURN_IF_ERROR(send_yielding(buf->data(), len, peer, comm, w));
     }
-    if (rc != MPI_SUCCESS) return Status::kErrTransport;
     if (i >= 2) t.push_back((clock.now() - t0) / 2);  // two warm-up rounds
   }
   *half_rtt = min_of(t);
@@ -100,14 +99,16 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   // [7] 1 when this rank's measurement failed.
   double mine[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<uint8_t> buf(kBandwidthBytes, 1);
+  WaitPolicy w = wait_policy(cfg, &clock);
+  w.spins = 0;
   {
     // Everyone here before any pair starts, waiting without spinning: a rank that arrived
     // early (a late rank's neighbours) would otherwise spin in its first round trip or in the
     // final all-reduce on a core the probing pairs need.
     MPI_Request req;
-    if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS || wait_yielding(&req) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
+    if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) return Status::kErrTransport;
+    SKIPRING_RETURN_IF_ERROR(
+        wait_yielding(&req, -1, w, "communicator setup: the cost model's opening barrier", -1));
   }
   // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
   // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
@@ -123,9 +124,10 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     const int peer = ring[partner_pos];
     const bool first = rel % 2 == 0;
     double lat = 0, big = 0;
-    failed = ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, &lat);
+    failed = ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, w, &lat);
     if (ok(failed)) {
-      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, &big);
+      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, w,
+                         &big);
     }
     if (!ok(failed)) break;
     const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;
@@ -164,13 +166,21 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     mine[6] = mine[4] > 0 ? std::max(1.0, median(t) / (count * sizeof(float)) / mine[4]) : 1.0;
   }
   mine[7] = ok(failed) ? 0 : 1;
-  double all[8];
+  // Vectors: a timeout leaves the all-reduce pending, and its buffers are then leaked.
+  std::vector<double> send(mine, mine + 8), all(8, 0.0);
   {
     MPI_Request req;
-    if (PMPI_Iallreduce(mine, all, 8, MPI_DOUBLE, MPI_MAX, comm, &req) != MPI_SUCCESS ||
-        wait_yielding(&req) != MPI_SUCCESS) {
+    if (PMPI_Iallreduce(send.data(), all.data(), 8, MPI_DOUBLE, MPI_MAX, comm, &req) !=
+        MPI_SUCCESS) {
       return Status::kErrTransport;
     }
+    const Status st =
+        wait_yielding(&req, -1, w, "communicator setup: the cost model's closing all-reduce", -1);
+    if (st == Status::kErrTimeout) {
+      leak_pending(&send);
+      leak_pending(&all);
+    }
+    SKIPRING_RETURN_IF_ERROR(st);
   }
   if (all[7] != 0) return ok(failed) ? Status::kErrTransport : failed;
   CostParams p;  // defaults where nothing was measured (n == 1)

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "collectives/reduce_kernels.h"
+#include "runtime/mpi_wait.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
 
@@ -24,18 +25,11 @@
 
 namespace skipring {
 
-namespace {
-// The watchdog's first warning: half the timeout, at most this; then every tenth of the
-// timeout, at most kWarnEveryMax.
-constexpr double kFirstWarnMax = 30;
-constexpr double kWarnEveryMax = 10;
-}  // namespace
-
 ProgressEngine::ProgressEngine(Transport* transport, const Clock* clock, EngineOptions options)
     : transport_(transport),
       clock_(clock),
       options_(options),
-      watch_from_(options.timeout_s > 0 ? std::min(kFirstWarnMax, options.timeout_s / 2)
+      watch_from_(options.timeout_s > 0 ? watchdog_first_warn_s(options.timeout_s)
                                         : std::numeric_limits<double>::infinity()) {}
 
 EngineOptions engine_options(const Config& cfg) {
@@ -238,7 +232,7 @@ Status ProgressEngine::watchdog(double now) {
   }
   if (idle < options_.timeout_s) {
     if (idle >= next_warn_) {
-      const double every = std::min(kWarnEveryMax, options_.timeout_s / 10);
+      const double every = watchdog_warn_every_s(options_.timeout_s);
       while (next_warn_ <= idle) next_warn_ += every;
       SKIPRING_LOG_WARN("watchdog: no progress for {:.1f} s (fails at SKIPRING_TIMEOUT={} s): {}",
                         idle, options_.timeout_s, core_->describe_wait(now));

@@ -23,20 +23,25 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/dtype.h"
 #include "common/status.h"
+#include "runtime/mpi_wait.h"
 
 namespace skipring {
 
 constexpr int kRdDirectTagBase = 0x5000;  // fold-in; + 1 + k round k; + 63 result
 
 // ring[pos] == this rank. sendbuf == recvbuf: in place. scratch grows to one payload.
+// Every wait is watched (runtime/mpi_wait.h): a partner silent for wait.timeout_s gives
+// kErrTimeout with the reason in *timeout_message (all-reduce #seq, the round, the rank).
 // Counts messages into *sent / *received when given.
 Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
                            const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
-                           std::vector<uint8_t>* scratch, uint32_t* sent = nullptr,
+                           std::vector<uint8_t>* scratch, const WaitPolicy& wait, uint64_t seq,
+                           std::string* timeout_message, uint32_t* sent = nullptr,
                            uint32_t* received = nullptr);
 
 }  // namespace skipring

@@ -8,8 +8,8 @@
 
 namespace skipring {
 
-Status gather_topology(MPI_Comm comm, const std::string& host_map, Topology* out,
-                       std::string* error) {
+Status gather_topology(MPI_Comm comm, const std::string& host_map, const WaitPolicy& wait,
+                       Topology* out, std::string* error) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -22,10 +22,22 @@ Status gather_topology(MPI_Comm comm, const std::string& host_map, Topology* out
   std::vector<uint8_t> send(kRecordBytes);
   std::vector<uint8_t> all(kRecordBytes * static_cast<size_t>(size));
   encode_record(mine, send.data());
-  if (MPI_Allgather(send.data(), static_cast<int>(kRecordBytes), MPI_BYTE, all.data(),
-                    static_cast<int>(kRecordBytes), MPI_BYTE, comm) != MPI_SUCCESS) {
-    *error = "topology: MPI_Allgather of the rank records failed";
+  MPI_Request req;
+  if (MPI_Iallgather(send.data(), static_cast<int>(kRecordBytes), MPI_BYTE, all.data(),
+                     static_cast<int>(kRecordBytes), MPI_BYTE, comm, &req) != MPI_SUCCESS) {
+    *error = "topology: MPI_Iallgather of the rank records failed";
     return Status::kErrTransport;
+  }
+  WaitWhat what;
+  what.what = "communicator setup: the topology all-gather";
+  if (Status st = wait_all(Requests{&req, 1, -1}, wait, what, error); !ok(st)) {
+    if (st == Status::kErrTimeout) {
+      leak_pending(&send);
+      leak_pending(&all);
+    } else {
+      *error = "topology: MPI_Iallgather of the rank records failed";
+    }
+    return st;
   }
   std::vector<RankRecord> records(size);
   for (int r = 0; r < size; ++r) {

@@ -1,4 +1,4 @@
-// The topology's MPI part: one MPI_Allgather of the rank records (topology/discovery.h, which
+// The topology's MPI part: one MPI_Iallgather of the rank records (topology/discovery.h, which
 // has no MPI), then build_topology.
 #pragma once
 
@@ -7,12 +7,14 @@
 #include <string>
 
 #include "common/status.h"
+#include "runtime/mpi_wait.h"
 #include "topology/discovery.h"
 
 namespace skipring {
 
-// Collective over `comm`: one MPI_Allgather of the records, then build_topology.
-Status gather_topology(MPI_Comm comm, const std::string& host_map, Topology* out,
-                       std::string* error);
+// Collective over `comm`: one MPI_Iallgather of the records (waited for under the watchdog:
+// kErrTimeout with the reason in *error), then build_topology.
+Status gather_topology(MPI_Comm comm, const std::string& host_map, const WaitPolicy& wait,
+                       Topology* out, std::string* error);
 
 }  // namespace skipring

@@ -7,11 +7,17 @@
 // With the default MPI_ERRORS_ARE_FATAL the job aborts right at MPI_Init instead of
 // running with a configuration the user did not ask for; if the handler returns, MPI_Init
 // returns the error code and every later intercepted MPI_Allreduce raises it again.
+//
+// Agreement at MPI_Init (agree_at_init): SKIPRING_ENABLE must be the same on every rank, and a
+// rank with invalid values fails every rank, each with a message; otherwise mismatched ranks
+// would meet in mismatched collectives at the first all-reduce. (MPI initialized without these
+// wrappers, e.g. by mpi_f08's MPI_Init calling PMPI_Init directly, skips this agreement.)
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/config.h"
 #include "runtime/pmpi/pmpi_internal.h"
@@ -22,7 +28,8 @@ namespace {
 
 std::mutex g_init_mutex;
 std::atomic<bool> g_init_done{false};   // skipring_init has been called (g_init_rc valid)
-int g_init_rc = MPI_SUCCESS;            // written once, before g_init_done is set
+int g_init_rc = MPI_SUCCESS;  // written before g_init_done is set (and by after_init's agreement,
+                              // inside MPI_Init, before any other call can read it)
 std::atomic<bool> g_finalizing{false};  // before_finalize has started
 std::atomic<bool> g_finalized{false};   // PMPI_Finalize has returned (after_finalize)
 
@@ -67,6 +74,50 @@ void write_report() {
   std::fflush(stderr);
 }
 
+// Agreement at MPI_Init, where every rank is (one small all-reduce on MPI_COMM_WORLD):
+//  - SKIPRING_ENABLE must be the same on every rank: an enabled rank's first all-reduce sets up
+//    a communicator (collectives of its own on the application's communicator) while a
+//    disabled rank calls PMPI_Allreduce, and the two would meet in mismatched collectives (a
+//    hang, or worse);
+//  - a rank whose SKIPRING_* values are invalid fails every intercepted call: the others must
+//    know, or they would wait for it in their first all-reduce.
+// Returns MPI_SUCCESS, or an error code with the message (the same on every rank) in *why.
+// `local_rc` is this rank's skipring_init result.
+int agree_at_init(int local_rc, std::string* why) {
+  const int mine = local_rc == MPI_SUCCESS && !global_config().enable ? 0 : 1;
+  const int bad = local_rc == MPI_SUCCESS ? 0 : 1;
+  int in[3] = {mine, -mine, bad}, out[3] = {0, 0, 0};
+  if (PMPI_Allreduce(in, out, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    *why = "the agreement all-reduce on SKIPRING_ENABLE failed";
+    return MPI_ERR_OTHER;
+  }
+  if (out[0] == -out[1] && out[2] == 0) return MPI_SUCCESS;
+  int size = 1;
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int pair[2] = {mine, bad};
+  std::vector<int> all(2 * static_cast<size_t>(size), 0);
+  if (PMPI_Allgather(pair, 2, MPI_INT, all.data(), 2, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    *why = "SKIPRING_ENABLE or another SKIPRING_* value differs across ranks";
+    return MPI_ERR_ARG;
+  }
+  std::string on, off, invalid;
+  for (int r = 0; r < size; ++r) {
+    std::string& list = all[2 * static_cast<size_t>(r) + 1] != 0 ? invalid
+                        : all[2 * static_cast<size_t>(r)] != 0   ? on
+                                                                 : off;
+    list += (list.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (!invalid.empty()) {
+    *why = "invalid SKIPRING_* values on rank(s) " + invalid +
+           " (their own message names the variable): skipring is off on every rank";
+    return MPI_ERR_ARG;
+  }
+  *why = "SKIPRING_ENABLE differs across ranks: 1 on ranks " + on + "; 0 on ranks " + off +
+         " (it must be the same on every rank: set it in the job's environment, e.g. "
+         "mpirun -x SKIPRING_ENABLE)";
+  return MPI_ERR_ARG;
+}
+
 }  // namespace
 
 int ensure_skipring_init() {
@@ -107,10 +158,28 @@ int after_init(int init_rc) {
   if (init_rc != MPI_SUCCESS) return init_rc;
   return guarded([] {
     const int rc = ensure_skipring_init();
-    if (rc == MPI_SUCCESS || rc == kMpiNotActive) return MPI_SUCCESS;
-    print_config_error(rc);
-    PMPI_Comm_call_errhandler(MPI_COMM_WORLD, rc);  // aborts by default
-    return rc;
+    if (rc == kMpiNotActive) return MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) print_config_error(rc);
+    std::string why;
+    int agreed;
+    {
+      ReentryGuard guard;
+      agreed = agree_at_init(rc, &why);
+    }
+    if (rc == MPI_SUCCESS && agreed != MPI_SUCCESS) {
+      {
+        // Every later intercepted all-reduce raises the error too (when the handler returns).
+        std::lock_guard<std::mutex> lock(g_init_mutex);
+        g_init_rc = agreed;
+      }
+      int rank = -1;
+      PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr, "skipring: MPI_Init: rank %d: %s\n", rank, why.c_str());
+      std::fflush(stderr);
+    }
+    const int out = rc != MPI_SUCCESS ? rc : agreed;
+    if (out != MPI_SUCCESS) PMPI_Comm_call_errhandler(MPI_COMM_WORLD, out);  // aborts by default
+    return out;
   });
 }
 

@@ -6,10 +6,20 @@
 //   --case counts   count 0 on rank 1, then a NULL send buffer on rank 1 (an argument error
 //                   there alone), each on its own communicator: every rank that does not finish
 //                   returns an error within the timeout, none hangs, rank 1's successor names it;
-//   --case counts-differ  a different count on every rank (not registered: see below);
+//   --case counts-differ  a different count on every rank: a receive shorter than its message
+//                   is a protocol error where it happens (the internal communicator returns
+//                   MPI error codes), the others time out; every rank returns an error;
+//   --case setup    rank 1 joins the first all-reduce on a new communicator only after the
+//                   others timed out in its setup (the agreement all-reduce): they return
+//                   MPI_ERR_OTHER saying which setup step waited; rank 1 then times out in
+//                   the next setup step; nothing hangs;
 //   --case healthy  all-reduces that must succeed, exact, with no warning (run it with the
 //                   default timeout, or with a short one and an injected slow rank: a slow
 //                   collective that keeps moving never warns).
+// --algo NAME (default skipring: the ring with skip-ahead, run by the progress engine): with
+// rd, the direct recursive doubling (runtime/rd_direct.cpp: auto's pick for small sizes, no
+// engine), whose waits are watched the same way; there the ranks that wait for the victim name
+// it ("rank 1 has not answered") and the others name the rank they wait for.
 // With SKIPRING_ON_TIMEOUT=abort (--case skip) the first rank to time out ends the job.
 // After a timeout the communicator is unusable: the next call returns an error at once and
 // says why. Each rank's stderr goes to a file the rank reads back to check its own log (and
@@ -38,6 +48,7 @@ using mpitest::g_size;
 
 constexpr int kVictim = 1;
 double g_timeout = 2;  // SKIPRING_TIMEOUT of the run
+std::string g_algo = "skipring";  // --algo
 
 // This rank's stderr, redirected to a file (skipring logs there). The file is unlinked at once
 // (nothing is left behind even when the job is aborted) and read back through its descriptor.
@@ -152,7 +163,16 @@ void expect_timed_out(MPI_Comm comm, int rc, double elapsed, int seq) {
   check(contains(err, "all-reduce #" + std::to_string(seq)),
         "the error names the collective (all-reduce #" + std::to_string(seq) + "): " + err);
   check(contains(log, "] warning: watchdog: no progress for"), "a warning came first" + where);
-  if (g_rank == victim_successor()) {
+  if (g_algo == "rd") {
+    // Each rank names the partner it waits for; the victim's partners name the victim.
+    check(contains(err, "(recursive doubling), round ") && contains(err, " has not answered"),
+          "the error names the round and the rank waited for: " + err);
+    // Rank 0 is the victim's partner in the first round (virtual ranks 0 and 1 with 4 ranks).
+    if (g_rank == 0) {
+      check(contains(err, "round 1: rank " + std::to_string(kVictim) + " has not answered"),
+            "rank 0, the victim's first partner, names it: " + err);
+    }
+  } else if (g_rank == victim_successor()) {
     check(contains(err, "rank " + std::to_string(kVictim) + " has not entered all-reduce #" +
                             std::to_string(seq)),
           "the victim's successor says the victim has not entered: " + err);
@@ -215,7 +235,37 @@ void case_skip() {
 // Runs one all-reduce with this rank's `count` (and a NULL send buffer on the victim when
 // `null_send`) on a fresh communicator (after a good one): every rank returns within the
 // timeout; a rank that fails says why in its log.
-void mismatched(int count, const char* what, bool null_send = false) {
+// `one_victim`: only kVictim differs (its successor, or with rd its first partner rank 0,
+// must name it).
+// Returns how many ranks failed.
+void case_setup() {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  g_capture.mark();
+  if (g_rank == kVictim) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(g_timeout + 1));
+  }
+  const double t0 = now_s();
+  const int rc = allreduce(comm, 64, 1, false);
+  const double elapsed = now_s() - t0;
+  const std::string where = " (rank " + std::to_string(g_rank) + ")";
+  const std::string log = g_capture.log();
+  check(rc == MPI_ERR_OTHER, "the setup's timeout returns MPI_ERR_OTHER, got " +
+                                 std::to_string(rc) + where);
+  check(elapsed >= g_timeout * 0.9 && elapsed < g_timeout + 3,
+        "it returns after about SKIPRING_TIMEOUT: " + std::to_string(elapsed) + " s" + where);
+  const std::string err = line_with(log, "] error: watchdog: no progress for");
+  if (g_rank != kVictim) {
+    check(contains(err, "communicator setup: the agreement all-reduce: some rank has not joined"),
+          "the error names the setup step: " + err);
+  } else {
+    check(contains(err, "communicator setup:"), "the late rank's error names a setup step: " + err);
+  }
+  // Not freed: a setup collective left pending on it (MPI lets nobody cancel one) would be
+  // progressed on a freed communicator (Open MPI 4.1's libnbc then crashes).
+}
+
+int mismatched(int count, const char* what, bool null_send = false, bool one_victim = true) {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   check(allreduce(comm, kCount, 0, true) == MPI_SUCCESS, std::string(what) + ": warm-up");
@@ -232,14 +282,19 @@ void mismatched(int count, const char* what, bool null_send = false) {
           std::string(what) + ": the failing rank logs the error (rank " + std::to_string(g_rank) +
               ")");
   }
-  if (g_rank == victim_successor() && rc != MPI_SUCCESS) {
+  if (one_victim && g_algo != "rd" && g_rank == victim_successor() && rc != MPI_SUCCESS) {
     check(contains(g_capture.log(), "rank " + std::to_string(kVictim) + " has not entered"),
           std::string(what) + ": the victim's successor names it");
+  }
+  if (one_victim && g_algo == "rd" && g_rank == 0 && rc != MPI_SUCCESS) {
+    check(contains(g_capture.log(), "round 1: rank " + std::to_string(kVictim) + " has not answered"),
+          std::string(what) + ": the victim's first partner names it");
   }
   int failed = rc != MPI_SUCCESS ? 1 : 0, failures = 0;
   PMPI_Allreduce(&failed, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   check(failures >= 1, std::string(what) + ": the mismatch is an error somewhere");
   MPI_Comm_free(&comm);
+  return failures;
 }
 
 void case_counts() {
@@ -250,10 +305,16 @@ void case_counts() {
   mismatched(kCount, "NULL send buffer on one rank", true);
 }
 
-// A different count on every rank: today a receive shorter than the message it matches is
-// MPI_ERR_TRUNCATE on the internal communicator, whose MPI_ERRORS_ARE_FATAL ends the job (no
-// hang, but no error code either); not registered until sizes are checked from the headers.
-void case_counts_differ() { mismatched(kCount + 37 * g_rank, "different counts"); }
+// A different count on every rank: a receive shorter than the message it matches is
+// MPI_ERR_TRUNCATE on the internal communicator (MPI_ERRORS_RETURN: an error code, not the end
+// of the job); ranks whose receives fit wait for the failed ones and time out.
+void case_counts_differ() {
+  // Every rank fails: a truncated receive is a protocol error, a rank whose receives all
+  // fitted waits for the others and times out.
+  const int failures = mismatched(kCount + 37 * g_rank, "different counts", false, false);
+  check(failures == g_size, "different counts: every rank returns an error, " +
+                                std::to_string(failures) + " of " + std::to_string(g_size));
+}
 
 void case_healthy(int iters) {
   g_capture.mark();
@@ -284,15 +345,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--case") == 0) which = argv[++i];
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[++i]);
+    if (std::strcmp(argv[i], "--algo") == 0) g_algo = argv[++i];
   }
   if (const char* t = std::getenv("SKIPRING_TIMEOUT")) g_timeout = std::atof(t);
   // With SKIPRING_ON_TIMEOUT=abort the job ends inside the call: the log must reach mpirun.
   const char* on_timeout = std::getenv("SKIPRING_ON_TIMEOUT");
   const bool aborting = on_timeout != nullptr && std::strcmp(on_timeout, "abort") == 0;
   if (!aborting) g_capture.start();
-  // The ring with skip-ahead for every size (the direct recursive doubling of small sizes runs
-  // blocking MPI calls, without the engine).
-  check(skipring_set_algo("skipring") == MPI_SUCCESS, "skipring_set_algo");
+  check(skipring_set_algo(g_algo.c_str()) == MPI_SUCCESS, "skipring_set_algo " + g_algo);
   // Warm-up: the communicator's setup (cost measurement) with every rank present.
   for (int call = 0; call < 2; ++call) {
     check(allreduce(MPI_COMM_WORLD, kCount, call, true) == MPI_SUCCESS, "warm-up all-reduce");
@@ -307,6 +367,8 @@ int main(int argc, char** argv) {
     case_counts();
   } else if (which == "counts-differ") {
     case_counts_differ();
+  } else if (which == "setup") {
+    case_setup();
   } else if (which == "healthy") {
     case_healthy(iters);
   } else {
