@@ -38,16 +38,6 @@ int isend_data(const void* buf, int count, int peer, int tag, MPI_Comm comm, MPI
 #endif
 }
 
-// Whether split payloads are matched by MPI_Improbe and size-checked before MPI_Imrecv. Off:
-// under Open MPI's UCX pml (mpi_collectives_ucx_np3) the probe handed out same-tag payloads
-// from one sender out of order (a ring round's last, short segment before its first), which
-// for equal-size segments would be a silent misassignment; posted receives keep MPI's
-// non-overtaking order. With it off, a payload larger than its receive (a datatype-size
-// mismatch above kPackLimit on both sides) is still written past the receive by Open MPI's CMA
-// path; everything on the even tag is safe (post_recv). Under SimGrid it stays off as well
-// (the engine blocks in the redirected MPI_Testsome on posted requests).
-constexpr bool kProbeFirst = false;
-
 const char* part_name(bool split, bool payload_part) {
   return !split ? "message" : payload_part ? "payload part" : "header part";
 }
@@ -74,17 +64,6 @@ MpiTransport::~MpiTransport() {
     if (r != MPI_REQUEST_NULL) {
       MPI_Cancel(&r);
       MPI_Request_free(&r);
-    }
-  }
-  for (Drain& d : drains_) {
-    int done = 0;
-    MPI_Test(&d.req, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      delete[] d.buf;
-    } else {
-      // Still arriving (after a protocol error): MPI owns the buffer until it completes, so it
-      // is left allocated.
-      MPI_Request_free(&d.req);
     }
   }
 }
@@ -124,15 +103,17 @@ void MpiTransport::release_op(int op) {
   free_ops_.push_back(op);
 }
 
+Status MpiTransport::check_header(const char* what, size_t header_bytes) const {
+  if (header_bytes <= max_header_) return Status::kOk;
+  SKIPRING_LOG_ERROR("{} with a {}-byte header (at most {} on {} ranks)", what, header_bytes,
+                     max_header_, size_);
+  return Status::kErrArg;
+}
+
 Status MpiTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
-  if (header_bytes > max_header_) {
-    // Receivers size their buffers for at most this (post_recv).
-    SKIPRING_LOG_ERROR("send with a {}-byte header (at most {} on {} ranks)", header_bytes,
-                       max_header_, size_);
-    return Status::kErrArg;
-  }
+  SKIPRING_RETURN_IF_ERROR(check_header("send", header_bytes));  // receivers size for this
   Op op{token,   false, payload_bytes > kPackLimit, 1, header_bytes, payload_bytes, nullptr,
         nullptr, -1};
   MPI_Request reqs[2];
@@ -169,11 +150,7 @@ Status MpiTransport::post_send(int peer, int tag, const void* header, size_t hea
 Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                size_t payload_bytes, Token token) {
   if (header_bytes + payload_bytes > static_cast<size_t>(INT_MAX)) return Status::kErrArg;
-  if (header_bytes > max_header_) {
-    SKIPRING_LOG_ERROR("receive with a {}-byte header (at most {} on {} ranks)", header_bytes,
-                       max_header_, size_);
-    return Status::kErrArg;
-  }
+  SKIPRING_RETURN_IF_ERROR(check_header("receive", header_bytes));
   Op op{token, true, payload_bytes > kPackLimit, 1, header_bytes, 0, header, payload, -1};
   op.tag = tag;
   op.payload_capacity = payload_bytes;
@@ -197,11 +174,7 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   }
   if (op.split) {
     op.remaining = 2;
-    if (kProbeFirst) {
-      // The payload part is probed and size-checked before it is received (poll()). From any
-      // source, it waits for the header's sender (so two senders' parts are never paired).
-      op.unmatched = kPayloadPart;
-    } else if (peer == kAnySource) {
+    if (peer == kAnySource) {
       // Posted once the header has come, from its sender.
       op.deferred_payload = true;
     } else {
@@ -215,13 +188,12 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   }
   const int id = new_op(op);
   add_request(reqs[0], id);
-  if (op.split && !kProbeFirst && !op.deferred_payload) add_request(reqs[1], id);
-  if (op.unmatched != 0) probing_.push_back(id);
+  if (op.split && !op.deferred_payload) add_request(reqs[1], id);
   return Status::kOk;
 }
 
 Status MpiTransport::size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
-                                   size_t expected_max, int received, MPI_Message* msg) {
+                                   size_t expected_max, int received) const {
   if (expected_min == expected_max) {
     SKIPRING_LOG_ERROR(
         "protocol error: {} from rank {} with tag {}: expected {} bytes, received {} bytes", part,
@@ -231,86 +203,10 @@ Status MpiTransport::size_mismatch(const Op& op, const char* part, int from, siz
         "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} bytes",
         part, from, op.tag, expected_min, expected_max, received);
   }
-  if (msg != nullptr && *msg != MPI_MESSAGE_NULL) {
-    // Received into a buffer of its own size, so the sender's request completes.
-    const size_t bytes = received > 0 ? static_cast<size_t>(received) : 0;
-    if (bytes <= kDrainLimit) {
-      Drain d{new uint8_t[bytes > 0 ? bytes : 1], MPI_REQUEST_NULL};
-      if (MPI_Imrecv(d.buf, received, MPI_BYTE, msg, &d.req) == MPI_SUCCESS) {
-        drains_.push_back(d);
-      } else {
-        delete[] d.buf;
-      }
-    }
-  }
   return Status::kErrProtocol;
 }
 
-Status MpiTransport::probe_part(int op_id, uint8_t part, bool* matched) {
-  *matched = false;
-  Op& op = ops_[op_id];
-  if (part != kPayloadPart) return Status::kErrInternal;
-  // The payload of a kAnySource split message comes from the header's sender, once known.
-  if (op.peer == kAnySource && op.source < 0) return Status::kOk;
-  int src = op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
-  if (op.source >= 0) src = op.source;
-  int flag = 0;
-  MPI_Message msg = MPI_MESSAGE_NULL;
-  MPI_Status st;
-  if (MPI_Improbe(src, payload_tag(op.tag), comm_, &flag, &msg, &st) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  if (!flag) return Status::kOk;
-  *matched = true;
-  int bytes = 0;
-  if (MPI_Get_count(&st, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes == MPI_UNDEFINED) bytes = -1;
-  if (bytes < 0 || static_cast<size_t>(bytes) > op.payload_capacity) {
-    return size_mismatch(op, "payload part", st.MPI_SOURCE, 0, op.payload_capacity, bytes, &msg);
-  }
-  MPI_Request req;
-  if (MPI_Imrecv(op.payload, bytes, MPI_BYTE, &msg, &req) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  add_request(req, op_id);
-  op.unmatched &= static_cast<uint8_t>(~part);
-  return Status::kOk;
-}
-
-Status MpiTransport::match_probed(bool* any) {
-  *any = false;
-  if (probing_.empty()) return Status::kOk;
-  // Several payloads pending and nothing waiting: one probe instead of one per receive.
-  if (probing_.size() > 1) {
-    int flag = 0;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-    if (!flag) return Status::kOk;
-  }
-  // In posting order, so two receives that can match the same message take them in order,
-  // as posted MPI receives would.
-  size_t keep = 0;
-  for (size_t i = 0; i < probing_.size(); ++i) {
-    const int id = probing_[i];
-    bool matched = false;
-    SKIPRING_RETURN_IF_ERROR(probe_part(id, kPayloadPart, &matched));
-    *any = *any || matched;
-    if (ops_[id].unmatched != 0) probing_[keep++] = id;
-  }
-  probing_.resize(keep);
-  return Status::kOk;
-}
-
-Status MpiTransport::poll(std::vector<Completion>* done) {
-  SKIPRING_RETURN_IF_ERROR(test_requests(done));
-  // Payload parts that arrived (or whose announcement did) during that test: received now and
-  // tested again, so a payload completes in the poll that first sees it, as a receive posted
-  // ahead would.
-  if (probing_.empty()) return Status::kOk;
-  bool matched = false;
-  SKIPRING_RETURN_IF_ERROR(match_probed(&matched));
-  return matched ? test_requests(done) : Status::kOk;
-}
+Status MpiTransport::poll(std::vector<Completion>* done) { return test_requests(done); }
 
 Status MpiTransport::test_requests(std::vector<Completion>* done) {
   if (requests_.empty()) return Status::kOk;
@@ -328,8 +224,8 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
     Op& op = ops_[op_id];
     if (op.is_recv) {
       // Every part's size, before anything is copied out of staging. The even-tag part was
-      // received into a buffer that holds any sender's message, the payload part was probed
-      // and checked before it was received (probe-first), so nothing was overrun.
+      // received into a buffer that holds any sender's message; the payload part into the
+      // receive's own buffer (mpi_transport.h: the one case Open MPI's CMA can overrun).
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
       const bool payload_part = op.split && statuses_[i].MPI_TAG % 2 == 1;
@@ -340,7 +236,7 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
       if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
           static_cast<size_t>(bytes) > hi) {
         return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo, hi,
-                             bytes, nullptr);
+                             bytes);
       }
       if (op.split) {
         // The two parts of one message come from one rank (kAnySourceOneSender's promise).
@@ -418,23 +314,6 @@ Status MpiTransport::cancel(Token token) {
     request_op_[k] = request_op_.back();
     requests_.pop_back();
     request_op_.pop_back();
-  }
-  if (ops_[id].unmatched != 0) {
-    // A payload part not matched yet: nothing posted for it. One waiting now, which a posted
-    // receive would have matched, is data the protocol did not expect.
-    const Op& op = ops_[id];
-    const int src = op.source >= 0 ? op.source : op.peer < 0 ? MPI_ANY_SOURCE : op.peer;
-    // Another receive for this tag may be the one a waiting message is for.
-    bool shared_tag = false;
-    for (int other : probing_)
-      shared_tag = shared_tag || (other != id && ops_[other].tag == op.tag);
-    if (!shared_tag && (op.peer != kAnySource || op.source >= 0)) {
-      int flag = 0;
-      MPI_Iprobe(src, payload_tag(op.tag), comm_, &flag, MPI_STATUS_IGNORE);
-      received = received || flag != 0;
-    }
-    probing_.erase(std::remove(probing_.begin(), probing_.end(), id), probing_.end());
-    ops_[id].unmatched = 0;
   }
   release_op(id);
   // The protocol cancels only receives nothing can match any more: data here is a bug.

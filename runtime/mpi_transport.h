@@ -17,13 +17,14 @@
 //    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
 //    it; poll() then checks the size before copying anything out.
 //  - The payload part of a split message (> kPackLimit bytes) is posted ahead too, at the
-//    receive's own size, with header and payload matched at once (an earlier change removed
-//    the wait for the header). A probe-first path (MPI_Improbe, size check, MPI_Imrecv) is
-//    here but off (kProbeFirst in mpi_transport.cpp: Open MPI's UCX pml reordered same-tag
-//    payloads under it), so a payload larger than the receive on both sides of the split is
-//    the one case Open MPI's CMA path can still overrun.
-// A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes;
-// a wrong-size payload is drained into a buffer of its own size so its sender completes.
+//    receive's own size, with header and payload matched at once (waiting for the header cost
+//    one latency per hop). So a payload larger than its receive (a datatype-size mismatch
+//    across ranks above kPackLimit per message) is the one case Open MPI's CMA path can still
+//    overrun: it does so for plain MPI programs too (docs/reliability.md). A probe-first
+//    receive (MPI_Improbe, size check, MPI_Imrecv) was tried and removed: under Open MPI's UCX
+//    pml it handed out same-tag payloads of one sender out of order. SKIPRING_CHECK=1 catches
+//    such a mismatch before anything is sent.
+// A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes.
 #pragma once
 
 #include <mpi.h>
@@ -55,8 +56,6 @@ class MpiTransport final : public Transport {
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;
-  // A message of the wrong size is drained (so that its sender completes) up to this size.
-  static constexpr size_t kDrainLimit = 64u << 20;
 
  private:
   struct Op {
@@ -74,19 +73,14 @@ class MpiTransport final : public Transport {
     bool deferred_payload = false;  // any-source split receive: payload posted after header
     int source = -1;                // split receive: the rank the first part came from
     int peer = -1;                  // as posted (a rank, kAnySource, kAnySourceOneSender)
-    uint8_t unmatched = 0;  // parts still to be probed and matched: kHeaderPart|kPayloadPart
   };
-  static constexpr uint8_t kPayloadPart = 2;
-  // Receives the payload parts that have arrived, after checking their sizes (probe-first);
-  // *any: at least one was.
-  Status match_probed(bool* any);
+  // A header larger than any receive is sized for (post_recv): logs it, returns kErrArg.
+  Status check_header(const char* what, size_t header_bytes) const;
   // MPI_Testsome over the posted requests; completed receives' sizes checked.
   Status test_requests(std::vector<Completion>* done);
-  // Probes the payload part of receive `op_id`; on a match of the right size posts MPI_Imrecv.
-  Status probe_part(int op_id, uint8_t part, bool* matched);
-  // A message of the wrong size: logs it, drains it, returns kErrProtocol.
+  // A message of the wrong size: logs it, returns kErrProtocol.
   Status size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
-                       size_t expected_max, int received, MPI_Message* msg);
+                       size_t expected_max, int received) const;
   int take_staging(size_t bytes);
   int new_op(const Op& op);
   void add_request(MPI_Request req, int op);
@@ -107,12 +101,6 @@ class MpiTransport final : public Transport {
   std::vector<int> late_request_op_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
-  std::vector<int> probing_;  // receives (op ids, in posting order) with unmatched parts
-  struct Drain {
-    uint8_t* buf;
-    MPI_Request req;
-  };
-  std::vector<Drain> drains_;  // wrong-size messages being received into their own buffers
 };
 
 }  // namespace skipring
