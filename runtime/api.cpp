@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "runtime/config.h"
 #include "runtime/include/skipring/skipring.h"
 #include "runtime/log.h"
+#include "runtime/memtype.h"
 #include "runtime/mpi_types.h"
 #include "straggler/injection.h"
 #include "straggler/trace.h"
@@ -286,6 +288,25 @@ bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* ro
   return reduction_of(datatype, op, dt, rop) == MpiReduction::kNative && native_comm(comm);
 }
 
+// Whether any of `bufs` is device or managed memory (runtime/memtype.h): such a call goes to
+// PMPI, counted as a fallback, since every skipring collective runs on the CPU. Said once per
+// process at info level (a CUDA-aware application passes device buffers on every call).
+bool on_device(const char* fn, std::initializer_list<const void*> bufs) {
+  for (const void* p : bufs) {
+    const MemType t = classify_memory(p);
+    if (host_accessible(t)) continue;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      SKIPRING_LOG_INFO(
+          "{}: a {} buffer: passed to the MPI library (skipring has no device path yet; counted "
+          "as a fallback, and so are later device-buffer calls)",
+          fn, memtype_name(t));
+    }
+    return true;
+  }
+  return false;
+}
+
 int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
              MPI_Comm comm) {
   skipring_count_fallback();
@@ -312,6 +333,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   }
   if (aliased(sendbuf, recvbuf, count)) {
     return reject("skipring_allreduce", MPI_ERR_BUFFER, kAliasWhy);
+  }
+  if (count > 0 && on_device("skipring_allreduce", {sendbuf, recvbuf})) {
+    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   }
   // A communicator that already has skipring state is an intra-communicator (checked when the
   // state was created): the per-call path skips native_comm's MPI calls.
@@ -377,7 +401,8 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
   if (aliased(sendbuf, recvbuf, recvcount)) {
     return reject("skipring_reduce_scatter_block", MPI_ERR_BUFFER, kAliasWhy);
   }
-  if (kind != MpiReduction::kNative || !native_comm(comm)) {
+  if (kind != MpiReduction::kNative || !native_comm(comm) ||
+      (recvcount > 0 && on_device("skipring_reduce_scatter_block", {sendbuf, recvbuf}))) {
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
@@ -404,7 +429,8 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   }
   DType dt;
   const bool same = sendbuf == MPI_IN_PLACE || (sendtype == recvtype && sendcount == recvcount);
-  if (!same || !handles_type(recvtype, comm, &dt)) {
+  if (!same || !handles_type(recvtype, comm, &dt) ||
+      (recvcount > 0 && on_device("skipring_allgather", {sendbuf, recvbuf}))) {
     skipring_count_fallback();
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
@@ -426,7 +452,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
                   "buffer is MPI_IN_PLACE (bcast has no in-place form)");
   }
   DType dt;
-  if (!handles_type(datatype, comm, &dt)) {
+  if (!handles_type(datatype, comm, &dt) || (count > 0 && on_device("skipring_bcast", {buffer}))) {
     skipring_count_fallback();
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
@@ -462,7 +488,8 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (rank == root && aliased(sendbuf, recvbuf, count)) {
     return reject("skipring_reduce", MPI_ERR_ARG, kAliasWhy);
   }
-  if (kind != MpiReduction::kNative || !native_comm(comm)) {
+  if (kind != MpiReduction::kNative || !native_comm(comm) ||
+      (count > 0 && on_device("skipring_reduce", {sendbuf, rank == root ? recvbuf : nullptr}))) {
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }

@@ -105,16 +105,24 @@ int agree_at_init(int local_rc, std::string* why) {
     std::string& list = all[2 * static_cast<size_t>(r) + 1] != 0 ? invalid
                         : all[2 * static_cast<size_t>(r)] != 0   ? on
                                                                  : off;
-    list += (list.empty() ? "" : ",") + std::to_string(r);
+    // snprintf and +=, not std::to_string or operator+: their instantiations would be exported
+    // from this library (libstdc++'s namespace has default visibility; check_exports.sh).
+    char num[16];
+    std::snprintf(num, sizeof(num), "%s%d", list.empty() ? "" : ",", r);
+    list += num;
   }
   if (!invalid.empty()) {
-    *why = "invalid SKIPRING_* values on rank(s) " + invalid +
-           " (their own message names the variable): skipring is off on every rank";
+    *why = "invalid SKIPRING_* values on rank(s) ";
+    *why += invalid;
+    *why += " (their own message names the variable): skipring is off on every rank";
     return MPI_ERR_ARG;
   }
-  *why = "SKIPRING_ENABLE differs across ranks: 1 on ranks " + on + "; 0 on ranks " + off +
-         " (it must be the same on every rank: set it in the job's environment, e.g. "
-         "mpirun -x SKIPRING_ENABLE)";
+  *why = "SKIPRING_ENABLE differs across ranks: 1 on ranks ";
+  *why += on;
+  *why += "; 0 on ranks ";
+  *why += off;
+  *why += " (it must be the same on every rank: set it in the job's environment, e.g. "
+          "mpirun -x SKIPRING_ENABLE)";
   return MPI_ERR_ARG;
 }
 
