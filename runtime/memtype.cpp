@@ -83,6 +83,23 @@ std::string cuda_driver_status() {
   return g_status;
 }
 
+std::string gpu_support_summary() {
+  std::string out = "cuda: ";
+#ifdef SKIPRING_HAVE_CUDA
+  out += "SKIPRING_WITH_CUDA=ON but no device code is built yet";
+#else
+  out += "SKIPRING_WITH_CUDA=OFF";
+#endif
+  out += "; driver " + cuda_driver_status();
+  out += "; device and managed buffers go to the MPI library (counted as fallbacks)\nucx: ";
+#ifdef SKIPRING_HAVE_UCX
+  out += "found at build time, not used (no UCX transport yet)";
+#else
+  out += "not found at build time";
+#endif
+  return out;
+}
+
 void set_memtype_hook(MemTypeHook hook) { g_hook.store(hook, std::memory_order_release); }
 
 }  // namespace skipring

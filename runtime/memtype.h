@@ -27,6 +27,11 @@ inline bool host_accessible(MemType t) { return t == MemType::kHost || t == MemT
 // The CUDA driver as found at run time: "absent (libcuda.so.1: ...)" or "loaded".
 std::string cuda_driver_status();
 
+// What this build holds for GPUs and UCX, in words, for skipring_info: the CMake options that
+// were on (SKIPRING_WITH_CUDA, UCX found), what exists in code (no device path, no UCX
+// transport yet), the CUDA driver found at run time, and where device buffers go.
+std::string gpu_support_summary();
+
 // Tests only: classify through `hook` instead of the driver (nullptr restores the driver).
 using MemTypeHook = MemType (*)(const void* p);
 void set_memtype_hook(MemTypeHook hook);
