@@ -26,7 +26,8 @@ constexpr unsigned kMemUnified = 4;      // CU_MEMORYTYPE_UNIFIED
 using GetAttributes = int (*)(unsigned, unsigned*, void**, unsigned long long);
 
 std::atomic<MemTypeHook> g_hook{nullptr};
-std::once_flag g_load_once;
+std::mutex g_load_mutex;
+std::atomic<bool> g_looked_up{false};  // g_get and g_status are final once this is true
 GetAttributes g_get = nullptr;
 std::string g_status = "not looked up yet";
 
@@ -42,8 +43,15 @@ void load_driver() {
                               : "unusable (libcuda.so.1 has no cuPointerGetAttributes)";
 }
 
+// One acquire load on the per-call path (std::call_once costs a call into libc each time).
 GetAttributes driver() {
-  std::call_once(g_load_once, load_driver);
+  if (!g_looked_up.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_load_mutex);
+    if (!g_looked_up.load(std::memory_order_relaxed)) {
+      load_driver();
+      g_looked_up.store(true, std::memory_order_release);
+    }
+  }
   return g_get;
 }
 

@@ -61,6 +61,14 @@ struct Waiter {
   Status exchange(MPI_Comm comm, int peer, int tag, const void* mine, void* theirs, size_t bytes,
                   int round, int recv_tag = -1) const {
     const int len = static_cast<int>(bytes);
+    if (policy.timeout_s <= 0) {
+      // No watchdog (SKIPRING_TIMEOUT=0): one blocking MPI_Sendrecv, the fastest form (MPI_Test
+      // loops cost about 0.05-0.1 us more per 8-byte all-reduce at np 2 on shared memory).
+      return MPI_Sendrecv(mine, len, MPI_BYTE, peer, tag, theirs, len, MPI_BYTE, peer,
+                          recv_tag < 0 ? tag : recv_tag, comm, MPI_STATUS_IGNORE) == MPI_SUCCESS
+                 ? Status::kOk
+                 : Status::kErrTransport;
+    }
     MPI_Request reqs[2];
     if (MPI_Irecv(theirs, len, MPI_BYTE, peer, recv_tag < 0 ? tag : recv_tag, comm, &reqs[0]) !=
         MPI_SUCCESS) {
