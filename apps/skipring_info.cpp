@@ -16,8 +16,8 @@
 #include "collectives/algorithms.h"
 #include "runtime/api_internal.h"
 #include "runtime/config.h"
-#include "runtime/params.h"
 #include "runtime/memtype.h"
+#include "runtime/params.h"
 #include "runtime/topology_gather.h"
 
 namespace {
@@ -131,8 +131,9 @@ int main(int argc, char** argv) {
         std::printf("%s\n", p.name.c_str());
       }
     } else {
-      fmt::print("skipring {}.{}.{}  ranks={}\n{}\n", SKIPRING_VERSION_MAJOR, SKIPRING_VERSION_MINOR,
-                 SKIPRING_VERSION_PATCH, size, skipring::gpu_support_summary());
+      fmt::print("skipring {}.{}.{}  ranks={}\n{}\n", SKIPRING_VERSION_MAJOR,
+                 SKIPRING_VERSION_MINOR, SKIPRING_VERSION_PATCH, size,
+                 skipring::gpu_support_summary());
       fmt::print("{:<26} {:<10} {:<6} {:<10} {}\n", "parameter", "value", "type", "default",
                  "accepts / meaning");
       for (const auto& p : skipring::describe_params(cfg, skipring::process_env())) {

@@ -3,8 +3,8 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <initializer_list>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>

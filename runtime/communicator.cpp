@@ -417,8 +417,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
                                  std::chrono::steady_clock::now().time_since_epoch().count()))
           : 0;
   const int i_fresh = mm.add(fresh);
-  if (Status st = mm.reduce(user, wait_, "communicator setup: the agreement all-reduce");
-      !ok(st)) {
+  if (Status st = mm.reduce(user, wait_, "communicator setup: the agreement all-reduce"); !ok(st)) {
     SKIPRING_LOG_ERROR("communicator setup: the agreement all-reduce failed ({})",
                        status_string(st));
     return st;

@@ -35,11 +35,10 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   w.what = "SKIPRING_CHECK's argument agreement before the collective";
   w.seq = static_cast<int64_t>(seq_);
   MPI_Request req;
-  Status st =
-      PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req) ==
-              MPI_SUCCESS
-          ? wait_all(Requests{&req, 1, -1}, wait_, w)
-          : Status::kErrTransport;
+  Status st = PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req) ==
+                      MPI_SUCCESS
+                  ? wait_all(Requests{&req, 1, -1}, wait_, w)
+                  : Status::kErrTransport;
   if (st == Status::kErrTimeout) {
     leak_pending(&mine);
     leak_pending(&all);
@@ -80,10 +79,10 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   for (int r = 0; r < size_; ++r) {
     const int64_t* e = &every[static_cast<size_t>(r) * 5];
     const char* nm = &every_name[static_cast<size_t>(r) * kName];
-    calls += fmt::format("{}rank {}: {}(count {}, {}, op {}", r ? "; " : "", r,
-                         std::string(nm, strnlen(nm, kName)), e[1],
-                         dtype_name(static_cast<DType>(e[2])),
-                         e[3] < 0 ? std::string("-") : rop_name(static_cast<ROp>(e[3])));
+    calls +=
+        fmt::format("{}rank {}: {}(count {}, {}, op {}", r ? "; " : "", r,
+                    std::string(nm, strnlen(nm, kName)), e[1], dtype_name(static_cast<DType>(e[2])),
+                    e[3] < 0 ? std::string("-") : rop_name(static_cast<ROp>(e[3])));
     calls += e[4] >= 0 ? fmt::format(", root {})", e[4]) : std::string(")");
   }
   const char* what = all[0] != -all[1]   ? "the collective"

@@ -126,8 +126,7 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     double lat = 0, big = 0;
     failed = ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, w, &lat);
     if (ok(failed)) {
-      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, w,
-                         &big);
+      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, w, &big);
     }
     if (!ok(failed)) break;
     const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;

@@ -47,8 +47,8 @@ inline int test_all(const Requests& r, int* done) {
 // The timeout: everything pending is let go as far as MPI allows.
 Status give_up(Requests r, const WaitPolicy& policy, const WaitWhat& what, double idle,
                std::string* message) {
-  const std::string text = fmt::format("no progress for {:.1f} s (SKIPRING_TIMEOUT={} s): {}",
-                                       idle, policy.timeout_s, what.describe());
+  const std::string text = fmt::format("no progress for {:.1f} s (SKIPRING_TIMEOUT={} s): {}", idle,
+                                       policy.timeout_s, what.describe());
   SKIPRING_LOG_ERROR("watchdog: {}", text);
   if (policy.abort_on_timeout) {
     SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
@@ -72,8 +72,7 @@ Status give_up(Requests r, const WaitPolicy& policy, const WaitWhat& what, doubl
 
 }  // namespace
 
-Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what,
-                std::string* message) {
+Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what, std::string* message) {
 #ifdef SKIPRING_SIMGRID
   (void)policy;
   (void)what;

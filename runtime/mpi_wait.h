@@ -47,9 +47,9 @@ WaitPolicy wait_policy(const Config& cfg, const Clock* clock);
 struct WaitWhat {
   const char* what = "";
   const char* how = nullptr;  // e.g. the algorithm
-  int64_t seq = -1;   // the collective's sequence number on its communicator
-  int step = -1;      // round or step inside it
-  int peer = -1;      // the rank waited for; -1: a collective of every rank
+  int64_t seq = -1;           // the collective's sequence number on its communicator
+  int step = -1;              // round or step inside it
+  int peer = -1;              // the rank waited for; -1: a collective of every rank
   std::string describe() const;
 };
 

@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "collectives/reduce_kernels.h"
-#include "runtime/mpi_wait.h"
 #include "runtime/config.h"
 #include "runtime/log.h"
+#include "runtime/mpi_wait.h"
 
 #ifdef SKIPRING_SIMGRID
 #include <smpi/smpi.h>  // smpi_execute_benched

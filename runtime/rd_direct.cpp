@@ -119,8 +119,8 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
       SKIPRING_RETURN_IF_ERROR(waiter.send(sendbuf, bytes, peer, kRdDirectTagBase, comm, 0));
       SKIPRING_RETURN_IF_ERROR(waiter.recv(recvbuf, bytes, peer, kRdDirectTagBase + 63, comm, 0));
     } else {
-      SKIPRING_RETURN_IF_ERROR(waiter.exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf, bytes, 0,
-                                          kRdDirectTagBase + 63));
+      SKIPRING_RETURN_IF_ERROR(waiter.exchange(comm, peer, kRdDirectTagBase, sendbuf, recvbuf,
+                                               bytes, 0, kRdDirectTagBase + 63));
     }
     n_sent = 1;
     n_recv = 1;
@@ -131,7 +131,8 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
   const void* cur = sendbuf;
   if (lay.has_extra_) {
     // Partner of the extra at pos - 1: a = the extra's input (the lower position).
-    SKIPRING_RETURN_IF_ERROR(waiter.recv(tmp, bytes, ring[lay.fold_peer_], kRdDirectTagBase, comm, 0));
+    SKIPRING_RETURN_IF_ERROR(
+        waiter.recv(tmp, bytes, ring[lay.fold_peer_], kRdDirectTagBase, comm, 0));
     ++n_recv;
     SKIPRING_RETURN_IF_ERROR(reduce(op, dtype, recvbuf, tmp, sendbuf, count));
     cur = recvbuf;
@@ -140,7 +141,8 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
   for (int k = 0; k < lay.rounds_; ++k) {
     const int w = v ^ (1 << k);
     const int peer = ring[lay.pos_of_vrank(w)];
-    SKIPRING_RETURN_IF_ERROR(waiter.exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes, k + 1));
+    SKIPRING_RETURN_IF_ERROR(
+        waiter.exchange(comm, peer, kRdDirectTagBase + 1 + k, cur, tmp, bytes, k + 1));
     ++n_sent;
     ++n_recv;
     // a = the partial of the side whose bit k is clear: the same operands, in the same order,
@@ -153,8 +155,8 @@ Status rd_direct_allreduce(MPI_Comm comm, const std::vector<int>& ring, int pos,
     cur = recvbuf;
   }
   if (lay.has_extra_) {
-    SKIPRING_RETURN_IF_ERROR(waiter.send(recvbuf, bytes, ring[lay.fold_peer_], kRdDirectTagBase + 63,
-                                    comm, lay.rounds_ + 1));
+    SKIPRING_RETURN_IF_ERROR(waiter.send(recvbuf, bytes, ring[lay.fold_peer_],
+                                         kRdDirectTagBase + 63, comm, lay.rounds_ + 1));
     ++n_sent;
   }
   count_msgs();

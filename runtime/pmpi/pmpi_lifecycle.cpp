@@ -27,7 +27,7 @@ namespace skipring::pmpi {
 namespace {
 
 std::mutex g_init_mutex;
-std::atomic<bool> g_init_done{false};   // skipring_init has been called (g_init_rc valid)
+std::atomic<bool> g_init_done{false};  // skipring_init has been called (g_init_rc valid)
 int g_init_rc = MPI_SUCCESS;  // written before g_init_done is set (and by after_init's agreement,
                               // inside MPI_Init, before any other call can read it)
 std::atomic<bool> g_finalizing{false};  // before_finalize has started
@@ -121,8 +121,9 @@ int agree_at_init(int local_rc, std::string* why) {
   *why += on;
   *why += "; 0 on ranks ";
   *why += off;
-  *why += " (it must be the same on every rank: set it in the job's environment, e.g. "
-          "mpirun -x SKIPRING_ENABLE)";
+  *why +=
+      " (it must be the same on every rank: set it in the job's environment, e.g. "
+      "mpirun -x SKIPRING_ENABLE)";
   return MPI_ERR_ARG;
 }
 

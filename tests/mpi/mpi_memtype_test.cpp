@@ -68,7 +68,8 @@ void run_all(bool device, const std::string& label) {
   good = true;
   for (int r = 0; r < g_size; ++r) {
     for (int i = 0; i < kCount; ++i) {
-      good = good && all[static_cast<size_t>(r) * kCount + i] == static_cast<int64_t>(i) * 1000003 + r;
+      good =
+          good && all[static_cast<size_t>(r) * kCount + i] == static_cast<int64_t>(i) * 1000003 + r;
     }
   }
   check(good, label + ": allgather result");
@@ -91,13 +92,13 @@ void run_all(bool device, const std::string& label) {
   const skipring_totals_t t1 = totals();
   const uint64_t calls = t1.calls - t0.calls, fallbacks = t1.fallbacks - t0.fallbacks;
   if (device) {
-    check(fallbacks == 5 && calls == 0,
-          label + ": all 5 calls went to PMPI (fallbacks " + std::to_string(fallbacks) +
-              ", skipring calls " + std::to_string(calls) + ")");
+    check(fallbacks == 5 && calls == 0, label + ": all 5 calls went to PMPI (fallbacks " +
+                                            std::to_string(fallbacks) + ", skipring calls " +
+                                            std::to_string(calls) + ")");
   } else {
-    check(fallbacks == 0 && calls == 5,
-          label + ": all 5 calls ran in skipring (fallbacks " + std::to_string(fallbacks) +
-              ", skipring calls " + std::to_string(calls) + ")");
+    check(fallbacks == 0 && calls == 5, label + ": all 5 calls ran in skipring (fallbacks " +
+                                            std::to_string(fallbacks) + ", skipring calls " +
+                                            std::to_string(calls) + ")");
   }
   g_marked.clear();
 }
@@ -123,8 +124,8 @@ int main(int argc, char** argv) {
     g_pretend = MemType::kDevice;
     g_marked = {out.data()};
     const skipring_totals_t t0 = totals();
-    check(skipring_allreduce(in.data(), out.data(), kCount, MPI_INT64_T, MPI_SUM,
-                             MPI_COMM_WORLD) == MPI_SUCCESS &&
+    check(skipring_allreduce(in.data(), out.data(), kCount, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD) ==
+                  MPI_SUCCESS &&
               out[kCount - 1] == static_cast<int64_t>(g_size) * (g_size + 1) / 2,
           "device recvbuf only: right result");
     check(totals().fallbacks - t0.fallbacks == 1, "device recvbuf only: a fallback");

@@ -47,7 +47,7 @@ using mpitest::g_rank;
 using mpitest::g_size;
 
 constexpr int kVictim = 1;
-double g_timeout = 2;  // SKIPRING_TIMEOUT of the run
+double g_timeout = 2;             // SKIPRING_TIMEOUT of the run
 std::string g_algo = "skipring";  // --algo
 
 // This rank's stderr, redirected to a file (skipring logs there). The file is unlinked at once
@@ -250,8 +250,8 @@ void case_setup() {
   const double elapsed = now_s() - t0;
   const std::string where = " (rank " + std::to_string(g_rank) + ")";
   const std::string log = g_capture.log();
-  check(rc == MPI_ERR_OTHER, "the setup's timeout returns MPI_ERR_OTHER, got " +
-                                 std::to_string(rc) + where);
+  check(rc == MPI_ERR_OTHER,
+        "the setup's timeout returns MPI_ERR_OTHER, got " + std::to_string(rc) + where);
   check(elapsed >= g_timeout * 0.9 && elapsed < g_timeout + 3,
         "it returns after about SKIPRING_TIMEOUT: " + std::to_string(elapsed) + " s" + where);
   const std::string err = line_with(log, "] error: watchdog: no progress for");
@@ -287,8 +287,9 @@ int mismatched(int count, const char* what, bool null_send = false, bool one_vic
           std::string(what) + ": the victim's successor names it");
   }
   if (one_victim && g_algo == "rd" && g_rank == 0 && rc != MPI_SUCCESS) {
-    check(contains(g_capture.log(), "round 1: rank " + std::to_string(kVictim) + " has not answered"),
-          std::string(what) + ": the victim's first partner names it");
+    check(
+        contains(g_capture.log(), "round 1: rank " + std::to_string(kVictim) + " has not answered"),
+        std::string(what) + ": the victim's first partner names it");
   }
   int failed = rc != MPI_SUCCESS ? 1 : 0, failures = 0;
   PMPI_Allreduce(&failed, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
