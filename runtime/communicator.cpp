@@ -178,18 +178,12 @@ class MinMax {
   Status reduce(MPI_Comm comm, const WaitPolicy& wait, const char* what) {
     res_.assign(vals_.size(), 0);
     MPI_Request req;
-    if (PMPI_Iallreduce(vals_.data(), res_.data(), static_cast<int>(vals_.size()), MPI_INT64_T,
-                        MPI_MAX, comm, &req) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
     WaitWhat w;
     w.what = what;
-    const Status st = wait_all(Requests{&req, 1, -1}, wait, w);
-    if (st == Status::kErrTimeout) {
-      leak_pending(&vals_);
-      leak_pending(&res_);
-    }
-    return st;
+    return wait_collectives(
+        PMPI_Iallreduce(vals_.data(), res_.data(), static_cast<int>(vals_.size()), MPI_INT64_T,
+                        MPI_MAX, comm, &req),
+        &req, 1, wait, w, nullptr, &vals_, &res_);
   }
   int64_t max(int i) const { return res_[2 * i]; }
   int64_t min(int i) const { return -res_[2 * i + 1]; }
@@ -229,19 +223,12 @@ Status gather_texts(MPI_Comm comm, int size, const std::vector<std::string>& min
   std::vector<char> send(k * kField, '\0'), all(k * kField * static_cast<size_t>(size));
   for (size_t i = 0; i < k; ++i) std::snprintf(&send[i * kField], kField, "%s", mine[i].c_str());
   MPI_Request req;
-  if (PMPI_Iallgather(send.data(), static_cast<int>(send.size()), MPI_CHAR, all.data(),
-                      static_cast<int>(send.size()), MPI_CHAR, comm, &req) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
   WaitWhat w;
   w.what = "communicator setup: gathering the differing SKIPRING_* values";
-  if (Status st = wait_all(Requests{&req, 1, -1}, wait, w); !ok(st)) {
-    if (st == Status::kErrTimeout) {
-      leak_pending(&send);
-      leak_pending(&all);
-    }
-    return st;
-  }
+  SKIPRING_RETURN_IF_ERROR(wait_collectives(
+      PMPI_Iallgather(send.data(), static_cast<int>(send.size()), MPI_CHAR, all.data(),
+                      static_cast<int>(send.size()), MPI_CHAR, comm, &req),
+      &req, 1, wait, w, nullptr, &send, &all));
   out->assign(k, std::vector<std::string>(static_cast<size_t>(size)));
   for (int r = 0; r < size; ++r) {
     for (size_t i = 0; i < k; ++i) {
@@ -469,8 +456,7 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
 #endif
     WaitWhat w;
     w.what = "communicator setup: duplicating the communicator";
-    if (Status st = wait_all(Requests{&req, 1, -1}, wait_, w); !ok(st)) {
-      if (st == Status::kErrTimeout) leak_pending(&dup);
+    if (Status st = wait_collectives(MPI_SUCCESS, &req, 1, wait_, w, nullptr, &dup); !ok(st)) {
       return st == Status::kErrTimeout ? st : Status::kErrComm;
     }
     internal_ = dup[0];
@@ -782,18 +768,11 @@ double Communicator::measure_engine_sigma(bool* failed) {
   MPI_Request reqs[2];
   WaitWhat w;
   w.what = "communicator setup: the engine probe's closing all-reduce";
-  Status st = PMPI_Iallreduce(mine.data(), all.data(), 2, MPI_DOUBLE, MPI_MAX, internal_,
-                              &reqs[0]) == MPI_SUCCESS
-                  ? wait_all(Requests{&reqs[0], 1, -1}, wait_, w)
-                  : Status::kErrTransport;
-  if (st == Status::kErrTimeout) {
-    leak_pending(&mine);
-    leak_pending(&all);
-  }
+  Status st = wait_collectives(
+      PMPI_Iallreduce(mine.data(), all.data(), 2, MPI_DOUBLE, MPI_MAX, internal_, &reqs[0]),
+      &reqs[0], 1, wait_, w, nullptr, &mine, &all);
   if (ok(st)) {
-    st = PMPI_Ibarrier(internal_, &reqs[1]) == MPI_SUCCESS
-             ? wait_all(Requests{&reqs[1], 1, -1}, wait_, w)
-             : Status::kErrTransport;
+    st = wait_collectives(PMPI_Ibarrier(internal_, &reqs[1]), &reqs[1], 1, wait_, w, nullptr);
   }
   if (!ok(st)) {
     *failed = true;

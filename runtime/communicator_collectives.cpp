@@ -35,14 +35,9 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   w.what = "SKIPRING_CHECK's argument agreement before the collective";
   w.seq = static_cast<int64_t>(seq_);
   MPI_Request req;
-  Status st = PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req) ==
-                      MPI_SUCCESS
-                  ? wait_all(Requests{&req, 1, -1}, wait_, w)
-                  : Status::kErrTransport;
-  if (st == Status::kErrTimeout) {
-    leak_pending(&mine);
-    leak_pending(&all);
-  }
+  Status st = wait_collectives(
+      PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req), &req, 1,
+      wait_, w, nullptr, &mine, &all);
   if (!ok(st)) {
     note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
     return st;
@@ -59,18 +54,14 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   std::vector<char> every_name(static_cast<size_t>(size_) * kName);
   std::vector<int64_t> mine_v(v, v + 5);
   MPI_Request reqs[2];
-  st = PMPI_Iallgather(mine_v.data(), 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T, internal_,
-                       &reqs[0]) == MPI_SUCCESS &&
-               PMPI_Iallgather(mine_name.data(), kName, MPI_CHAR, every_name.data(), kName,
-                               MPI_CHAR, internal_, &reqs[1]) == MPI_SUCCESS
-           ? wait_all(Requests{reqs, 2, -1}, wait_, w)
-           : Status::kErrTransport;
-  if (st == Status::kErrTimeout) {
-    leak_pending(&mine_v);
-    leak_pending(&every);
-    leak_pending(&mine_name);
-    leak_pending(&every_name);
+  int started = PMPI_Iallgather(mine_v.data(), 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T,
+                                internal_, &reqs[0]);
+  if (started == MPI_SUCCESS) {
+    started = PMPI_Iallgather(mine_name.data(), kName, MPI_CHAR, every_name.data(), kName, MPI_CHAR,
+                              internal_, &reqs[1]);
   }
+  st = wait_collectives(started, reqs, 2, wait_, w, nullptr, &mine_v, &every, &mine_name,
+                        &every_name);
   if (!ok(st)) {
     note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
     return st;
@@ -139,14 +130,10 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
     w.what = "SKIPRING_CHECK's leftover check after the collective";
     w.seq = static_cast<int64_t>(seq_ - 1);
     MPI_Request req;
-    Status probe = MPI_Ibarrier(internal_, &req) == MPI_SUCCESS
-                       ? wait_all(Requests{&req, 1, -1}, wait_, w)
-                       : Status::kErrTransport;
+    Status probe = wait_collectives(MPI_Ibarrier(internal_, &req), &req, 1, wait_, w, nullptr);
     if (ok(probe)) probe = transport_->unmatched_message_waiting(&waiting);
     if (ok(probe)) {
-      probe = MPI_Ibarrier(internal_, &req) == MPI_SUCCESS
-                  ? wait_all(Requests{&req, 1, -1}, wait_, w)
-                  : Status::kErrTransport;
+      probe = wait_collectives(MPI_Ibarrier(internal_, &req), &req, 1, wait_, w, nullptr);
     }
     if (!ok(probe)) {
       note_error(probe, seq_ - 1,

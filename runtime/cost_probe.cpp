@@ -27,36 +27,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Completes `req`, watched (runtime/mpi_wait.h), yielding the core from the first failed test
-// (policy.spins = 0): a blocking MPI call spins, and where ranks share cores (emulated hosts,
-// oversubscribed nodes) the spinning rank holds the core its partner needs for a whole time
-// slice, which the round trip then measures (2-4 ms latencies between emulated hosts on 2
-// cores for 4 ranks, with MPI_Send / MPI_Recv). A partner that never answers: kErrTimeout.
-Status wait_yielding(MPI_Request* req, int recvs, const WaitPolicy& policy, const char* what,
-                     int peer) {
+// The probe's waits are watched (runtime/mpi_wait.h) and yield the core from the first failed
+// test (policy.spins = 0): a blocking MPI call spins, and where ranks share cores (emulated
+// hosts, oversubscribed nodes) the spinning rank holds the core its partner needs for a whole
+// time slice, which the round trip then measures (2-4 ms latencies between emulated hosts on
+// 2 cores for 4 ranks, with MPI_Send / MPI_Recv). A partner that never answers: kErrTimeout.
+WaitWhat probe_step(const char* what, int peer = -1) {
   WaitWhat w;
   w.what = what;
   w.peer = peer;
-  return wait_all(Requests{req, 1, recvs}, policy, w);
+  return w;
 }
 
 constexpr const char* kRoundTrip = "communicator setup: the cost model's round trips";
-
-Status send_yielding(const void* buf, int len, int peer, MPI_Comm comm, const WaitPolicy& w) {
-  MPI_Request req;
-  if (MPI_Isend(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  return wait_yielding(&req, 0, w, kRoundTrip, peer);
-}
-
-Status recv_yielding(void* buf, int len, int peer, MPI_Comm comm, const WaitPolicy& w) {
-  MPI_Request req;
-  if (MPI_Irecv(buf, len, MPI_BYTE, peer, kProbeTag, comm, &req) != MPI_SUCCESS) {
-    return Status::kErrTransport;
-  }
-  return wait_yielding(&req, 1, w, kRoundTrip, peer);
-}
 
 // Half round trips of `bytes` with `peer`, the fastest of `iters` (after two warm-up rounds):
 // noise only ever adds to a round trip. The median was not robust enough across emulated hosts
@@ -69,13 +52,13 @@ Status ping_pong(MPI_Comm comm, int peer, bool first, std::vector<uint8_t>* buf,
   std::vector<double> t;
   for (int i = 0; i < iters + 2; ++i) {
     const double t0 = clock.now();
-    const int len = static_cast<int>(bytes);
+    const WaitWhat what = probe_step(kRoundTrip, peer);
     if (first) {
-      SKIPRING_RETURN_IF_ERROR(send_yielding(buf->data(), len, peer, comm, w));
-      SKIPRING_RETURN_IF_ERROR(recv_yielding(buf->data(), len, peer, comm, w));
+      SKIPRING_RETURN_IF_ERROR(send_watched(buf->data(), bytes, peer, kProbeTag, comm, w, what));
+      SKIPRING_RETURN_IF_ERROR(recv_watched(buf->data(), bytes, peer, kProbeTag, comm, w, what));
     } else {
-      SKIPRING_RETURN_IF_ERROR(recv_yielding(buf->data(), len, peer, comm, w));
-      SKIPRING_RETURN_IF_ERROR(send_yielding(buf->data(), len, peer, comm, w));
+      SKIPRING_RETURN_IF_ERROR(recv_watched(buf->data(), bytes, peer, kProbeTag, comm, w, what));
+      SKIPRING_RETURN_IF_ERROR(send_watched(buf->data(), bytes, peer, kProbeTag, comm, w, what));
     }
     if (i >= 2) t.push_back((clock.now() - t0) / 2);  // two warm-up rounds
   }
@@ -106,9 +89,9 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     // early (a late rank's neighbours) would otherwise spin in its first round trip or in the
     // final all-reduce on a core the probing pairs need.
     MPI_Request req;
-    if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) return Status::kErrTransport;
-    SKIPRING_RETURN_IF_ERROR(
-        wait_yielding(&req, -1, w, "communicator setup: the cost model's opening barrier", -1));
+    SKIPRING_RETURN_IF_ERROR(wait_collectives(
+        MPI_Ibarrier(comm, &req), &req, 1, w,
+        probe_step("communicator setup: the cost model's opening barrier"), nullptr));
   }
   // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
   // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
@@ -169,17 +152,10 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   std::vector<double> send(mine, mine + 8), all(8, 0.0);
   {
     MPI_Request req;
-    if (PMPI_Iallreduce(send.data(), all.data(), 8, MPI_DOUBLE, MPI_MAX, comm, &req) !=
-        MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-    const Status st =
-        wait_yielding(&req, -1, w, "communicator setup: the cost model's closing all-reduce", -1);
-    if (st == Status::kErrTimeout) {
-      leak_pending(&send);
-      leak_pending(&all);
-    }
-    SKIPRING_RETURN_IF_ERROR(st);
+    SKIPRING_RETURN_IF_ERROR(wait_collectives(
+        PMPI_Iallreduce(send.data(), all.data(), 8, MPI_DOUBLE, MPI_MAX, comm, &req), &req, 1, w,
+        probe_step("communicator setup: the cost model's closing all-reduce"), nullptr, &send,
+        &all));
   }
   if (all[7] != 0) return ok(failed) ? Status::kErrTransport : failed;
   CostParams p;  // defaults where nothing was measured (n == 1)

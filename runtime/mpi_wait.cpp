@@ -122,4 +122,22 @@ Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what, std:
 #endif
 }
 
+Status send_watched(const void* buf, size_t bytes, int peer, int tag, MPI_Comm comm,
+                    const WaitPolicy& policy, const WaitWhat& what, std::string* message) {
+  MPI_Request req;
+  if (MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  return wait_all(Requests{&req, 1, 0}, policy, what, message);
+}
+
+Status recv_watched(void* buf, size_t bytes, int peer, int tag, MPI_Comm comm,
+                    const WaitPolicy& policy, const WaitWhat& what, std::string* message) {
+  MPI_Request req;
+  if (MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  return wait_all(Requests{&req, 1, 1}, policy, what, message);
+}
+
 }  // namespace skipring

@@ -68,13 +68,30 @@ struct Requests {
 Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what,
                 std::string* message = nullptr);
 
+// One point-to-point message of `bytes` bytes to or from `peer`, posted and waited for.
+Status send_watched(const void* buf, size_t bytes, int peer, int tag, MPI_Comm comm,
+                    const WaitPolicy& policy, const WaitWhat& what, std::string* message = nullptr);
+Status recv_watched(void* buf, size_t bytes, int peer, int tag, MPI_Comm comm,
+                    const WaitPolicy& policy, const WaitWhat& what, std::string* message = nullptr);
+
 // The buffers of a collective left pending at a timeout must never be freed (MPI may still
-// complete it and write them): the caller moves them here when wait_all returned kErrTimeout
-// and they are leaked (a move keeps a vector's storage). Rare: a timeout breaks the
-// communicator. Such buffers are vectors, never locals on the stack.
+// complete it and write them): they are leaked (a move keeps a vector's storage). Rare: a
+// timeout breaks the communicator. Such buffers are vectors, never locals on the stack.
 template <typename T>
 void leak_pending(std::vector<T>* v) {
   new std::vector<T>(std::move(*v));  // NOLINT: intentionally never freed
+}
+
+// Completes `n` non-blocking collectives whose start returned `started` (MPI_SUCCESS or an
+// error: then kErrTransport), watched; at a timeout the vectors `pending` (their buffers) are
+// leaked, since MPI lets nobody cancel a collective.
+template <typename... V>
+Status wait_collectives(int started, MPI_Request* reqs, int n, const WaitPolicy& policy,
+                        const WaitWhat& what, std::string* message, V*... pending) {
+  if (started != MPI_SUCCESS) return Status::kErrTransport;
+  const Status st = wait_all(Requests{reqs, n, -1}, policy, what, message);
+  if (st == Status::kErrTimeout) (leak_pending(pending), ...);
+  return st;
 }
 
 }  // namespace skipring

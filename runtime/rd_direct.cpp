@@ -27,28 +27,23 @@ struct Waiter {
   const WaitPolicy& policy;
   uint64_t seq;
   std::string* timeout_message;
+  WaitWhat what(int round, int peer) const {
+    WaitWhat w;
+    w.what = "all-reduce";
+    w.how = "recursive doubling";
+    w.seq = static_cast<int64_t>(seq);
+    w.step = round;
+    w.peer = peer;
+    return w;
+  }
   Status wait(MPI_Request* reqs, int n, int recvs, int round, int peer) const {
-    WaitWhat what;
-    what.what = "all-reduce";
-    what.how = "recursive doubling";
-    what.seq = static_cast<int64_t>(seq);
-    what.step = round;
-    what.peer = peer;
-    return wait_all(Requests{reqs, n, recvs}, policy, what, timeout_message);
+    return wait_all(Requests{reqs, n, recvs}, policy, what(round, peer), timeout_message);
   }
   Status send(const void* buf, size_t bytes, int peer, int tag, MPI_Comm comm, int round) const {
-    MPI_Request req;
-    if (MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &req) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-    return wait(&req, 1, 0, round, peer);
+    return send_watched(buf, bytes, peer, tag, comm, policy, what(round, peer), timeout_message);
   }
   Status recv(void* buf, size_t bytes, int peer, int tag, MPI_Comm comm, int round) const {
-    MPI_Request req;
-    if (MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, tag, comm, &req) != MPI_SUCCESS) {
-      return Status::kErrTransport;
-    }
-    return wait(&req, 1, 1, round, peer);
+    return recv_watched(buf, bytes, peer, tag, comm, policy, what(round, peer), timeout_message);
   }
   // Sends `mine` to `peer` with tag `tag` and receives into `theirs` from it with `recv_tag`
   // (default: the same tag): the receive posted first, then the send, then a watched wait.

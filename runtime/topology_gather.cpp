@@ -23,22 +23,17 @@ Status gather_topology(MPI_Comm comm, const std::string& host_map, const WaitPol
   std::vector<uint8_t> all(kRecordBytes * static_cast<size_t>(size));
   encode_record(mine, send.data());
   MPI_Request req;
-  if (MPI_Iallgather(send.data(), static_cast<int>(kRecordBytes), MPI_BYTE, all.data(),
-                     static_cast<int>(kRecordBytes), MPI_BYTE, comm, &req) != MPI_SUCCESS) {
-    *error = "topology: MPI_Iallgather of the rank records failed";
-    return Status::kErrTransport;
-  }
   WaitWhat what;
   what.what = "communicator setup: the topology all-gather";
-  if (Status st = wait_all(Requests{&req, 1, -1}, wait, what, error); !ok(st)) {
-    if (st == Status::kErrTimeout) {
-      leak_pending(&send);
-      leak_pending(&all);
-    } else {
-      *error = "topology: MPI_Iallgather of the rank records failed";
-    }
+  if (Status st = wait_collectives(
+          MPI_Iallgather(send.data(), static_cast<int>(kRecordBytes), MPI_BYTE, all.data(),
+                         static_cast<int>(kRecordBytes), MPI_BYTE, comm, &req),
+          &req, 1, wait, what, error, &send, &all);
+      !ok(st)) {
+    if (st != Status::kErrTimeout) *error = "topology: MPI_Iallgather of the rank records failed";
     return st;
   }
+
   std::vector<RankRecord> records(size);
   for (int r = 0; r < size; ++r) {
     if (!decode_record(all.data() + kRecordBytes * r, kRecordBytes, &records[r], error)) {
