@@ -10,6 +10,7 @@
 
 #include "common/size_parse.h"
 #include "common/text.h"
+#include "topology/affinity.h"
 #include "topology/multitree.h"
 
 namespace skipring {
@@ -174,6 +175,12 @@ CustomParam algo_param() {
 const CustomParam kHostMap{
     "string", "`block:K`, or one label per rank (`a,a,b,b`)", parse_host_map,
     [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }};
+// SKIPRING_GPU is per rank and read by the topology gather itself (runtime/topology_gather.cpp,
+// topology/affinity.h): here it is only checked (an index) and listed; the GPU each rank
+// ends up with is what `skipring_info --topology` shows.
+const CustomParam kGpu{"int", "a GPU index `0..` among the host's GPUs (PCI bus order)",
+                       [](const std::string& t, Config*) { return parse_gpu_request(t) >= 0; },
+                       [](const Config&) { return std::string("(local rank)"); }};
 const CustomParam kTreeGraph{
     "path", "a link-graph file (`docs/multitree.md`)", parse_tree_graph, [](const Config& c) {
       return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph;
@@ -257,6 +264,9 @@ const std::vector<ParamDef>& param_table() {
        "table), anything else forces one for every size"},
       {"SKIPRING_HOST_MAP", kHostMap, {}, "",
        "rank → host override: fakes several hosts (tests, SimGrid); empty: the real hostnames"},
+      {"SKIPRING_GPU", kGpu, {}, "",
+       "this rank's GPU; unset: local rank modulo the host's GPUs. Its NIC for UCX and hier's "
+       "inter-host leaders follow from it ([docs/topology.md](docs/topology.md))"},
       {"SKIPRING_TREE_GRAPH", kTreeGraph, {}, "",
        "the network the multi-tree planner builds its trees on; empty: derived from topology "
        "and measured costs"},

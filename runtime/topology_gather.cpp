@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 #include <vector>
+
+#include "topology/affinity.h"
 
 namespace skipring {
 
@@ -19,6 +22,10 @@ Status gather_topology(MPI_Comm comm, const std::string& host_map, const WaitPol
   RankRecord mine = local_record(std::string(name, static_cast<size_t>(std::max(len, 0))));
   mine.rank = rank;
   mine.host_map_hash = fnv1a64(host_map);
+  // SKIPRING_GPU is per rank (not in the agreed Config): read here, carried in the record and
+  // checked by build_topology against the host's GPUs on the gathered records.
+  const char* gpu = std::getenv(kGpuEnvVar);
+  mine.gpu_request = parse_gpu_request(gpu != nullptr ? gpu : "");
   std::vector<uint8_t> send(kRecordBytes);
   std::vector<uint8_t> all(kRecordBytes * static_cast<size_t>(size));
   encode_record(mine, send.data());

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "topology/affinity.h"
 #include "topology/ring_order.h"
 
 #ifndef SKIPRING_SIMGRID
@@ -16,7 +18,7 @@
 namespace skipring {
 
 namespace {
-constexpr uint32_t kRecordMagic = 0x31525453;  // "STR1"
+constexpr uint32_t kRecordMagic = 0x32525453;  // "STR2" (STR1: no PCI locality, no SKIPRING_GPU)
 
 class Writer {
  public:
@@ -85,14 +87,20 @@ size_t encode_record(const RankRecord& rec, uint8_t* out) {
   w.put(rec.num_pus);
   w.put(rec.machine_cores);
   for (uint64_t word : rec.core_mask) w.put(word);
+  w.put(rec.gpu_request);
   w.put(rec.num_devices);
   w.put(rec.devices_dropped);
   for (const TopoDevice& d : rec.devices) {
     w.put(d.kind);
     w.put(d.package);
     w.put(d.numa);
+    w.put(d.flags);
+    w.put(d.port);
     w.put_chars(d.name, TopoDevice::kNameChars);
     w.put_chars(d.pci_bus, TopoDevice::kBusChars);
+    w.put_chars(d.pci_switch, TopoDevice::kBusChars);
+    w.put_chars(d.pci_root, TopoDevice::kBusChars);
+    w.put_chars(d.fabric, TopoDevice::kNameChars);
   }
   return w.pos();
 }
@@ -122,17 +130,27 @@ bool decode_record(const uint8_t* in, size_t bytes, RankRecord* out, std::string
   r.get(&rec.num_pus);
   r.get(&rec.machine_cores);
   for (uint64_t& word : rec.core_mask) r.get(&word);
+  r.get(&rec.gpu_request);
   r.get(&rec.num_devices);
   r.get(&rec.devices_dropped);
   for (TopoDevice& d : rec.devices) {
     r.get(&d.kind);
     r.get(&d.package);
     r.get(&d.numa);
+    r.get(&d.flags);
+    r.get(&d.port);
     r.get_chars(d.name, TopoDevice::kNameChars);
     r.get_chars(d.pci_bus, TopoDevice::kBusChars);
+    r.get_chars(d.pci_switch, TopoDevice::kBusChars);
+    r.get_chars(d.pci_root, TopoDevice::kBusChars);
+    r.get_chars(d.fabric, TopoDevice::kNameChars);
   }
   if (!terminated(rec.host, RankRecord::kHostChars)) {
     *why = "topology record: hostname not terminated";
+    return false;
+  }
+  if (rec.gpu_request < kGpuRequestBad) {
+    *why = "topology record: bad GPU request " + std::to_string(rec.gpu_request);
     return false;
   }
   if (rec.num_devices < 0 || rec.num_devices > static_cast<int32_t>(RankRecord::kMaxDevices) ||
@@ -144,6 +162,9 @@ bool decode_record(const uint8_t* in, size_t bytes, RankRecord* out, std::string
     const TopoDevice& d = rec.devices[i];
     if (!terminated(d.name, TopoDevice::kNameChars) ||
         !terminated(d.pci_bus, TopoDevice::kBusChars) ||
+        !terminated(d.pci_switch, TopoDevice::kBusChars) ||
+        !terminated(d.pci_root, TopoDevice::kBusChars) ||
+        !terminated(d.fabric, TopoDevice::kNameChars) || d.port < 0 ||
         (d.kind != static_cast<int32_t>(TopoDeviceKind::kGpu) &&
          d.kind != static_cast<int32_t>(TopoDeviceKind::kNic))) {
       *why = "topology record: bad device " + std::to_string(i);
@@ -220,6 +241,11 @@ Status build_topology(std::vector<RankRecord> records, const std::string& host_m
     return Status::kErrInternal;
   }
   t.records = std::move(records);
+  // SKIPRING_GPU is checked here, on the gathered records, so a bad index fails every rank.
+  for (int r = 0; r < n; ++r) {
+    if (!check_gpu_request(t, r, error)) return Status::kErrConfig;
+  }
+  t.hier_groups = hier_local_groups(t);
   *out = std::move(t);
   return Status::kOk;
 }
@@ -249,6 +275,63 @@ int32_t locate(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_const_cpuset_
   return found;
 }
 
+std::string bus_id(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& a) {
+  char bus[TopoDevice::kBusChars] = {};
+  std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.%01x", static_cast<unsigned>(a.domain),
+                static_cast<unsigned>(a.bus), static_cast<unsigned>(a.dev),
+                static_cast<unsigned>(a.func));
+  return bus;
+}
+
+// The PCI locality of `pcidev`: the topmost PCI-to-PCI bridge below its host bridge (the root
+// port its switch hangs off) and the host bridge itself.
+void pci_locality(hwloc_obj_t pcidev, TopoDevice* d) {
+  for (hwloc_obj_t p = pcidev->parent; p != nullptr; p = p->parent) {
+    if (p->type != HWLOC_OBJ_BRIDGE) break;  // above the host bridge: CPU side
+    const hwloc_obj_attr_u::hwloc_bridge_attr_s& b = p->attr->bridge;
+    if (b.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+      char root[TopoDevice::kBusChars] = {};
+      std::snprintf(root, sizeof root, "%04x:%02x", static_cast<unsigned>(b.downstream.pci.domain),
+                    static_cast<unsigned>(b.downstream.pci.secondary_bus));
+      copy_fixed(root, d->pci_root, TopoDevice::kBusChars);
+      break;
+    }
+    copy_fixed(bus_id(b.upstream.pci), d->pci_switch, TopoDevice::kBusChars);  // keep the topmost
+  }
+}
+
+// First active port of an OpenFabrics device ("Port<N>State" = 4, IBV_PORT_ACTIVE), else its
+// lowest port, else 0.
+int32_t fabric_port(hwloc_obj_t osdev) {
+  long active = 0, lowest = 0;
+  for (unsigned i = 0; i < osdev->infos_count; ++i) {
+    const char* name = osdev->infos[i].name;
+    if (name == nullptr || std::strncmp(name, "Port", 4) != 0) continue;
+    char* end = nullptr;
+    const long port = std::strtol(name + 4, &end, 10);
+    if (end == name + 4 || port <= 0 || port > 255 || std::strcmp(end, "State") != 0) continue;
+    if (lowest == 0 || port < lowest) lowest = port;
+    const char* v = osdev->infos[i].value;
+    if (v != nullptr && std::strcmp(v, "4") == 0 && (active == 0 || port < active)) active = port;
+  }
+  return static_cast<int32_t>(active != 0 ? active : lowest);
+}
+
+// A GPU OS device on a PCI device that only drives a display: DRM devices (card*, renderD*)
+// of VGA-class PCI functions that are not NVIDIA / AMD GPUs (BMC and virtual VGA). CUDA,
+// OpenCL, NVML, RSMI and Level Zero devices always compute.
+bool display_only(hwloc_obj_t osdev, hwloc_obj_t pcidev) {
+  if (osdev->attr->osdev.type != HWLOC_OBJ_OSDEV_GPU || osdev->name == nullptr) return false;
+  const std::string name = osdev->name;
+  if (name.rfind("card", 0) != 0 && name.rfind("renderD", 0) != 0 && name.rfind("controlD", 0) != 0)
+    return false;
+  if (pcidev == nullptr) return true;
+  const unsigned vendor = pcidev->attr->pcidev.vendor_id;
+  const unsigned cls = pcidev->attr->pcidev.class_id;
+  if (vendor == 0x10de || vendor == 0x1002) return false;  // NVIDIA, AMD
+  return cls != 0x0302;                                    // 3D controller: compute GPU
+}
+
 void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
   TopoDeviceKind kind;
   switch (osdev->attr->osdev.type) {
@@ -263,23 +346,34 @@ void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
     default:
       return;
   }
-  char bus[TopoDevice::kBusChars] = {};
+  hwloc_obj_t pcidev = nullptr;
   for (hwloc_obj_t p = osdev->parent; p != nullptr; p = p->parent) {
     if (p->type == HWLOC_OBJ_PCI_DEVICE) {
-      std::snprintf(bus, sizeof bus, "%04x:%02x:%02x.%01x", p->attr->pcidev.domain,
-                    p->attr->pcidev.bus, p->attr->pcidev.dev, p->attr->pcidev.func);
+      pcidev = p;
       break;
     }
   }
+  const std::string bus = pcidev != nullptr ? bus_id(pcidev->attr->pcidev) : std::string();
   const std::string name = osdev->name ? osdev->name : "?";
+  const bool fabric = osdev->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS;
+  const bool display = display_only(osdev, pcidev);
+  auto note = [&](TopoDevice& d) {
+    if (fabric && d.fabric[0] == '\0') {
+      d.flags |= kTopoDevRdma;
+      copy_fixed(name, d.fabric, TopoDevice::kNameChars);
+      d.port = fabric_port(osdev);
+    }
+    // A PCI GPU is display-only when none of its OS devices computes.
+    if (kind == TopoDeviceKind::kGpu && !display) d.flags &= ~kTopoDevDisplay;
+  };
   // OS devices of one PCI device (card0, renderD128, cuda0, nvml0...) make one entry.
   for (int i = 0; i < rec->num_devices; ++i) {
     TopoDevice& d = rec->devices[i];
-    if (bus[0] != '\0' && d.kind == static_cast<int32_t>(kind) &&
-        std::strcmp(d.pci_bus, bus) == 0) {
+    if (!bus.empty() && d.is(kind) && bus == d.pci_bus) {
       const std::string joined = std::string(d.name) + "/" + name;
       if (joined.size() < TopoDevice::kNameChars)
         copy_fixed(joined, d.name, TopoDevice::kNameChars);
+      note(d);
       return;
     }
   }
@@ -289,8 +383,11 @@ void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
   }
   TopoDevice& d = rec->devices[rec->num_devices++];
   d.kind = static_cast<int32_t>(kind);
+  if (kind == TopoDeviceKind::kGpu) d.flags |= kTopoDevDisplay;  // until a computing one
   copy_fixed(name, d.name, TopoDevice::kNameChars);
   copy_fixed(bus, d.pci_bus, TopoDevice::kBusChars);
+  if (pcidev != nullptr) pci_locality(pcidev, &d);
+  note(d);
   hwloc_obj_t anchor = hwloc_get_non_io_ancestor_obj(topo, osdev);
   if (anchor != nullptr && anchor->cpuset != nullptr) {
     d.package = locate(topo, HWLOC_OBJ_PACKAGE, anchor->cpuset);
@@ -393,11 +490,16 @@ std::string place_string(int32_t id) {
 }
 
 std::string device_string(const TopoDevice& dev) {
-  std::string s = dev.kind == static_cast<int32_t>(TopoDeviceKind::kGpu) ? "gpu " : "nic ";
+  std::string s = dev.is(TopoDeviceKind::kGpu) ? "gpu " : "nic ";
   s += dev.name;
   if (dev.pci_bus[0] != '\0') s += std::string("@") + dev.pci_bus;
-  s += "(pkg " + place_string(dev.package) + ", numa " + place_string(dev.numa) + ")";
-  return s;
+  s += "(pkg " + place_string(dev.package) + ", numa " + place_string(dev.numa);
+  if (dev.pci_switch[0] != '\0') s += std::string(", sw ") + dev.pci_switch;
+  if (dev.is(TopoDeviceKind::kGpu) && (dev.flags & kTopoDevDisplay)) s += ", display";
+  if (dev.is(TopoDeviceKind::kNic) && (dev.flags & kTopoDevRdma)) {
+    s += ", rdma " + ucx_device_name(dev);
+  }
+  return s + ")";
 }
 
 }  // namespace skipring

@@ -24,15 +24,35 @@ constexpr int32_t kTopoSeveral = -2;  // the cpuset spans several packages / NUM
 
 enum class TopoDeviceKind : int32_t { kGpu = 1, kNic = 2 };
 
+// TopoDevice::flags bits.
+constexpr int32_t kTopoDevRdma = 1;     // NIC with an OpenFabrics (verbs) device: IB / RoCE
+constexpr int32_t kTopoDevDisplay = 2;  // GPU that is a display adapter only (BMC / virtual VGA)
+
+// RankRecord::gpu_request besides GPU indices >= 0.
+constexpr int32_t kGpuNotRequested = -1;  // SKIPRING_GPU unset or empty
+constexpr int32_t kGpuRequestBad = -2;    // SKIPRING_GPU is not a GPU index
+
 // One GPU or NIC (hwloc OS devices; those of one PCI device are merged, names joined by '/').
+// PCI locality (docs/topology.md): two devices with the same non-empty pci_switch sit below
+// one PCIe root port, i.e. behind one PCIe switch (peer traffic stays off the host bridge);
+// with the same non-empty pci_root they hang off one host bridge (root complex).
 struct TopoDevice {
   static constexpr size_t kNameChars = 24;  // NUL included
   static constexpr size_t kBusChars = 16;   // "dddd:bb:dd.f" + NUL
   int32_t kind = 0;                         // TopoDeviceKind
   int32_t package = kTopoUnknown;           // package its PCI bus hangs off
   int32_t numa = kTopoUnknown;              // NUMA node local to it
+  int32_t flags = 0;                        // kTopoDev* bits
+  int32_t port = 0;                         // RDMA NIC: first active port (1..), 0 unknown
   char name[kNameChars] = {};               // OS device names, e.g. "eth0", "mlx5_0", "card0/cuda0"
   char pci_bus[kBusChars] = {};             // PCI bus id; empty when not on PCI
+  // Bus id of the topmost PCI bridge above the device below the host bridge (the root port
+  // that leads to its switch); empty when the device hangs straight off the host bridge.
+  char pci_switch[kBusChars] = {};
+  char pci_root[kBusChars] = {};  // host bridge: "dddd:bb" (its secondary bus); empty: none
+  char fabric[kNameChars] = {};   // RDMA NIC: the OpenFabrics name ("mlx5_0"); else empty
+
+  bool is(TopoDeviceKind k) const { return kind == static_cast<int32_t>(k); }
 };
 
 // What one rank knows about itself: a fixed-size POD, encoded to kRecordBytes bytes for the
@@ -52,8 +72,11 @@ struct RankRecord {
   int32_t num_pus = -1;            // hardware threads in the binding
   int32_t machine_cores = -1;      // cores on the host
   uint64_t core_mask[kCoreMaskWords] = {};  // bit c: bound to core c (logical index < 256)
-  int32_t num_devices = 0;                  // entries used in devices[]
-  int32_t devices_dropped = 0;              // GPUs/NICs beyond kMaxDevices, not listed
+  // SKIPRING_GPU of this rank: the index of its GPU among the host's GPUs (display-only ones
+  // excluded, PCI bus order), kGpuNotRequested or kGpuRequestBad (topology/affinity.h).
+  int32_t gpu_request = kGpuNotRequested;
+  int32_t num_devices = 0;      // entries used in devices[]
+  int32_t devices_dropped = 0;  // GPUs/NICs beyond kMaxDevices, not listed
   TopoDevice devices[kMaxDevices];
 
   std::string host_name() const;  // host[] as a string
@@ -63,8 +86,8 @@ struct RankRecord {
 // Encoded size of a RankRecord (native byte order: all ranks of one job share it).
 constexpr size_t kRecordBytes =
     4 /*magic*/ + 4 /*rank*/ + 8 + RankRecord::kHostChars + 8 + 4 * 6 +
-    8 * RankRecord::kCoreMaskWords + 4 * 2 +
-    RankRecord::kMaxDevices * (4 * 3 + TopoDevice::kNameChars + TopoDevice::kBusChars);
+    8 * RankRecord::kCoreMaskWords + 4 /*gpu_request*/ + 4 * 2 +
+    RankRecord::kMaxDevices * (4 * 5 + TopoDevice::kNameChars * 2 + TopoDevice::kBusChars * 3);
 
 // Writes kRecordBytes bytes; returns the number written.
 size_t encode_record(const RankRecord& rec, uint8_t* out);
@@ -83,6 +106,10 @@ struct Topology {
   std::vector<int> ring;                     // node-aware ring order (rank at each position)
   int inter_host_hops = 0;                   // ring edges between hosts (H when H > 1)
   bool from_host_map = false;                // hosts come from SKIPRING_HOST_MAP
+  // Per host its ranks in the hierarchical all-reduce's local order: the inter-host leaders
+  // (ranks whose GPU shares a PCI switch with their NIC, topology/affinity.h) first, then the
+  // others, each in rank order; host_ranks when no rank qualifies.
+  std::vector<std::vector<int>> hier_groups;
 
   int size() const { return static_cast<int>(records.size()); }
   int num_hosts() const { return static_cast<int>(host_ranks.size()); }
@@ -94,7 +121,8 @@ struct Topology {
 // Pure: groups `records` (one per rank, records[r].rank == r) into hosts by hostname, or by
 // `host_map` (SKIPRING_HOST_MAP syntax) when it is not empty, and computes the ring. Fails with
 // kErrConfig and a message naming SKIPRING_HOST_MAP on a bad map (wrong length, syntax, ranks
-// that disagree on it), kErrInternal on inconsistent records.
+// that disagree on it) or SKIPRING_GPU on a GPU index the rank's host does not have,
+// kErrInternal on inconsistent records.
 Status build_topology(std::vector<RankRecord> records, const std::string& host_map, Topology* out,
                       std::string* error);
 
@@ -107,7 +135,9 @@ RankRecord local_record(const std::string& hostname);
 std::string core_list(const RankRecord& rec);
 // "3", "?" (unknown) or "*" (several) for package / NUMA fields.
 std::string place_string(int32_t id);
-// "gpu card0/cuda0@0000:3b:00.0(pkg 0, numa 0)"-style, one per device.
+// "gpu card0/cuda0@0000:3b:00.0(pkg 0, numa 0, sw 0000:3a:00.0)"-style, one per device
+// ("sw" only when the device is behind a root port; "display" for a display-only GPU, "rdma
+// mlx5_0:1" for an RDMA NIC).
 std::string device_string(const TopoDevice& dev);
 
 }  // namespace skipring
