@@ -45,7 +45,9 @@ Status make_multitree(const AlgoContext& c, std::unique_ptr<CollectiveCore>* out
 }
 
 Status make_hier(const AlgoContext& c, std::unique_ptr<CollectiveCore>* out) {
-  *out = std::make_unique<HierAllreduce>(*c.params, *c.host_of_rank, c.scratch);
+  *out = std::make_unique<HierAllreduce>(
+      *c.params, *c.host_of_rank, c.scratch,
+      c.host_groups != nullptr ? *c.host_groups : std::vector<std::vector<int>>{});
   return Status::kOk;
 }
 

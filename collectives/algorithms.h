@@ -39,6 +39,9 @@ struct AlgoContext {
   const RingParams* params = nullptr;
   std::vector<uint8_t>* scratch = nullptr;         // reused across collectives
   const std::vector<int>* host_of_rank = nullptr;  // dense host id per rank
+  // hier's local order per host (Topology::hier_groups: GPU-NIC leaders first); null or empty:
+  // rank order.
+  const std::vector<std::vector<int>>* host_groups = nullptr;
   // The multi-tree plan with at most k trees (k = 1: a single tree), planned on first use.
   std::function<Status(int k, const MultiTreePlan** out)> tree_plan;
   int multitree_k = 4;  // SKIPRING_MULTITREE_K

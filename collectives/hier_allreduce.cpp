@@ -38,7 +38,7 @@ int smallest_host(const std::vector<int>& host_of, int n) {
 }  // namespace
 
 Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host_of_rank,
-                               std::string* why) {
+                               std::string* why, const std::vector<std::vector<int>>& local_order) {
   SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
   const int n = static_cast<int>(p.ring.size());
   if (static_cast<int>(host_of_rank.size()) != n) {
@@ -56,6 +56,22 @@ Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host
     if (size[h] == 0)
       return *why = fmt::format("host ids not dense: host {} empty", h), Status::kErrArg;
   }
+  if (!local_order.empty()) {
+    if (static_cast<int>(local_order.size()) != hosts)
+      return *why = fmt::format("local order for {} hosts, {} expected", local_order.size(), hosts),
+             Status::kErrArg;
+    for (int h = 0; h < hosts; ++h) {
+      std::vector<int> got = local_order[h];
+      std::sort(got.begin(), got.end());
+      std::vector<int> want;
+      for (int r = 0; r < n; ++r) {
+        if (host_of_rank[r] == h) want.push_back(r);
+      }
+      if (got != want)
+        return *why = fmt::format("local order of host {} is not a permutation of its ranks", h),
+               Status::kErrArg;
+    }
+  }
   if (p.depth < 1) return *why = "pipeline depth < 1", Status::kErrArg;
   if (p.tag_span < 2048) return *why = "tag space too small", Status::kErrArg;
   if (p.segment_bytes < dtype_size(p.dtype)) return *why = "segment too small", Status::kErrArg;
@@ -63,10 +79,12 @@ Status HierAllreduce::validate(const RingParams& p, const std::vector<int>& host
 }
 
 HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
-                             std::vector<uint8_t>* scratch)
+                             std::vector<uint8_t>* scratch,
+                             std::vector<std::vector<int>> local_order)
     : CoreBase(p.rank, p.seq),
       p_(p),
       host_of_(std::move(host_of_rank)),
+      local_order_(std::move(local_order)),
       n_(static_cast<int>(p.ring.size())),
       elem_(dtype_size(p.dtype)),
       in_place_(p.sendbuf == p.recvbuf),
@@ -82,10 +100,14 @@ HierAllreduce::HierAllreduce(const RingParams& p, std::vector<int> host_of_rank,
   stats_.bytes = p_.count * elem_;
   stats_.skip_threshold_s = p_.skip ? p_.skip_threshold_s : 0;
   std::string why;
-  if (!ok(validate(p_, host_of_, &why))) return;  // start() reports it
+  if (!ok(validate(p_, host_of_, &why, local_order_))) return;  // start() reports it
   for (int h : host_of_) hosts_ = std::max(hosts_, h + 1);
-  groups_.resize(hosts_);
-  for (int r = 0; r < n_; ++r) groups_[host_of_[r]].push_back(r);
+  if (!local_order_.empty()) {
+    groups_ = local_order_;
+  } else {
+    groups_.resize(hosts_);
+    for (int r = 0; r < n_; ++r) groups_[host_of_[r]].push_back(r);
+  }
   std::vector<char> seen(hosts_, 0);
   for (int r : p_.ring) {
     if (!seen[host_of_[r]]) host_order_.push_back(host_of_[r]);
@@ -134,7 +156,7 @@ Status HierAllreduce::start(double now, ActionList* out) {
   t_start_ = now;
   stats_.start = now;
   std::string why;
-  const Status valid = validate(p_, host_of_, &why);
+  const Status valid = validate(p_, host_of_, &why, local_order_);
   if (!ok(valid)) {
     fail(why);
     return valid;

@@ -3,9 +3,11 @@
 // skip-ahead ring (RingAllreduce, embedded unmodified), intra-host allgather.
 //
 // Hosts: host_of_rank[r] is a dense host id (0..H-1) for every communicator rank r. The local
-// group of a host is its ranks in rank order (m_h of them); a rank's local index is its place
-// in that group. The inter-host ring visits the hosts in the order in which they first appear
-// in RingParams::ring.
+// group of a host is its ranks (m_h of them) in rank order, or in the order `local_order`
+// gives (Topology::hier_groups: the ranks whose GPU shares a PCI switch with their NIC first,
+// so that they carry the inter-host traffic); a rank's local index is its place in that group.
+// Every rank must be given the same order (it is a pure function of the gathered topology). The
+// inter-host ring visits the hosts in the order in which they first appear in RingParams::ring.
 //
 // Blocks: the buffer is split into B = min_h m_h blocks (uneven split, like the ring's chunks;
 // empty blocks send nothing), each block into segments of at most segment_bytes. On every
@@ -84,13 +86,16 @@ double hier_cost(double bytes, const std::vector<int>& ranks_per_host, const Hie
 
 class HierAllreduce final : public CoreBase {
  public:
-  // Checks the common parameters, host_of_rank (one dense host id per rank, no empty host)
-  // and that tag_span leaves the embedded ring its 1024 tags.
+  // Checks the common parameters, host_of_rank (one dense host id per rank, no empty host),
+  // local_order (empty, or per host a permutation of its ranks) and that tag_span leaves the
+  // embedded ring its 1024 tags.
   static Status validate(const RingParams& p, const std::vector<int>& host_of_rank,
-                         std::string* why);
+                         std::string* why, const std::vector<std::vector<int>>& local_order = {});
 
   // `scratch` is reused across collectives; resized as needed, must outlive this object.
-  HierAllreduce(const RingParams& p, std::vector<int> host_of_rank, std::vector<uint8_t>* scratch);
+  // `local_order`: per host its ranks in local-index order; empty: rank order.
+  HierAllreduce(const RingParams& p, std::vector<int> host_of_rank, std::vector<uint8_t>* scratch,
+                std::vector<std::vector<int>> local_order = {});
 
   Status start(double now, ActionList* out) override;
   Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
@@ -161,9 +166,10 @@ class HierAllreduce final : public CoreBase {
 
   RingParams p_;
   std::vector<int> host_of_;
+  std::vector<std::vector<int>> local_order_;  // as given (empty: rank order)
   int n_;
   int hosts_ = 1;
-  std::vector<std::vector<int>> groups_;  // per host: its ranks in rank order
+  std::vector<std::vector<int>> groups_;  // per host: its ranks in local-index order
   std::vector<int> host_order_;           // inter-host ring order (host ids)
   int host_ = 0, local_ = 0, m_ = 1;      // our host, local index, host size
   int blocks_ = 1;

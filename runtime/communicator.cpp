@@ -317,6 +317,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->algo_ctx_.params = &c->params_;
   c->algo_ctx_.scratch = &c->scratch_;
   c->algo_ctx_.host_of_rank = &c->topology_.host_of_rank;
+  c->algo_ctx_.host_groups = &c->topology_.hier_groups;  // GPU-NIC leaders first (affinity.h)
   c->algo_ctx_.tree_plan = [self](int k, const MultiTreePlan** plan) {
     return self->tree_plan(k, plan);
   };

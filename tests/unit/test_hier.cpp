@@ -28,9 +28,11 @@ namespace {
 using testdata::Buffers;
 using testutil::ring_of;
 
-void use_hier(harness::Options* o, const std::vector<int>& host_of) {
-  o->make_core = [host_of](const RingParams& p, std::vector<uint8_t>* scratch) {
-    return std::unique_ptr<CollectiveCore>(new HierAllreduce(p, host_of, scratch));
+// `groups`: hier's local order per host (empty: rank order).
+void use_hier(harness::Options* o, const std::vector<int>& host_of,
+              const std::vector<std::vector<int>>& groups = {}) {
+  o->make_core = [host_of, groups](const RingParams& p, std::vector<uint8_t>* scratch) {
+    return std::unique_ptr<CollectiveCore>(new HierAllreduce(p, host_of, scratch, groups));
   };
 }
 
@@ -48,17 +50,19 @@ std::vector<int> host_map(int n, int hosts, Shape shape, std::mt19937_64& rng) {
 }
 
 // The algorithm's reduction order, computed sequentially: per block, each host folds its
-// ranks' inputs in rank order; then the ring over the hosts (in order of first appearance in
-// the ring) reduces chunk c of the block starting at position c + 1, each position computing
-// own op received, the owner c last.
+// ranks' inputs in rank order (or in the local order `local_order` gives); then the ring over the
+// hosts (in order of first appearance in the ring) reduces chunk c of the block starting at
+// position c + 1, each position computing own op received, the owner c last.
 std::vector<uint8_t> hier_reference(const harness::Options& o, const std::vector<int>& host_of,
-                                    const std::vector<std::vector<uint8_t>>& by_rank) {
+                                    const std::vector<std::vector<uint8_t>>& by_rank,
+                                    const std::vector<std::vector<int>>& local_order = {}) {
   const int n = o.n;
   const size_t elem = dtype_size(o.dtype);
   int hosts = 0;
   for (int h : host_of) hosts = std::max(hosts, h + 1);
   std::vector<std::vector<int>> groups(hosts);
   for (int r = 0; r < n; ++r) groups[host_of[r]].push_back(r);
+  if (!local_order.empty()) groups = local_order;
   std::vector<int> order;
   for (int r : ring_of(o)) {
     if (std::find(order.begin(), order.end(), host_of[r]) == order.end()) {
@@ -104,8 +108,9 @@ std::vector<uint8_t> hier_reference(const harness::Options& o, const std::vector
 
 // Runs the harness and checks every invariant; *out (if given) gets the result.
 void run_and_check(harness::Options o, const std::vector<int>& host_of,
-                   harness::Result* out = nullptr) {
-  use_hier(&o, host_of);
+                   harness::Result* out = nullptr,
+                   const std::vector<std::vector<int>>& local_order = {}) {
+  use_hier(&o, host_of, local_order);
   const Buffers in = testdata::make_inputs(o, o.seed * 31 + 7, /*wide=*/true);
   harness::Result local;
   harness::Result& res = out ? *out : local;
@@ -115,7 +120,7 @@ void run_and_check(harness::Options o, const std::vector<int>& host_of,
     const std::vector<uint8_t> seq = testutil::rank_order_reduction(o, in[c]);
     const bool exact_any_order = !testdata::is_float(o.dtype) && o.op != ROp::kProd;
     const std::vector<uint8_t> ref =
-        o.skip && exact_any_order ? seq : hier_reference(o, host_of, in[c]);
+        o.skip && exact_any_order ? seq : hier_reference(o, host_of, in[c], local_order);
     if (exact_any_order) {
       EXPECT_TRUE(ref == seq) << "integer result differs from the exact value";
     }
@@ -715,6 +720,86 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   ActionList a5;
   ASSERT_EQ(d.core->on_send(ring_ag_send->token, 7.0, &a5), Status::kOk);
   EXPECT_EQ(find_action(a5, Action::Kind::kSend, 1), nullptr) << "block 0 sent once";
+}
+
+// ---------------------------------------------------------------------------------------
+// A local order (Topology::hier_groups: GPU-NIC leaders first) decides who owns blocks, and so
+// who talks between hosts; every rank still ends with the same bits, the reference's for that
+// order, and integer sums stay exact.
+TEST(HierLeaders, LocalOrderPicksTheInterHostRanks) {
+  // Sizes 1 and 3: one block, so each host has exactly one inter-host rank; rank 3 leads.
+  const std::vector<int> host_of = {0, 1, 1, 1};
+  const std::vector<std::vector<int>> order = {{0}, {3, 1, 2}};
+  std::vector<uint8_t> scratch;
+  RingParams p;
+  p.ring = {0, 1, 2, 3};
+  p.count = 8;
+  int buf[8] = {};
+  p.sendbuf = p.recvbuf = buf;
+  p.rank = 3;
+  HierAllreduce lead(p, host_of, &scratch, order);
+  EXPECT_EQ(lead.local_index(), 0);
+  p.rank = 1;
+  HierAllreduce other(p, host_of, &scratch, order);
+  EXPECT_EQ(other.local_index(), 1);
+  HierAllreduce plain(p, host_of, &scratch);
+  EXPECT_EQ(plain.local_index(), 0) << "without an order rank 1 leads (rank order)";
+
+  harness::Options o;
+  o.n = 4;
+  o.count = 333;
+  o.segment_bytes = 64;
+  o.collectives = 2;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    o.seed = seed;
+    o.in_place = seed % 2;
+    o.eager_probability = (seed % 3) / 2.0;
+    o.dtype = seed % 2 ? DType::kFloat : DType::kInt64;
+    harness::Result res;
+    run_and_check(o, host_of, &res, order);
+    if (::testing::Test::HasFatalFailure()) return;
+    // Rank 0's only inter-host peer is the leader, rank 3.
+    std::set<int> peers;
+    for (const StepRecord& st : res.stats[0][0].steps) {
+      if (st.from >= 0) peers.insert(st.from);
+      if (st.to >= 0) peers.insert(st.to);
+    }
+    peers.erase(0);
+    EXPECT_EQ(peers, (std::set<int>{3})) << "seed " << seed;
+  }
+}
+
+TEST(HierLeaders, UnequalHostsAndBadOrders) {
+  // Sizes 3 and 4 (3 blocks): host 1's order {6, 3, 4, 5} leaves rank 5 without a block.
+  const std::vector<int> host_of = {0, 0, 0, 1, 1, 1, 1};
+  const std::vector<std::vector<int>> order = {{2, 0, 1}, {6, 3, 4, 5}};
+  harness::Options o;
+  o.n = 7;
+  o.count = 1001;
+  o.segment_bytes = 128;
+  o.collectives = 2;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    o.seed = seed;
+    o.dtype = seed % 2 ? DType::kDouble : DType::kInt32;
+    harness::Result res;
+    run_and_check(o, host_of, &res, order);
+    if (::testing::Test::HasFatalFailure()) return;
+    for (const StepRecord& st : res.stats[0][5].steps) {
+      for (int peer : {st.from, st.to}) {
+        if (peer >= 0) {
+          EXPECT_EQ(host_of[peer], 1) << "rank 5 owns no block: no inter-host peer";
+        }
+      }
+    }
+  }
+  RingParams p;
+  p.ring = {0, 1, 2, 3, 4, 5, 6};
+  std::string why;
+  EXPECT_EQ(HierAllreduce::validate(p, host_of, &why, {{0, 1, 2}, {3, 4, 5}}), Status::kErrArg);
+  EXPECT_NE(why.find("permutation"), std::string::npos) << why;
+  EXPECT_EQ(HierAllreduce::validate(p, host_of, &why, {{0, 1, 2}}), Status::kErrArg);
+  EXPECT_EQ(HierAllreduce::validate(p, host_of, &why, {{0, 1, 3}, {2, 4, 5, 6}}), Status::kErrArg);
+  EXPECT_EQ(HierAllreduce::validate(p, host_of, &why, order), Status::kOk) << why;
 }
 
 // ---------------------------------------------------------------------------------------
