@@ -2,7 +2,8 @@
 // the build's optional features. Exits non-zero (naming the variable) on a bad value.
 // --algo: the cost model's parameters, auto's choice per size and the algorithms.
 // --topology: the topology gathered at communicator setup instead (per rank host, package,
-// NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops).
+// NUMA node, cores, GPUs/NICs; the hosts; the ring order and its inter-host hops; per rank its
+// GPU and the NIC chosen for it (UCX device, distance class); hier's inter-host leaders).
 // --markdown / --markdown-simgrid: README.md's parameter tables (no MPI; the readme_params
 // test checks that the README holds them).
 #include <fmt/format.h>
@@ -19,6 +20,7 @@
 #include "runtime/memtype.h"
 #include "runtime/params.h"
 #include "runtime/topology_gather.h"
+#include "topology/affinity.h"
 
 namespace {
 
@@ -26,6 +28,42 @@ std::string join(const std::vector<int>& v, const char* sep) {
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + std::to_string(v[i]);
   return out;
+}
+
+// Per rank its GPU and NIC with the reason, then hier's local order per host (leaders first).
+void print_affinity(const skipring::Topology& topo) {
+  using skipring::GpuChoice;
+  using skipring::NicChoice;
+  fmt::print(
+      "gpu / nic (gpu: SKIPRING_GPU, else local rank mod the host's GPUs; nic: nearest to "
+      "the gpu, else to the rank's cpus; rdma nics first):\n");
+  fmt::print("{:<5} {:<28} {:<16} {}\n", "rank", "gpu", "nic (ucx)", "why");
+  for (int r = 0; r < topo.size(); ++r) {
+    const skipring::RankRecord& rec = topo.records[r];
+    const GpuChoice g = skipring::rank_gpu(topo, r);
+    const NicChoice n = skipring::rank_nic(topo, r);
+    const std::string gpu = g.device < 0
+                                ? std::string("-")
+                                : fmt::format("{} {}{}", g.index, rec.devices[g.device].name,
+                                              g.requested ? " (SKIPRING_GPU)" : "");
+    std::string nic = "-", why = "the host lists no NIC";
+    if (n.device >= 0) {
+      nic = skipring::ucx_device_name(rec.devices[n.device]);
+      why = fmt::format("{} as its {}", skipring::pci_distance_name(n.distance),
+                        n.from_gpu ? "gpu" : "cpus");
+      if (n.tied > 1) why += fmt::format(" ({} nics tie: spread)", n.tied);
+    }
+    fmt::print("{:<5} {:<28} {:<16} {}\n", r, gpu, nic, why);
+  }
+  fmt::print("hier local order (* = leader: gpu behind the same pci switch as its nic):\n");
+  for (int h = 0; h < topo.num_hosts(); ++h) {
+    std::string ranks;
+    for (int r : topo.hier_groups[h]) {
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(r) +
+               (skipring::is_hier_leader(topo, r) ? "*" : "");
+    }
+    fmt::print("  host {} {}: {}\n", h, topo.host_names[h], ranks);
+  }
 }
 
 // Collective over MPI_COMM_WORLD (the same gather a communicator does at setup); prints on
@@ -68,6 +106,7 @@ bool print_topology(const skipring::Config& cfg, int rank) {
   }
   fmt::print("ring: {}\n", join(topo.ring, " "));
   fmt::print("inter-host hops: {} (hosts: {})\n", topo.inter_host_hops, topo.num_hosts());
+  print_affinity(topo);
   return true;
 }
 
