@@ -31,6 +31,8 @@ const char* status_string(Status s) {
       return "internal error";
     case Status::kErrTimeout:
       return "timed out (no progress for SKIPRING_TIMEOUT seconds)";
+    case Status::kErrDevice:
+      return "CUDA device error";
   }
   return "unknown status";
 }

@@ -18,6 +18,7 @@ enum class Status : int {
   kErrNoMem,      // allocation failed (std::bad_alloc caught at the C boundary)
   kErrInternal,
   kErrTimeout,  // no progress for SKIPRING_TIMEOUT seconds (the progress engine's watchdog)
+  kErrDevice,   // a CUDA call of the device path failed (staging copy, pinned allocation, kernel)
 };
 
 const char* status_string(Status s);

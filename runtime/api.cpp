@@ -13,6 +13,7 @@
 #include "runtime/api_internal.h"
 #include "runtime/communicator.h"
 #include "runtime/config.h"
+#include "runtime/device_ops.h"
 #include "runtime/include/skipring/skipring.h"
 #include "runtime/log.h"
 #include "runtime/memtype.h"
@@ -22,6 +23,51 @@
 
 namespace skipring {
 namespace {
+
+// A communicator's pinned host buffers and stream for staging device buffers (docs/gpu.md):
+// made on its first staged call, grown as needed, freed with the communicator's state.
+class StagingPool {
+ public:
+  explicit StagingPool(DeviceOps* ops) : ops_(ops) {}
+  ~StagingPool() {
+    for (Buffer& b : buffers_) ops_->free_pinned(b.data);
+    if (stream_ != nullptr) ops_->stream_destroy(stream_);
+  }
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  DeviceOps* ops() const { return ops_; }
+  Status init() { return ops_->stream_create(&stream_); }
+  DeviceStream* stream() const { return stream_; }
+
+  // Pinned buffer `which` (0: inputs, 1: outputs) of at least `bytes`; its old contents are not
+  // kept. Grows by doubling (at least 64 KiB), so a run of growing calls reallocates rarely.
+  Status buffer(int which, size_t bytes, uint8_t** out) {
+    Buffer& b = buffers_[which];
+    if (b.capacity < bytes) {
+      size_t cap = b.capacity * 2 > bytes ? b.capacity * 2 : bytes;
+      cap = (cap + kGrain - 1) / kGrain * kGrain;
+      ops_->free_pinned(b.data);
+      b = Buffer{};
+      void* p = nullptr;
+      SKIPRING_RETURN_IF_ERROR(ops_->alloc_pinned(cap, &p));
+      b.data = static_cast<uint8_t*>(p);
+      b.capacity = cap;
+    }
+    *out = b.data;
+    return Status::kOk;
+  }
+
+ private:
+  static constexpr size_t kGrain = 64 * 1024;
+  struct Buffer {
+    uint8_t* data = nullptr;
+    size_t capacity = 0;
+  };
+  DeviceOps* ops_;
+  DeviceStream* stream_ = nullptr;
+  Buffer buffers_[2];
+};
 
 struct GlobalState {
   std::mutex mutex;
@@ -35,6 +81,8 @@ struct GlobalState {
   std::atomic<bool> tracing{false};    // trace != nullptr (read without the lock)
   InjectPlan inject;                   // SKIPRING_INJECT or skipring_set_inject()
   std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
+  // Staging buffers of the communicators that staged device buffers (guarded by mutex).
+  std::map<Communicator*, std::unique_ptr<StagingPool>> staging;
 };
 
 // Set once init succeeded: the per-call fast path skips the lock. Cleared again when
@@ -86,10 +134,17 @@ thread_local CommCache t_comm_cache;
 int delete_comm_state(MPI_Comm, int, void* attr, void*) {
   g_comm_generation.fetch_add(1, std::memory_order_acq_rel);
   auto* c = static_cast<Communicator*>(attr);
+  std::unique_ptr<StagingPool> pool;  // freed outside the lock
   {
     std::lock_guard<std::mutex> lock(state().mutex);
     state().comms.erase(c);
+    auto it = state().staging.find(c);
+    if (it != state().staging.end()) {
+      pool = std::move(it->second);
+      state().staging.erase(it);
+    }
   }
+  pool.reset();
   delete c;
   return MPI_SUCCESS;
 }
@@ -288,29 +343,151 @@ bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* ro
   return reduction_of(datatype, op, dt, rop) == MpiReduction::kNative && native_comm(comm);
 }
 
-// Whether any of `bufs` is device or managed memory (runtime/memtype.h): such a call goes to
-// PMPI, counted as a fallback, since every skipring collective runs on the CPU. Said once per
-// process at info level (a CUDA-aware application passes device buffers on every call).
-bool on_device(const char* fn, std::initializer_list<const void*> bufs) {
+// --- Device buffers (docs/gpu.md) ---------------------------------------------------------
+// Every buffer of every collective is classified (runtime/memtype.h). Device and managed
+// buffers never reach CPU code: with a device path (device_ops(): CUDA with a device, or a
+// test's fake) they are copied through the communicator's pinned staging buffers and the
+// normal host collective runs on those (skip-ahead, late arrival and injection unchanged);
+// without one (SKIPRING_GPU_STAGING=0, no CUDA, no device) the call goes to the MPI library,
+// counted as a fallback. Every rank must pass the same kind of memory to a given call.
+
+// Which of `bufs` are device or managed memory: bit i for bufs[i] (0: all host).
+unsigned device_buffers(std::initializer_list<const void*> bufs) {
+  unsigned mask = 0, bit = 1;
   for (const void* p : bufs) {
-    const MemType t = classify_memory(p);
-    if (host_accessible(t)) continue;
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
+    if (!host_accessible(classify_memory(p))) mask |= bit;
+    bit <<= 1;
+  }
+  return mask;
+}
+
+// The device path for a call with device buffers, or nullptr (the call goes to PMPI). Said once
+// per process at info level (a CUDA-aware application passes device buffers on every call).
+DeviceOps* device_path(const char* fn) {
+  DeviceOps* ops = device_ops();
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    if (ops != nullptr) {
       SKIPRING_LOG_INFO(
-          "{}: a {} buffer: passed to the MPI library (skipring has no device path yet; counted "
-          "as a fallback, and so are later device-buffer calls)",
-          fn, memtype_name(t));
+          "{}: device buffers: staged through pinned host buffers ({}), and so are later "
+          "device-buffer calls",
+          fn, ops->name());
+    } else {
+      SKIPRING_LOG_INFO(
+          "{}: device buffers: passed to the MPI library (device path: {}; counted as a "
+          "fallback, and so are later device-buffer calls)",
+          fn, device_path_status());
     }
+  }
+  return ops;
+}
+
+// One staged collective: the communicator's staging pool, copies queued on its stream, the
+// first error kept (later steps do nothing then). Device pointers are only handed to `ops`.
+class Staged {
+ public:
+  Staged(const char* fn, Communicator* c, DeviceOps* ops) : fn_(fn) {
+    GlobalState& g = state();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    std::unique_ptr<StagingPool>& pool = g.staging[c];
+    if (pool == nullptr || pool->ops() != ops) {  // a test may swap implementations
+      pool.reset();
+      auto fresh = std::make_unique<StagingPool>(ops);
+      if (fail(fresh->init(), "creating the staging stream", ops)) return;
+      pool = std::move(fresh);
+    }
+    pool_ = pool.get();
+  }
+
+  bool failed() const { return rc_ != MPI_SUCCESS; }
+  int rc() const { return rc_; }
+
+  // Pinned buffer `which` (0 inputs, 1 outputs) of `bytes`; nullptr after an error.
+  uint8_t* buffer(int which, size_t bytes) {
+    uint8_t* p = nullptr;
+    if (!failed()) fail(pool_->buffer(which, bytes, &p), "allocating pinned host memory");
+    return failed() ? nullptr : p;
+  }
+  void to_host(void* host, const void* dev, size_t bytes) {
+    if (!failed()) {
+      fail(pool_->ops()->copy_to_host_async(host, dev, bytes, pool_->stream()),
+           "copying device to host");
+    }
+  }
+  void to_device(void* dev, const void* host, size_t bytes) {
+    if (!failed()) {
+      fail(pool_->ops()->copy_to_device_async(dev, host, bytes, pool_->stream()),
+           "copying host to device");
+    }
+  }
+  void sync() {
+    if (!failed()) fail(pool_->ops()->stream_sync(pool_->stream()), "waiting for the copies");
+  }
+
+ private:
+  // Records a failed step: logged with the device's reason, the call returns an MPI error.
+  bool fail(Status st, const char* what, DeviceOps* ops = nullptr) {
+    if (ok(st)) return false;
+    if (ops == nullptr) ops = pool_->ops();
+    SKIPRING_LOG_ERROR("{}: device staging failed {}: {} ({}): returns an MPI error", fn_, what,
+                       status_string(st), ops->last_error());
+    rc_ = to_mpi_error(st);
     return true;
   }
-  return false;
-}
+
+  const char* fn_;
+  StagingPool* pool_ = nullptr;
+  int rc_ = MPI_SUCCESS;
+};
 
 int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
              MPI_Comm comm) {
   skipring_count_fallback();
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+// The staged collectives. `dev` has bit 0 for sendbuf and bit 1 for recvbuf (bcast: bit 0 for
+// buffer) when that buffer is device memory; the others are passed to the collective as they
+// are. Inputs are copied to pinned buffer 0 (in place: to buffer 1, which then holds input and
+// result), the stream is synchronised, the host collective runs, results are copied back and
+// synchronised again before returning. The call counts as a skipring call.
+
+// The end of a staged collective: its status, accounted when it ran; then the copies back.
+int staged_result(Staged& s, Communicator* c, Status st, void* dev, const void* host,
+                  size_t bytes) {
+  if (!ok(st)) return to_mpi_error(st);
+  account(c->last_stats());
+  if (dev != nullptr) {
+    s.to_device(dev, host, bytes);
+    s.sync();
+  }
+  return s.rc();
+}
+
+int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* sendbuf,
+                     void* recvbuf, int count, DType dt, ROp rop) {
+  Staged s("skipring_allreduce", c, ops);
+  const size_t n = static_cast<size_t>(count);
+  const size_t bytes = n * dtype_size(dt);
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const void* in = in_place ? recvbuf : sendbuf;
+  void* out = recvbuf;
+  if (dev & 2u) {
+    out = s.buffer(1, bytes);
+    if (in_place) {
+      s.to_host(out, recvbuf, bytes);
+      in = out;
+    }
+  }
+  if (dev & 1u) {
+    uint8_t* staged = s.buffer(0, bytes);
+    s.to_host(staged, sendbuf, bytes);
+    in = staged;
+  }
+  s.sync();
+  if (s.failed()) return s.rc();
+  return staged_result(s, c, c->allreduce(in, out, n, dt, rop), (dev & 2u) ? recvbuf : nullptr, out,
+                       bytes);
 }
 
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -334,9 +511,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (aliased(sendbuf, recvbuf, count)) {
     return reject("skipring_allreduce", MPI_ERR_BUFFER, kAliasWhy);
   }
-  if (count > 0 && on_device("skipring_allreduce", {sendbuf, recvbuf})) {
-    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
-  }
+  const unsigned dev = count > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
+  DeviceOps* ops = dev != 0 ? device_path("skipring_allreduce") : nullptr;
+  if (dev != 0 && ops == nullptr) return fallback(sendbuf, recvbuf, count, datatype, op, comm);
   // A communicator that already has skipring state is an intra-communicator (checked when the
   // state was created): the per-call path skips native_comm's MPI calls.
   if (kind != MpiReduction::kNative || (c == nullptr && !native_comm(comm))) {
@@ -347,6 +524,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (c == nullptr) {
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
   }
+  if (dev != 0) return staged_allreduce(c, ops, dev, sendbuf, recvbuf, count, dt, rop);
   // A broken communicator refuses the call itself, saying why (Communicator::refuse_broken).
   Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
   if (!ok(st)) return to_mpi_error(st);
@@ -383,6 +561,17 @@ int run_native(MPI_Comm comm, F&& call) {
   return MPI_SUCCESS;
 }
 
+// The staged form of run_native: `body` (int (Staged&, Communicator*)) stages, runs the
+// collective and returns an MPI error code (staged_result).
+template <typename F>
+int run_staged(MPI_Comm comm, const char* fn, DeviceOps* ops, F&& body) {
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
+  Staged s(fn, c, ops);
+  if (s.failed()) return s.rc();
+  return body(s, c);
+}
+
 int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
                          MPI_Op op, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
@@ -401,13 +590,39 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
   if (aliased(sendbuf, recvbuf, recvcount)) {
     return reject("skipring_reduce_scatter_block", MPI_ERR_BUFFER, kAliasWhy);
   }
-  if (kind != MpiReduction::kNative || !native_comm(comm) ||
-      (recvcount > 0 && on_device("skipring_reduce_scatter_block", {sendbuf, recvbuf}))) {
+  const unsigned dev = recvcount > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
+  DeviceOps* ops = dev != 0 ? device_path("skipring_reduce_scatter_block") : nullptr;
+  if (kind != MpiReduction::kNative || !native_comm(comm) || (dev != 0 && ops == nullptr)) {
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  if (dev != 0) {
+    return run_staged(comm, "skipring_reduce_scatter_block", ops, [&](Staged& s, Communicator* c) {
+      const size_t block = static_cast<size_t>(recvcount) * dtype_size(dt);
+      const size_t total = block * static_cast<size_t>(c->size());
+      const bool in_place = sendbuf == MPI_IN_PLACE;
+      const void* in = src;
+      void* out = recvbuf;
+      if (dev & 2u) {
+        out = s.buffer(1, in_place ? total : block);
+        if (in_place) {
+          s.to_host(out, recvbuf, total);
+          in = out;
+        }
+      }
+      if (dev & 1u) {
+        uint8_t* staged = s.buffer(0, total);
+        s.to_host(staged, sendbuf, total);
+        in = staged;
+      }
+      s.sync();
+      if (s.failed()) return s.rc();
+      const Status st = c->reduce_scatter_block(in, out, static_cast<size_t>(recvcount), dt, rop);
+      return staged_result(s, c, st, (dev & 2u) ? recvbuf : nullptr, out, block);
+    });
+  }
   return run_native(comm, [&](Communicator* c) {
     return c->reduce_scatter_block(src, recvbuf, static_cast<size_t>(recvcount), dt, rop);
   });
@@ -429,13 +644,45 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   }
   DType dt;
   const bool same = sendbuf == MPI_IN_PLACE || (sendtype == recvtype && sendcount == recvcount);
-  if (!same || !handles_type(recvtype, comm, &dt) ||
-      (recvcount > 0 && on_device("skipring_allgather", {sendbuf, recvbuf}))) {
+  const unsigned dev = recvcount > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
+  DeviceOps* ops = dev != 0 ? device_path("skipring_allgather") : nullptr;
+  if (!same || !handles_type(recvtype, comm, &dt) || (dev != 0 && ops == nullptr)) {
     skipring_count_fallback();
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  if (dev != 0) {
+    return run_staged(comm, "skipring_allgather", ops, [&](Staged& s, Communicator* c) {
+      const size_t block = static_cast<size_t>(recvcount) * dtype_size(dt);
+      const size_t total = block * static_cast<size_t>(c->size());
+      const size_t mine = block * static_cast<size_t>(c->rank());
+      const bool in_place = sendbuf == MPI_IN_PLACE;
+      const void* in = src;
+      uint8_t* out = static_cast<uint8_t*>(recvbuf);
+      if (dev & 2u) {
+        out = s.buffer(1, total);
+        if (in_place) {  // this rank's block, at its place (an address only: never read here)
+          s.to_host(out + mine, static_cast<const uint8_t*>(recvbuf) + mine, block);
+          in = out;
+        }
+      }
+      if (dev & 1u) {
+        if (dev & 2u) {  // straight to its place in the staged result: the call runs in place
+          s.to_host(out + mine, sendbuf, block);
+          in = out;
+        } else {
+          uint8_t* staged = s.buffer(0, block);
+          s.to_host(staged, sendbuf, block);
+          in = staged;
+        }
+      }
+      s.sync();
+      if (s.failed()) return s.rc();
+      const Status st = c->allgather(in, out, static_cast<size_t>(recvcount), dt);
+      return staged_result(s, c, st, (dev & 2u) ? recvbuf : nullptr, out, total);
+    });
+  }
   return run_native(comm, [&](Communicator* c) {
     return c->allgather(src, recvbuf, static_cast<size_t>(recvcount), dt);
   });
@@ -452,11 +699,26 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
                   "buffer is MPI_IN_PLACE (bcast has no in-place form)");
   }
   DType dt;
-  if (!handles_type(datatype, comm, &dt) || (count > 0 && on_device("skipring_bcast", {buffer}))) {
+  const unsigned dev = count > 0 ? device_buffers({buffer}) : 0;
+  DeviceOps* ops = dev != 0 ? device_path("skipring_bcast") : nullptr;
+  if (!handles_type(datatype, comm, &dt) || (dev != 0 && ops == nullptr)) {
     skipring_count_fallback();
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
+  if (dev != 0) {
+    // Only the root's buffer is read and only the others' is written.
+    return run_staged(comm, "skipring_bcast", ops, [&](Staged& s, Communicator* c) {
+      const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+      const bool is_root = c->rank() == root;
+      uint8_t* staged = s.buffer(1, bytes);
+      if (is_root) s.to_host(staged, buffer, bytes);
+      s.sync();
+      if (s.failed()) return s.rc();
+      const Status st = c->bcast(staged, static_cast<size_t>(count), dt, root);
+      return staged_result(s, c, st, is_root ? nullptr : buffer, staged, bytes);
+    });
+  }
   return run_native(comm, [&](Communicator* c) {
     return c->bcast(buffer, static_cast<size_t>(count), dt, root);
   });
@@ -488,8 +750,9 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (rank == root && aliased(sendbuf, recvbuf, count)) {
     return reject("skipring_reduce", MPI_ERR_ARG, kAliasWhy);
   }
-  if (kind != MpiReduction::kNative || !native_comm(comm) ||
-      (count > 0 && on_device("skipring_reduce", {sendbuf, rank == root ? recvbuf : nullptr}))) {
+  const unsigned dev = count > 0 ? device_buffers({sendbuf, rank == root ? recvbuf : nullptr}) : 0;
+  DeviceOps* ops = dev != 0 ? device_path("skipring_reduce") : nullptr;
+  if (kind != MpiReduction::kNative || !native_comm(comm) || (dev != 0 && ops == nullptr)) {
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
@@ -497,6 +760,30 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
     return MPI_ERR_BUFFER;
   }
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  if (dev != 0) {
+    return run_staged(comm, "skipring_reduce", ops, [&](Staged& s, Communicator* c) {
+      const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+      const bool in_place = sendbuf == MPI_IN_PLACE;
+      const void* in = src;
+      void* out = recvbuf;  // significant at the root only (dev bit 1 is never set elsewhere)
+      if (dev & 2u) {
+        out = s.buffer(1, bytes);
+        if (in_place) {
+          s.to_host(out, recvbuf, bytes);
+          in = out;
+        }
+      }
+      if (dev & 1u) {
+        uint8_t* staged = s.buffer(0, bytes);
+        s.to_host(staged, sendbuf, bytes);
+        in = staged;
+      }
+      s.sync();
+      if (s.failed()) return s.rc();
+      const Status st = c->reduce(in, out, static_cast<size_t>(count), dt, rop, root);
+      return staged_result(s, c, st, (dev & 2u) ? recvbuf : nullptr, out, bytes);
+    });
+  }
   return run_native(comm, [&](Communicator* c) {
     return c->reduce(src, recvbuf, static_cast<size_t>(count), dt, rop, root);
   });

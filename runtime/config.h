@@ -65,6 +65,9 @@ struct Config {
   double model_reduce_gbps = 0;  // SKIPRING_MODEL_REDUCE_GBPS: reduction rate 1/gamma
   std::string inject;            // SKIPRING_INJECT (validated by parse_inject_spec)
   std::string trace_dir;         // SKIPRING_TRACE (empty: no trace)
+  // Device (CUDA) buffers: staged through pinned host buffers when a device path exists (true)
+  // or handed to the MPI library, counted as fallbacks (false). docs/gpu.md.
+  bool gpu_staging = true;  // SKIPRING_GPU_STAGING
   // SimGrid SMPI build only (ignored otherwise): reductions are charged as simulated compute
   // time bytes / rate; 2.73 GB/s = 8 KiB in 3 us, the paper's T.
   double sim_reduce_gbps = 2.73;  // SKIPRING_SIM_REDUCE_GBPS (> 0)

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "runtime/device_ops.h"
+
 namespace skipring {
 namespace {
 
@@ -94,12 +96,19 @@ std::string cuda_driver_status() {
 std::string gpu_support_summary() {
   std::string out = "cuda: ";
 #ifdef SKIPRING_HAVE_CUDA
-  out += "SKIPRING_WITH_CUDA=ON but no device code is built yet";
+  out += "SKIPRING_WITH_CUDA=ON (reduce kernels and CUDA staging built, cudart static)";
 #else
-  out += "SKIPRING_WITH_CUDA=OFF";
+  out += "SKIPRING_WITH_CUDA=OFF (no device code)";
 #endif
   out += "; driver " + cuda_driver_status();
-  out += "; device and managed buffers go to the MPI library (counted as fallbacks)\nucx: ";
+  // Probes the CUDA runtime (once) when built with CUDA.
+  const std::string path = device_path_status();
+  out += "; device path " + path;
+  out += device_ops() != nullptr
+             ? "; device and managed buffers are staged through pinned host buffers (whole "
+               "buffers, no segment pipelining) and reduced by skipring's host collectives"
+             : "; device and managed buffers go to the MPI library (counted as fallbacks)";
+  out += "\nucx: ";
 #ifdef SKIPRING_HAVE_UCX
   out += "found at build time, not used (no UCX transport yet)";
 #else

@@ -283,6 +283,9 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_TRACE", kTrace, {}, "",
        "per-rank Chrome-trace JSON of every collective (`skipring-trace-rank<R>.json`, opens "
        "in Perfetto)"},
+      {"SKIPRING_GPU_STAGING", &Config::gpu_staging, {}, "",
+       "CUDA device buffers: 1 = copied through pinned host buffers and reduced by skipring "
+       "when a device path exists, 0 = handed to the MPI library (counted as fallbacks)"},
       {"SKIPRING_SIM_REDUCE_GBPS", &Config::sim_reduce_gbps, {0, 1e6, /*lo_open=*/true}, "",
        "reductions cost bytes / rate (GB/s) of simulated time; 2.73 = 8 KiB in 3 µs, the "
        "paper's T",
