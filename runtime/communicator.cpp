@@ -20,9 +20,12 @@
 #include "common/hash.h"
 #include "runtime/cost_probe.h"
 #include "runtime/log.h"
+#include "runtime/mpi_transport.h"
 #include "runtime/progress_engine.h"
 #include "runtime/rd_direct.h"
 #include "runtime/topology_gather.h"
+#include "runtime/ucx_transport.h"
+#include "topology/affinity.h"
 #include "topology/ring_order.h"
 
 namespace skipring {
@@ -285,7 +288,18 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   }
   c->pos_ =
       static_cast<int>(std::find(c->ring_.begin(), c->ring_.end(), c->rank_) - c->ring_.begin());
-  c->transport_ = std::make_unique<MpiTransport>(c->internal_);
+  int tag_span = 0;
+  if (cfg.transport == TransportKind::kUcx) {
+    std::unique_ptr<UcxTransport> ucx;
+    SKIPRING_RETURN_IF_ERROR(UcxTransport::create(
+        c->internal_, c->wait_, preferred_ucx_net_device(c->topology_, c->rank_), &ucx));
+    tag_span = ucx->tag_span();
+    c->transport_ = std::move(ucx);
+  } else {
+    auto mpi = std::make_unique<MpiTransport>(c->internal_);
+    tag_span = mpi->tag_span();
+    c->transport_ = std::move(mpi);
+  }
   c->topo_summary_.n = c->size_;
   c->topo_summary_.hosts = c->topology_.num_hosts();
   for (const auto& h : c->topology_.host_ranks) {
@@ -312,7 +326,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
   c->params_.ring = c->ring_;
   c->params_.segment_bytes = cfg.segment_bytes;
   c->params_.depth = cfg.pipeline_depth;
-  c->params_.tag_span = c->transport_->tag_span();
+  c->params_.tag_span = tag_span;
   Communicator* self = c.get();
   c->algo_ctx_.params = &c->params_;
   c->algo_ctx_.scratch = &c->scratch_;

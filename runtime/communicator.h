@@ -17,7 +17,7 @@
 #include "common/step_stats.h"
 #include "runtime/clock.h"
 #include "runtime/config.h"
-#include "runtime/mpi_transport.h"
+#include "runtime/transport.h"
 #include "runtime/mpi_wait.h"
 #include "runtime/progress_engine.h"
 #include "straggler/injection.h"
@@ -144,7 +144,7 @@ class Communicator {
   Algo last_choice_ = Algo::kRing;
   TopologySummary topo_summary_;  // what the cost model knows of the topology
   Config cfg_;
-  std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<Transport> transport_;  // MpiTransport or UcxTransport (SKIPRING_TRANSPORT)
   std::unique_ptr<Clock> clock_;
   WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;

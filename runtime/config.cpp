@@ -83,6 +83,8 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_SEGMENT_BYTES     pieces and message sizes
   //   SKIPRING_PIPELINE_DEPTH    slots and messages in flight
   //   SKIPRING_CHECK             barriers after each collective, the per-call agreement
+  //   SKIPRING_TRANSPORT         MPI or UCX messages (a message sent on one is never received
+  //                              on the other)
   //   SKIPRING_SKIP              skip-ahead's control messages
   //   SKIPRING_DIRECT_ALLGATHER  who sends the final segments to whom
   //   SKIPRING_ALGO              the algorithm
@@ -94,19 +96,13 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //                              collective step; the value itself is local
   //   SKIPRING_SIM_REDUCE_GBPS   auto's choice under SimGrid (the SimGrid build only)
   static const char* const kNames[] = {
-      "SKIPRING_ENABLE",
-      "SKIPRING_SEGMENT_BYTES",
-      "SKIPRING_PIPELINE_DEPTH",
-      "SKIPRING_CHECK",
-      "SKIPRING_SKIP",
-      "SKIPRING_DIRECT_ALLGATHER",
-      "SKIPRING_ALGO",
-      "SKIPRING_HOST_MAP",
-      "SKIPRING_TREE_GRAPH",
-      "SKIPRING_MULTITREE_K",
-      "SKIPRING_MODEL_LAT_US",
-      "SKIPRING_MODEL_GBPS",
-      "SKIPRING_MODEL_REDUCE_GBPS",
+      "SKIPRING_ENABLE",           "SKIPRING_SEGMENT_BYTES",
+      "SKIPRING_PIPELINE_DEPTH",   "SKIPRING_CHECK",
+      "SKIPRING_TRANSPORT",        "SKIPRING_SKIP",
+      "SKIPRING_DIRECT_ALLGATHER", "SKIPRING_ALGO",
+      "SKIPRING_HOST_MAP",         "SKIPRING_TREE_GRAPH",
+      "SKIPRING_MULTITREE_K",      "SKIPRING_MODEL_LAT_US",
+      "SKIPRING_MODEL_GBPS",       "SKIPRING_MODEL_REDUCE_GBPS",
       "SKIPRING_SKIP_T_US",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
@@ -122,6 +118,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.segment_bytes);
   raw(cfg.pipeline_depth);
   raw(cfg.check);
+  raw(cfg.transport);
   raw(cfg.skip);
   raw(cfg.direct_allgather);
   raw(cfg.algo);

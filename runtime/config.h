@@ -20,6 +20,8 @@ namespace skipring {
 
 enum class LogLevel : int { kTrace, kDebug, kInfo, kWarn, kError, kOff };
 enum class ClockKind : int { kSteady, kMpiWtime };
+// What carries the progress engine's messages (SKIPRING_TRANSPORT).
+enum class TransportKind : int { kMpi, kUcx };
 
 struct Config {
   bool enable = true;                    // SKIPRING_ENABLE
@@ -38,7 +40,8 @@ struct Config {
 #else
   ClockKind clock = ClockKind::kSteady;  // SKIPRING_CLOCK
 #endif
-  bool check = false;  // SKIPRING_CHECK
+  bool check = false;                             // SKIPRING_CHECK
+  TransportKind transport = TransportKind::kMpi;  // SKIPRING_TRANSPORT
   // Straggler handling (DESIGN.md 2): skip ahead when the predecessor is later than
   // alpha * T + T_trans (and at least skip_min_wait_us).
   bool skip = true;           // SKIPRING_SKIP

@@ -110,9 +110,11 @@ std::string gpu_support_summary() {
              : "; device and managed buffers go to the MPI library (counted as fallbacks)";
   out += "\nucx: ";
 #ifdef SKIPRING_HAVE_UCX
-  out += "found at build time, not used (no UCX transport yet)";
+  out +=
+      "found at build time; the UCX transport runs with SKIPRING_TRANSPORT=ucx (host "
+      "buffers: device buffers are staged or fall back before any transport)";
 #else
-  out += "not found at build time";
+  out += "not found at build time (SKIPRING_TRANSPORT=ucx unavailable)";
 #endif
   return out;
 }

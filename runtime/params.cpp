@@ -102,6 +102,15 @@ bool parse_clock(const std::string& text, Config* c) {
   return false;
 }
 
+bool parse_transport(const std::string& text, Config* c) {
+  const std::string v = skipring::to_lower(text);
+  if (v == "mpi") return c->transport = TransportKind::kMpi, true;
+#ifdef SKIPRING_HAVE_UCX
+  if (v == "ucx") return c->transport = TransportKind::kUcx, true;
+#endif
+  return false;
+}
+
 bool parse_direct_allgather(const std::string& text, Config* c) {
   if (skipring::to_lower(text) == "auto") return c->direct_allgather = -1, true;
   bool b = false;
@@ -206,6 +215,16 @@ bool parse_on_timeout(const std::string& text, Config* c) {
   if (v == "abort") return c->abort_on_timeout = true, true;
   return false;
 }
+const CustomParam kTransport{
+    "enum",
+#ifdef SKIPRING_HAVE_UCX
+    "mpi, ucx",
+#else
+                             "mpi (this build has no UCX)",
+#endif
+    parse_transport, [](const Config& c) {
+      return std::string(c.transport == TransportKind::kUcx ? "ucx" : "mpi");
+    }};
 const CustomParam kOnTimeout{"enum", "error, abort", parse_on_timeout, [](const Config& c) {
                                return std::string(c.abort_on_timeout ? "abort" : "error");
                              }};
@@ -243,6 +262,10 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_CLOCK", kClock, {}, "", "time source; `mpi_wtime` under SimGrid SMPI"},
       {"SKIPRING_CHECK", &Config::check, {}, "",
        "after each collective, barrier + probe: fail if any message is left unmatched"},
+      {"SKIPRING_TRANSPORT", kTransport, {}, "",
+       "what carries the collectives' messages: `mpi` (point-to-point on a duplicate of the "
+       "communicator) or `ucx` (UCP tag API, one worker per communicator; small sizes' direct "
+       "recursive doubling and the setup stay on MPI)"},
       {"SKIPRING_SKIP", &Config::skip, {}, "",
        "skip ahead past a slow predecessor; 0 = plain ring (run-to-run identical results)"},
       {"SKIPRING_DIRECT_ALLGATHER", kDirectAllgather, {}, "",

@@ -1,0 +1,500 @@
+// UCX (UCP tag API) transport; see ucx_transport.h.
+#include "runtime/ucx_transport.h"
+
+#include "runtime/log.h"
+
+#ifdef SKIPRING_HAVE_UCX
+
+#include <sched.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+namespace skipring {
+namespace {
+
+constexpr uint64_t kSourceMask = 0xffffffffull;
+constexpr uint64_t kAnySourceMask = ~kSourceMask;
+
+uint64_t wire_tag(int tag, int source) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 32) | static_cast<uint32_t>(source);
+}
+int source_of(uint64_t wire) { return static_cast<int>(wire & kSourceMask); }
+
+bool contiguous(const void* header, size_t header_bytes, const void* payload) {
+  return static_cast<const uint8_t*>(header) + header_bytes == payload;
+}
+
+// The process's UCP context: created once, on the first UCX communicator, kept until exit
+// (communicators come and go often; ucp_init reads the configuration and loads every transport).
+struct ProcessContext {
+  std::mutex mutex;
+  bool tried = false;
+  ucp_context_h context = nullptr;
+  std::string error;       // why there is no context
+  std::string net_device;  // what NET_DEVICES was set to ("" when left to UCX or the user)
+};
+ProcessContext& process_context() {
+  static ProcessContext* pc = new ProcessContext();  // never destroyed: used up to exit
+  return *pc;
+}
+
+ucp_context_h get_context(const std::string& net_device, std::string* error) {
+  ProcessContext& pc = process_context();
+  std::lock_guard<std::mutex> lock(pc.mutex);
+  if (!pc.tried) {
+    pc.tried = true;
+    ucp_config_t* config = nullptr;
+    ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+    if (st == UCS_OK) {
+      // Rendezvous where the sender writes (put) rather than the receiver reads (get): with a
+      // get, the sender's request completes only on the receiver's acknowledgement, which
+      // UCX sends from the receiver's progress after its receive completed; a receiver whose
+      // collective is then over does not progress this worker again until its next
+      // collective, and the sender waits (mpi_soak_np3 hung that way). With a put every
+      // completion depends on a message to a rank still waiting for something.
+      if (std::getenv("UCX_RNDV_SCHEME") == nullptr) {
+        (void)ucp_config_modify(config, "RNDV_SCHEME", "put_zcopy");
+      }
+      if (!net_device.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+        if (ucp_config_modify(config, "NET_DEVICES", net_device.c_str()) == UCS_OK) {
+          pc.net_device = net_device;
+        }
+      }
+      ucp_params_t params;
+      std::memset(&params, 0, sizeof(params));
+      params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+      params.features = UCP_FEATURE_TAG;
+      params.mt_workers_shared = 1;  // communicators (workers) may live on different threads
+      st = ucp_init(&params, config, &pc.context);
+      ucp_config_release(config);
+    }
+    if (st != UCS_OK) {
+      pc.context = nullptr;
+      pc.error = ucs_status_string(st);
+    }
+  }
+  if (pc.context == nullptr) *error = "ucp_init: " + pc.error;
+  return pc.context;
+}
+
+// Completes a UCX request by progressing the worker: true when it finished in time.
+bool progress_until_done(ucp_worker_h worker, void* req, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int i = 0; ucp_request_check_status(req) == UCS_INPROGRESS; ++i) {
+    if (ucp_worker_progress(worker) == 0 && (i & 63) == 63) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      sched_yield();
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ucx_transport_built() { return true; }
+
+struct UcxTransport::Impl {
+  struct Op {
+    Token token = 0;
+    bool is_recv = false;
+    bool in_use = false;
+    void* req = nullptr;
+    ucp_dt_iov_t iov[2] = {};
+    ucp_tag_recv_info_t info = {};
+    size_t header_bytes = 0;
+    size_t payload_capacity = 0;
+    int tag = 0;
+    int peer = -1;
+  };
+
+  ucp_worker_h worker = nullptr;
+  std::vector<ucp_ep_h> eps;
+  std::deque<Op> ops;  // stable addresses: UCX writes receive info and reads iovs in place
+  std::vector<int> free_ops;
+  std::vector<int> active;     // ops with a request in flight
+  std::vector<int> immediate;  // ops UCX completed at once: reported by the next poll
+
+  int new_op() {
+    int id;
+    if (!free_ops.empty()) {
+      id = free_ops.back();
+      free_ops.pop_back();
+      ops[id] = Op();
+    } else {
+      id = static_cast<int>(ops.size());
+      ops.emplace_back();
+    }
+    ops[id].in_use = true;
+    return id;
+  }
+  void release_op(int id) {
+    ops[id].in_use = false;
+    ops[id].req = nullptr;
+    free_ops.push_back(id);
+  }
+  // Queues a posted operation by what UCX returned.
+  Status track(int id, ucs_status_ptr_t r, const char* what) {
+    if (UCS_PTR_IS_ERR(r)) {
+      const ucs_status_t st = UCS_PTR_STATUS(r);
+      Op& op = ops[id];
+      if (op.is_recv && st == UCS_ERR_MESSAGE_TRUNCATED) return finish(id, st, nullptr);
+      SKIPRING_LOG_ERROR("UCX {} to/from rank {} with tag {} failed: {}", what, op.peer, op.tag,
+                         ucs_status_string(st));
+      release_op(id);
+      return Status::kErrTransport;
+    }
+    if (r == nullptr) {
+      immediate.push_back(id);
+    } else {
+      ops[id].req = r;
+      active.push_back(id);
+    }
+    return Status::kOk;
+  }
+  // Reports op `id`, finished with `st`, into *done (nullptr: an error is all it can be).
+  Status finish(int id, ucs_status_t st, std::vector<Completion>* done) {
+    Op& op = ops[id];
+    const size_t hi = op.header_bytes + op.payload_capacity;
+    Status out = Status::kOk;
+    if (st == UCS_ERR_MESSAGE_TRUNCATED) {
+      SKIPRING_LOG_ERROR(
+          "protocol error: message from rank {} with tag {}: expected {} to {} bytes, received "
+          "more (truncated by UCX)",
+          op.peer >= 0 ? op.peer : source_of(op.info.sender_tag), op.tag, op.header_bytes, hi);
+      out = Status::kErrProtocol;
+    } else if (st != UCS_OK) {
+      SKIPRING_LOG_ERROR("UCX {} rank {} with tag {} failed: {}",
+                         op.is_recv ? "receive from" : "send to", op.peer, op.tag,
+                         ucs_status_string(st));
+      out = Status::kErrTransport;
+    } else if (op.is_recv && (op.info.length < op.header_bytes || op.info.length > hi)) {
+      SKIPRING_LOG_ERROR(
+          "protocol error: message from rank {} with tag {}: expected {} to {} bytes, received {} "
+          "bytes",
+          source_of(op.info.sender_tag), op.tag, op.header_bytes, hi, op.info.length);
+      out = Status::kErrProtocol;
+    } else if (done != nullptr) {
+      done->push_back(
+          Completion{op.token, op.is_recv, op.is_recv ? op.info.length - op.header_bytes : 0});
+    }
+    release_op(id);
+    return out;
+  }
+};
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::string& net_device,
+                            std::unique_ptr<UcxTransport>* out) {
+  auto impl = std::make_unique<Impl>();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::string why;
+  ucp_address_t* address = nullptr;
+  size_t address_bytes = 0;
+  if (ucp_context_h ctx = get_context(net_device, &why); ctx != nullptr) {
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time: the caller's
+    ucs_status_t st = ucp_worker_create(ctx, &wp, &impl->worker);
+    if (st == UCS_OK) st = ucp_worker_get_address(impl->worker, &address, &address_bytes);
+    if (st != UCS_OK) why = std::string("UCP worker: ") + ucs_status_string(st);
+  }
+  // Every rank's address (length 0: that rank has none, and everyone fails).
+  std::vector<int> lengths(static_cast<size_t>(size) + 1, 0);
+  lengths[size] = address != nullptr ? static_cast<int>(address_bytes) : 0;
+  WaitWhat w;
+  w.what = "communicator setup: exchanging UCX worker addresses";
+  MPI_Request req;
+  SKIPRING_RETURN_IF_ERROR(wait_collectives(
+      MPI_Iallgather(&lengths[size], 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, &req), &req, 1,
+      wait, w, nullptr, &lengths));
+  std::string missing;
+  for (int r = 0; r < size; ++r) {
+    if (lengths[r] <= 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+  }
+  auto release_address = [&] {
+    if (address != nullptr) ucp_worker_release_address(impl->worker, address);
+    address = nullptr;
+  };
+  if (!missing.empty()) {
+    release_address();
+    SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: no UCX worker on rank(s) {}{}", missing,
+                       why.empty() ? "" : " (here: " + why + ")");
+    if (impl->worker != nullptr) ucp_worker_destroy(impl->worker);
+    return Status::kErrTransport;
+  }
+  std::vector<int> displs(static_cast<size_t>(size), 0);
+  for (int r = 1; r < size; ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+  std::vector<uint8_t> mine(
+      static_cast<const uint8_t*>(static_cast<const void*>(address)),
+      static_cast<const uint8_t*>(static_cast<const void*>(address)) + address_bytes);
+  release_address();
+  std::vector<uint8_t> all(static_cast<size_t>(displs[size - 1]) + lengths[size - 1]);
+  SKIPRING_RETURN_IF_ERROR(wait_collectives(
+      MPI_Iallgatherv(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all.data(),
+                      lengths.data(), displs.data(), MPI_BYTE, comm, &req),
+      &req, 1, wait, w, nullptr, &mine, &all, &lengths, &displs));
+  // Endpoints to every rank (itself included); connections are made on first use.
+  impl->eps.assign(static_cast<size_t>(size), nullptr);
+  std::vector<int> ep_ok(2, 1);
+  for (int r = 0; r < size && ep_ok[0]; ++r) {
+    ucp_ep_params_t ep;
+    std::memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    if (const ucs_status_t st = ucp_ep_create(impl->worker, &ep, &impl->eps[r]); st != UCS_OK) {
+      SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: no UCX endpoint from rank {} to rank {}: {}",
+                         rank, r, ucs_status_string(st));
+      impl->eps[r] = nullptr;
+      ep_ok[0] = 0;
+    }
+  }
+  w.what = "communicator setup: agreeing on the UCX endpoints";
+  const Status agreed =
+      wait_collectives(MPI_Iallreduce(&ep_ok[0], &ep_ok[1], 1, MPI_INT, MPI_MIN, comm, &req), &req,
+                       1, wait, w, nullptr, &ep_ok);
+  out->reset(new UcxTransport(std::move(impl)));
+  (*out)->rank_ = rank;
+  (*out)->size_ = size;
+  if (!ok(agreed) || ep_ok[1] == 0) {
+    if (ok(agreed) && ep_ok[0] == 1)
+      SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: another rank could not connect over UCX");
+    out->reset();
+    return ok(agreed) ? Status::kErrTransport : agreed;
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    if (rank == 0) SKIPRING_LOG_INFO("SKIPRING_TRANSPORT=ucx: {}", describe());
+  });
+  return Status::kOk;
+}
+
+UcxTransport::~UcxTransport() {
+  Impl& m = *impl_;
+  if (m.worker == nullptr) return;
+  // Nothing is in flight after a collective; after an error, receives are cancelled and sends
+  // given up (the endpoints' forced close below releases them).
+  // Sends still in flight (only after an error: the collective failed on this rank while the
+  // peer may still be receiving) get a bounded chance to finish, so the peer sees the message
+  // (and its own error) instead of waiting for its timeout; MPI would deliver them in the
+  // background.
+  for (const int id : m.active) {
+    if (!m.ops[id].is_recv) progress_until_done(m.worker, m.ops[id].req, 2.0);
+  }
+  // Receives still posted (only after an error) are cancelled without progressing the worker:
+  // one already matched could otherwise still write into a buffer its caller has freed.
+  for (const int id : m.active) {
+    if (m.ops[id].is_recv) ucp_request_cancel(m.worker, m.ops[id].req);
+    ucp_request_free(m.ops[id].req);
+  }
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  for (ucp_ep_h ep : m.eps) {
+    if (ep == nullptr) continue;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      progress_until_done(m.worker, r, 1.0);
+      ucp_request_free(r);
+    }
+  }
+  ucp_worker_destroy(m.worker);
+}
+
+size_t UcxTransport::outstanding() const { return impl_->active.size() + impl_->immediate.size(); }
+
+Status UcxTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
+                               const void* payload, size_t payload_bytes, Token token) {
+  Impl& m = *impl_;
+  if (peer < 0 || peer >= size_ || tag < 0 || tag >= tag_span()) return Status::kErrArg;
+  const int id = m.new_op();
+  Impl::Op& op = m.ops[id];
+  op.token = token;
+  op.peer = peer;
+  op.tag = tag;
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  p.memory_type = UCS_MEMORY_TYPE_HOST;
+  const void* buf = header;
+  size_t count = header_bytes + payload_bytes;
+  p.datatype = ucp_dt_make_contig(1);
+  if (header_bytes == 0) {
+    buf = payload;
+  } else if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+    op.iov[0] = {const_cast<void*>(header), header_bytes};
+    op.iov[1] = {const_cast<void*>(payload), payload_bytes};
+    buf = op.iov;
+    count = 2;
+    p.datatype = ucp_dt_make_iov();
+  }
+  return m.track(id, ucp_tag_send_nbx(m.eps[peer], buf, count, wire_tag(tag, rank_), &p), "send");
+}
+
+Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
+                               size_t payload_bytes, Token token) {
+  Impl& m = *impl_;
+  if (peer >= size_ || (peer < 0 && peer != kAnySource && peer != kAnySourceOneSender) || tag < 0 ||
+      tag >= tag_span()) {
+    return Status::kErrArg;
+  }
+  const int id = m.new_op();
+  Impl::Op& op = m.ops[id];
+  op.token = token;
+  op.is_recv = true;
+  op.peer = peer;
+  op.tag = tag;
+  op.header_bytes = header_bytes;
+  op.payload_capacity = payload_bytes;
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  // Always a request (UCP_OP_ATTR_FLAG_NO_IMM_CMPL): UCX 1.13 left the receive info of an
+  // immediately completed receive unwritten (a 0-byte length: a false size mismatch).
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                   UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.memory_type = UCS_MEMORY_TYPE_HOST;
+  p.recv_info.tag_info = &op.info;
+  void* buf = header;
+  size_t count = header_bytes + payload_bytes;
+  p.datatype = ucp_dt_make_contig(1);
+  if (header_bytes == 0) {
+    buf = payload;
+  } else if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+    op.iov[0] = {header, header_bytes};
+    op.iov[1] = {payload, payload_bytes};
+    buf = op.iov;
+    count = 2;
+    p.datatype = ucp_dt_make_iov();
+  }
+  const uint64_t mask = peer >= 0 ? ~0ull : kAnySourceMask;
+  return m.track(
+      id, ucp_tag_recv_nbx(m.worker, buf, count, wire_tag(tag, peer >= 0 ? peer : 0), mask, &p),
+      "receive");
+}
+
+Status UcxTransport::poll(std::vector<Completion>* done) {
+  Impl& m = *impl_;
+  for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
+  }
+  Status out = Status::kOk;
+  for (const int id : m.immediate) {
+    const Status st = m.finish(id, UCS_OK, done);
+    if (ok(out)) out = st;
+  }
+  m.immediate.clear();
+  for (size_t i = 0; i < m.active.size();) {
+    const int id = m.active[i];
+    Impl::Op& op = m.ops[id];
+    const ucs_status_t st =
+        op.is_recv ? ucp_tag_recv_request_test(op.req, &op.info) : ucp_request_check_status(op.req);
+    if (st == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    ucp_request_free(op.req);
+    m.active[i] = m.active.back();
+    m.active.pop_back();
+    const Status fs = m.finish(id, st, done);
+    if (ok(out)) out = fs;
+  }
+  return out;
+}
+
+Status UcxTransport::cancel(Token token) {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.immediate.size(); ++i) {
+    const int id = m.immediate[i];
+    if (m.ops[id].is_recv && m.ops[id].token == token) {
+      // Already received: the protocol cancels only receives nothing can match any more.
+      m.immediate.erase(m.immediate.begin() + static_cast<std::ptrdiff_t>(i));
+      m.release_op(id);
+      return Status::kErrProtocol;
+    }
+  }
+  for (size_t i = 0; i < m.active.size(); ++i) {
+    const int id = m.active[i];
+    Impl::Op& op = m.ops[id];
+    if (!op.is_recv || op.token != token) continue;
+    ucp_request_cancel(m.worker, op.req);
+    if (!progress_until_done(m.worker, op.req, 0.2)) {
+      // Matched, and its data still coming (a rendezvous from a sender that stopped): not
+      // cancellable. Left in `active`; the destructor releases it without progressing.
+      SKIPRING_LOG_ERROR("UCX: a cancelled receive from rank {} with tag {} is still receiving",
+                         op.peer, op.tag);
+      return Status::kErrProtocol;
+    }
+    const ucs_status_t st = ucp_request_check_status(op.req);
+    ucp_request_free(op.req);
+    m.active[i] = m.active.back();
+    m.active.pop_back();
+    m.release_op(id);
+    return st == UCS_ERR_CANCELED ? Status::kOk : Status::kErrProtocol;
+  }
+  return Status::kErrArg;
+}
+
+Status UcxTransport::unmatched_message_waiting(bool* waiting) {
+  Impl& m = *impl_;
+  for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
+  }
+  ucp_tag_recv_info_t info;
+  *waiting = ucp_tag_probe_nb(m.worker, 0, 0, 0, &info) != nullptr;
+  return Status::kOk;
+}
+
+std::string UcxTransport::describe() {
+  std::string out = std::string("UCX ") + ucp_get_version_string();
+  ProcessContext& pc = process_context();
+  std::lock_guard<std::mutex> lock(pc.mutex);
+  if (!pc.tried) return out + " (no UCX communicator yet)";
+  if (pc.context == nullptr) return out + " (ucp_init failed: " + pc.error + ")";
+  if (!pc.net_device.empty()) out += ", NET_DEVICES=" + pc.net_device + " (from the topology)";
+  if (const char* env = std::getenv("UCX_NET_DEVICES"))
+    out += std::string(", UCX_NET_DEVICES=") + env;
+  if (const char* env = std::getenv("UCX_TLS")) out += std::string(", UCX_TLS=") + env;
+  return out;
+}
+
+}  // namespace skipring
+
+#else  // !SKIPRING_HAVE_UCX
+
+namespace skipring {
+
+bool ucx_transport_built() { return false; }
+
+struct UcxTransport::Impl {};
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+UcxTransport::~UcxTransport() = default;
+
+Status UcxTransport::create(MPI_Comm, const WaitPolicy&, const std::string&,
+                            std::unique_ptr<UcxTransport>*) {
+  SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: this build has no UCX (libucx-dev not found)");
+  return Status::kErrConfig;
+}
+size_t UcxTransport::outstanding() const { return 0; }
+Status UcxTransport::post_send(int, int, const void*, size_t, const void*, size_t, Token) {
+  return Status::kErrInternal;
+}
+Status UcxTransport::post_recv(int, int, void*, size_t, void*, size_t, Token) {
+  return Status::kErrInternal;
+}
+Status UcxTransport::poll(std::vector<Completion>*) { return Status::kErrInternal; }
+Status UcxTransport::cancel(Token) { return Status::kErrInternal; }
+Status UcxTransport::unmatched_message_waiting(bool*) { return Status::kErrInternal; }
+std::string UcxTransport::describe() { return "not built (no UCX found at configure time)"; }
+
+}  // namespace skipring
+
+#endif
