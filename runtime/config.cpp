@@ -94,6 +94,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_MODEL_*           auto's choice
   //   SKIPRING_SKIP_T_US         given or learnt (0): learning it measures the cost model, a
   //                              collective step; the value itself is local
+  //   SKIPRING_GPU_STAGING       device-buffer calls run in skipring (staged) or in PMPI
   //   SKIPRING_SIM_REDUCE_GBPS   auto's choice under SimGrid (the SimGrid build only)
   static const char* const kNames[] = {
       "SKIPRING_ENABLE",           "SKIPRING_SEGMENT_BYTES",
@@ -103,7 +104,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_HOST_MAP",         "SKIPRING_TREE_GRAPH",
       "SKIPRING_MULTITREE_K",      "SKIPRING_MODEL_LAT_US",
       "SKIPRING_MODEL_GBPS",       "SKIPRING_MODEL_REDUCE_GBPS",
-      "SKIPRING_SKIP_T_US",
+      "SKIPRING_SKIP_T_US",        "SKIPRING_GPU_STAGING",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif
@@ -127,6 +128,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.model_gbps);
   raw(cfg.model_reduce_gbps);
   raw(cfg.skip_t_us > 0);
+  raw(cfg.gpu_staging);
   raw(cfg.sim_reduce_gbps);
   fingerprint += cfg.host_map + '\0' + cfg.tree_graph;
   static std::mutex cache_mutex;
