@@ -20,9 +20,14 @@ namespace {
 constexpr uint64_t kSourceMask = 0xffffffffull;
 constexpr uint64_t kAnySourceMask = ~kSourceMask;
 
-uint64_t wire_tag(int tag, int source) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 32) | static_cast<uint32_t>(source);
+// Bits 63..33: the transport tag; bit 32: the part (0: a whole message or the header of a split
+// one, 1: the payload of a split one); bits 31..0: the sending rank.
+uint64_t wire_tag(int tag, int part, int source) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 33) |
+         (static_cast<uint64_t>(part) << 32) | static_cast<uint32_t>(source);
 }
+// Payloads above this travel as a part of their own (Impl::Op).
+constexpr size_t kSplit = 16 * 1024;
 int source_of(uint64_t wire) { return static_cast<int>(wire & kSourceMask); }
 
 bool contiguous(const void* header, size_t header_bytes, const void* payload) {
@@ -99,25 +104,42 @@ bool progress_until_done(ucp_worker_h worker, void* req, double seconds) {
 bool ucx_transport_built() { return true; }
 
 struct UcxTransport::Impl {
+  // One transport message: one UCP message, or two (header, then payload) when the payload is
+  // larger than kSplit: a contiguous payload then moves zero-copy (UCX's rendezvous takes
+  // contiguous buffers only; an iov of header and payload went through bounce buffers, 1.5x
+  // slower at 16 MiB and 2-7x at 64 KiB to 1 MiB). Both sides derive the form from the payload
+  // size, as MpiTransport does.
   struct Op {
     Token token = 0;
     bool is_recv = false;
     bool in_use = false;
-    void* req = nullptr;
+    bool split = false;
+    bool deferred = false;  // any-source split receive: payload posted once the header is in
+    int parts_left = 0;
+    void* req[2] = {nullptr, nullptr};
     ucp_dt_iov_t iov[2] = {};
-    ucp_tag_recv_info_t info = {};
+    ucp_tag_recv_info_t info[2] = {};
+    void* payload = nullptr;
     size_t header_bytes = 0;
     size_t payload_capacity = 0;
+    size_t payload_bytes = 0;  // received
     int tag = 0;
     int peer = -1;
+    int source = -1;  // split receive: the rank the first part came from
+  };
+  struct Part {
+    int op;
+    int part;  // 0: the message or its header part, 1: the payload part
   };
 
   ucp_worker_h worker = nullptr;
   std::vector<ucp_ep_h> eps;
   std::deque<Op> ops;  // stable addresses: UCX writes receive info and reads iovs in place
   std::vector<int> free_ops;
-  std::vector<int> active;     // ops with a request in flight
-  std::vector<int> immediate;  // ops UCX completed at once: reported by the next poll
+  size_t in_flight = 0;         // ops posted and not yet reported or released
+  std::vector<Part> active;     // parts with a request in flight
+  std::vector<Part> immediate;  // send parts UCX completed at once: reported by the next poll
+  std::vector<Part> posted;     // payload parts posted during poll, added to active after it
 
   int new_op() {
     int id;
@@ -130,60 +152,116 @@ struct UcxTransport::Impl {
       ops.emplace_back();
     }
     ops[id].in_use = true;
+    ++in_flight;
     return id;
   }
   void release_op(int id) {
     ops[id].in_use = false;
-    ops[id].req = nullptr;
+    --in_flight;
     free_ops.push_back(id);
   }
-  // Queues a posted operation by what UCX returned.
-  Status track(int id, ucs_status_ptr_t r, const char* what) {
+  // Queues part `part` of op `id` by what UCX returned for it.
+  Status track(int id, int part, ucs_status_ptr_t r, std::vector<Part>* into) {
+    Op& op = ops[id];
     if (UCS_PTR_IS_ERR(r)) {
       const ucs_status_t st = UCS_PTR_STATUS(r);
-      Op& op = ops[id];
-      if (op.is_recv && st == UCS_ERR_MESSAGE_TRUNCATED) return finish(id, st, nullptr);
-      SKIPRING_LOG_ERROR("UCX {} to/from rank {} with tag {} failed: {}", what, op.peer, op.tag,
-                         ucs_status_string(st));
-      release_op(id);
-      return Status::kErrTransport;
-    }
-    if (r == nullptr) {
-      immediate.push_back(id);
-    } else {
-      ops[id].req = r;
-      active.push_back(id);
-    }
-    return Status::kOk;
-  }
-  // Reports op `id`, finished with `st`, into *done (nullptr: an error is all it can be).
-  Status finish(int id, ucs_status_t st, std::vector<Completion>* done) {
-    Op& op = ops[id];
-    const size_t hi = op.header_bytes + op.payload_capacity;
-    Status out = Status::kOk;
-    if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-      SKIPRING_LOG_ERROR(
-          "protocol error: message from rank {} with tag {}: expected {} to {} bytes, received "
-          "more (truncated by UCX)",
-          op.peer >= 0 ? op.peer : source_of(op.info.sender_tag), op.tag, op.header_bytes, hi);
-      out = Status::kErrProtocol;
-    } else if (st != UCS_OK) {
       SKIPRING_LOG_ERROR("UCX {} rank {} with tag {} failed: {}",
                          op.is_recv ? "receive from" : "send to", op.peer, op.tag,
                          ucs_status_string(st));
-      out = Status::kErrTransport;
-    } else if (op.is_recv && (op.info.length < op.header_bytes || op.info.length > hi)) {
-      SKIPRING_LOG_ERROR(
-          "protocol error: message from rank {} with tag {}: expected {} to {} bytes, received {} "
-          "bytes",
-          source_of(op.info.sender_tag), op.tag, op.header_bytes, hi, op.info.length);
-      out = Status::kErrProtocol;
-    } else if (done != nullptr) {
-      done->push_back(
-          Completion{op.token, op.is_recv, op.is_recv ? op.info.length - op.header_bytes : 0});
+      return st == UCS_ERR_MESSAGE_TRUNCATED ? Status::kErrProtocol : Status::kErrTransport;
     }
+    if (r == nullptr) {
+      immediate.push_back(Part{id, part});
+    } else {
+      op.req[part] = r;
+      into->push_back(Part{id, part});
+    }
+    return Status::kOk;
+  }
+  Status post_send_part(int id, int part, int peer, int rank, const void* buf, size_t count,
+                        bool iov) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    p.datatype = iov ? ucp_dt_make_iov() : ucp_dt_make_contig(1);
+    return track(id, part,
+                 ucp_tag_send_nbx(eps[peer], buf, count, wire_tag(ops[id].tag, part, rank), &p),
+                 &active);
+  }
+  Status post_recv_part(int id, int part, int from, void* buf, size_t count, bool iov) {
+    Op& op = ops[id];
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    // Always a request (UCP_OP_ATTR_FLAG_NO_IMM_CMPL): UCX 1.13 left the receive info of an
+    // immediately completed receive unwritten (a 0-byte length: a false size mismatch).
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                     UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    p.recv_info.tag_info = &op.info[part];
+    p.datatype = iov ? ucp_dt_make_iov() : ucp_dt_make_contig(1);
+    const uint64_t mask = from >= 0 ? ~0ull : kAnySourceMask;
+    return track(id, part,
+                 ucp_tag_recv_nbx(worker, buf, count, wire_tag(op.tag, part, from >= 0 ? from : 0),
+                                  mask, &p),
+                 part == 1 && op.deferred ? &posted : &active);
+  }
+  // Part `part` of op `id` finished with `st`: checks it; when the op is complete, reports it
+  // into *done and releases it.
+  Status finish(int id, int part, ucs_status_t st, std::vector<Completion>* done) {
+    Op& op = ops[id];
+    const ucp_tag_recv_info_t& info = op.info[part];
+    const int from = op.is_recv ? source_of(info.sender_tag) : op.peer;
+    const char* what = !op.split ? "message" : part == 1 ? "payload part" : "header part";
+    const size_t lo = op.split && part == 1 ? 0 : op.header_bytes;
+    const size_t hi = !op.split   ? op.header_bytes + op.payload_capacity
+                      : part == 1 ? op.payload_capacity
+                                  : op.header_bytes;
+    if (st == UCS_ERR_MESSAGE_TRUNCATED) {
+      SKIPRING_LOG_ERROR(
+          "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received more "
+          "(truncated by UCX)",
+          what, op.peer >= 0 ? op.peer : from, op.tag, lo, hi);
+      return Status::kErrProtocol;
+    }
+    if (st != UCS_OK) {
+      SKIPRING_LOG_ERROR("UCX {} rank {} with tag {} failed: {}",
+                         op.is_recv ? "receive from" : "send to", op.peer, op.tag,
+                         ucs_status_string(st));
+      return Status::kErrTransport;
+    }
+    if (op.is_recv) {
+      if (info.length < lo || info.length > hi) {
+        SKIPRING_LOG_ERROR(
+            "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} "
+            "bytes",
+            what, from, op.tag, lo, hi, info.length);
+        return Status::kErrProtocol;
+      }
+      if (op.split) {
+        // The two parts of one message come from one rank (kAnySourceOneSender's promise).
+        if (op.source >= 0 && op.source != from) {
+          SKIPRING_LOG_ERROR(
+              "protocol error: split message with tag {}: header and payload from ranks {} and {}",
+              op.tag, op.source, from);
+          return Status::kErrProtocol;
+        }
+        op.source = from;
+      }
+      if (!op.split) {
+        op.payload_bytes = info.length - op.header_bytes;
+      } else if (part == 1) {
+        op.payload_bytes = info.length;
+      } else if (op.deferred) {
+        // The header of an any-source split message: now its payload, from that sender.
+        SKIPRING_RETURN_IF_ERROR(
+            post_recv_part(id, 1, from, op.payload, op.payload_capacity, false));
+      }
+    }
+    if (--op.parts_left > 0) return Status::kOk;
+    if (done != nullptr) done->push_back(Completion{op.token, op.is_recv, op.payload_bytes});
     release_op(id);
-    return out;
+    return Status::kOk;
   }
 };
 
@@ -281,20 +359,19 @@ Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::st
 UcxTransport::~UcxTransport() {
   Impl& m = *impl_;
   if (m.worker == nullptr) return;
-  // Nothing is in flight after a collective; after an error, receives are cancelled and sends
-  // given up (the endpoints' forced close below releases them).
   // Sends still in flight (only after an error: the collective failed on this rank while the
   // peer may still be receiving) get a bounded chance to finish, so the peer sees the message
   // (and its own error) instead of waiting for its timeout; MPI would deliver them in the
   // background.
-  for (const int id : m.active) {
-    if (!m.ops[id].is_recv) progress_until_done(m.worker, m.ops[id].req, 2.0);
+  for (const Impl::Part& x : m.active) {
+    if (!m.ops[x.op].is_recv) progress_until_done(m.worker, m.ops[x.op].req[x.part], 2.0);
   }
   // Receives still posted (only after an error) are cancelled without progressing the worker:
   // one already matched could otherwise still write into a buffer its caller has freed.
-  for (const int id : m.active) {
-    if (m.ops[id].is_recv) ucp_request_cancel(m.worker, m.ops[id].req);
-    ucp_request_free(m.ops[id].req);
+  for (const Impl::Part& x : m.active) {
+    void* req = m.ops[x.op].req[x.part];
+    if (m.ops[x.op].is_recv) ucp_request_cancel(m.worker, req);
+    ucp_request_free(req);
   }
   ucp_request_param_t p;
   std::memset(&p, 0, sizeof(p));
@@ -311,7 +388,7 @@ UcxTransport::~UcxTransport() {
   ucp_worker_destroy(m.worker);
 }
 
-size_t UcxTransport::outstanding() const { return impl_->active.size() + impl_->immediate.size(); }
+size_t UcxTransport::outstanding() const { return impl_->in_flight; }
 
 Status UcxTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
@@ -322,23 +399,21 @@ Status UcxTransport::post_send(int peer, int tag, const void* header, size_t hea
   op.token = token;
   op.peer = peer;
   op.tag = tag;
-  ucp_request_param_t p;
-  std::memset(&p, 0, sizeof(p));
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  p.memory_type = UCS_MEMORY_TYPE_HOST;
-  const void* buf = header;
-  size_t count = header_bytes + payload_bytes;
-  p.datatype = ucp_dt_make_contig(1);
-  if (header_bytes == 0) {
-    buf = payload;
-  } else if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
+  op.split = payload_bytes > kSplit;
+  op.parts_left = op.split ? 2 : 1;
+  Status st;
+  if (op.split) {
+    st = m.post_send_part(id, 0, peer, rank_, header, header_bytes, false);
+    if (ok(st)) st = m.post_send_part(id, 1, peer, rank_, payload, payload_bytes, false);
+  } else if (header_bytes == 0 || payload_bytes == 0 || contiguous(header, header_bytes, payload)) {
+    st = m.post_send_part(id, 0, peer, rank_, header_bytes == 0 ? payload : header,
+                          header_bytes + payload_bytes, false);
+  } else {
     op.iov[0] = {const_cast<void*>(header), header_bytes};
     op.iov[1] = {const_cast<void*>(payload), payload_bytes};
-    buf = op.iov;
-    count = 2;
-    p.datatype = ucp_dt_make_iov();
+    st = m.post_send_part(id, 0, peer, rank_, op.iov, 2, true);
   }
-  return m.track(id, ucp_tag_send_nbx(m.eps[peer], buf, count, wire_tag(tag, rank_), &p), "send");
+  return st;  // after an error the communicator is broken: the op stays until destruction
 }
 
 Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
@@ -356,30 +431,25 @@ Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_by
   op.tag = tag;
   op.header_bytes = header_bytes;
   op.payload_capacity = payload_bytes;
-  ucp_request_param_t p;
-  std::memset(&p, 0, sizeof(p));
-  // Always a request (UCP_OP_ATTR_FLAG_NO_IMM_CMPL): UCX 1.13 left the receive info of an
-  // immediately completed receive unwritten (a 0-byte length: a false size mismatch).
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                   UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  p.memory_type = UCS_MEMORY_TYPE_HOST;
-  p.recv_info.tag_info = &op.info;
-  void* buf = header;
-  size_t count = header_bytes + payload_bytes;
-  p.datatype = ucp_dt_make_contig(1);
-  if (header_bytes == 0) {
-    buf = payload;
-  } else if (payload_bytes > 0 && !contiguous(header, header_bytes, payload)) {
-    op.iov[0] = {header, header_bytes};
-    op.iov[1] = {payload, payload_bytes};
-    buf = op.iov;
-    count = 2;
-    p.datatype = ucp_dt_make_iov();
+  op.payload = payload;
+  op.split = payload_bytes > kSplit;
+  op.parts_left = op.split ? 2 : 1;
+  const int from = peer >= 0 ? peer : -1;
+  if (op.split) {
+    // From one rank, or from the one rank that sends this tag (kAnySourceOneSender): both parts
+    // at once; from any rank, the payload once the header names its sender.
+    op.deferred = peer == kAnySource;
+    SKIPRING_RETURN_IF_ERROR(m.post_recv_part(id, 0, from, header, header_bytes, false));
+    if (op.deferred) return Status::kOk;
+    return m.post_recv_part(id, 1, from, payload, payload_bytes, false);
   }
-  const uint64_t mask = peer >= 0 ? ~0ull : kAnySourceMask;
-  return m.track(
-      id, ucp_tag_recv_nbx(m.worker, buf, count, wire_tag(tag, peer >= 0 ? peer : 0), mask, &p),
-      "receive");
+  if (header_bytes == 0 || payload_bytes == 0 || contiguous(header, header_bytes, payload)) {
+    return m.post_recv_part(id, 0, from, header_bytes == 0 ? payload : header,
+                            header_bytes + payload_bytes, false);
+  }
+  op.iov[0] = {header, header_bytes};
+  op.iov[1] = {payload, payload_bytes};
+  return m.post_recv_part(id, 0, from, op.iov, 2, true);
 }
 
 Status UcxTransport::poll(std::vector<Completion>* done) {
@@ -387,60 +457,63 @@ Status UcxTransport::poll(std::vector<Completion>* done) {
   for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
   }
   Status out = Status::kOk;
-  for (const int id : m.immediate) {
-    const Status st = m.finish(id, UCS_OK, done);
+  for (const Impl::Part& x : m.immediate) {
+    const Status st = m.finish(x.op, x.part, UCS_OK, done);
     if (ok(out)) out = st;
   }
   m.immediate.clear();
   for (size_t i = 0; i < m.active.size();) {
-    const int id = m.active[i];
-    Impl::Op& op = m.ops[id];
-    const ucs_status_t st =
-        op.is_recv ? ucp_tag_recv_request_test(op.req, &op.info) : ucp_request_check_status(op.req);
+    const Impl::Part x = m.active[i];
+    Impl::Op& op = m.ops[x.op];
+    void* req = op.req[x.part];
+    const ucs_status_t st = op.is_recv ? ucp_tag_recv_request_test(req, &op.info[x.part])
+                                       : ucp_request_check_status(req);
     if (st == UCS_INPROGRESS) {
       ++i;
       continue;
     }
-    ucp_request_free(op.req);
+    ucp_request_free(req);
+    op.req[x.part] = nullptr;
     m.active[i] = m.active.back();
     m.active.pop_back();
-    const Status fs = m.finish(id, st, done);
+    const Status fs = m.finish(x.op, x.part, st, done);
     if (ok(out)) out = fs;
   }
+  m.active.insert(m.active.end(), m.posted.begin(), m.posted.end());
+  m.posted.clear();
   return out;
 }
 
 Status UcxTransport::cancel(Token token) {
   Impl& m = *impl_;
-  for (size_t i = 0; i < m.immediate.size(); ++i) {
-    const int id = m.immediate[i];
-    if (m.ops[id].is_recv && m.ops[id].token == token) {
-      // Already received: the protocol cancels only receives nothing can match any more.
-      m.immediate.erase(m.immediate.begin() + static_cast<std::ptrdiff_t>(i));
-      m.release_op(id);
-      return Status::kErrProtocol;
-    }
+  int id = -1;
+  for (size_t i = 0; i < m.ops.size(); ++i) {
+    if (m.ops[i].in_use && m.ops[i].is_recv && m.ops[i].token == token) id = static_cast<int>(i);
   }
-  for (size_t i = 0; i < m.active.size(); ++i) {
-    const int id = m.active[i];
-    Impl::Op& op = m.ops[id];
-    if (!op.is_recv || op.token != token) continue;
-    ucp_request_cancel(m.worker, op.req);
-    if (!progress_until_done(m.worker, op.req, 0.2)) {
+  if (id < 0) return Status::kErrArg;
+  Impl::Op& op = m.ops[id];
+  bool received = false;
+  for (size_t i = m.active.size(); i-- > 0;) {
+    if (m.active[i].op != id) continue;
+    void* req = op.req[m.active[i].part];
+    ucp_request_cancel(m.worker, req);
+    if (!progress_until_done(m.worker, req, 0.2)) {
       // Matched, and its data still coming (a rendezvous from a sender that stopped): not
       // cancellable. Left in `active`; the destructor releases it without progressing.
       SKIPRING_LOG_ERROR("UCX: a cancelled receive from rank {} with tag {} is still receiving",
                          op.peer, op.tag);
       return Status::kErrProtocol;
     }
-    const ucs_status_t st = ucp_request_check_status(op.req);
-    ucp_request_free(op.req);
+    received = received || ucp_request_check_status(req) != UCS_ERR_CANCELED;
+    ucp_request_free(req);
     m.active[i] = m.active.back();
     m.active.pop_back();
-    m.release_op(id);
-    return st == UCS_ERR_CANCELED ? Status::kOk : Status::kErrProtocol;
   }
-  return Status::kErrArg;
+  // A part that has already come counts as received (a split message's header, say).
+  received = received || (op.split && op.parts_left < 2);
+  m.release_op(id);
+  // The protocol cancels only receives nothing can match any more: data here is a bug.
+  return received ? Status::kErrProtocol : Status::kOk;
 }
 
 Status UcxTransport::unmatched_message_waiting(bool* waiting) {
