@@ -464,28 +464,39 @@ int staged_result(Staged& s, Communicator* c, Status st, void* dev, const void* 
   return s.rc();
 }
 
-int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* sendbuf,
-                     void* recvbuf, int count, DType dt, ROp rop) {
-  Staged s("skipring_allreduce", c, ops);
-  const size_t n = static_cast<size_t>(count);
-  const size_t bytes = n * dtype_size(dt);
+// The inputs of a staged all-reduce or reduce (dev bit 0: sendbuf on the device, bit 1:
+// recvbuf): *in is what the host collective reads (the staged send buffer, or the staged
+// receive buffer in place), *out where it writes (staging buffer 1 when recvbuf is on the
+// device). False when a copy failed (s.rc() says why).
+bool stage_reduction_inputs(Staged& s, unsigned dev, const void* sendbuf, void* recvbuf,
+                            size_t bytes, const void** in, void** out) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  const void* in = in_place ? recvbuf : sendbuf;
-  void* out = recvbuf;
+  *in = in_place ? recvbuf : sendbuf;
+  *out = recvbuf;
   if (dev & 2u) {
-    out = s.buffer(1, bytes);
+    *out = s.buffer(1, bytes);
     if (in_place) {
-      s.to_host(out, recvbuf, bytes);
-      in = out;
+      s.to_host(*out, recvbuf, bytes);
+      *in = *out;
     }
   }
   if (dev & 1u) {
     uint8_t* staged = s.buffer(0, bytes);
     s.to_host(staged, sendbuf, bytes);
-    in = staged;
+    *in = staged;
   }
   s.sync();
-  if (s.failed()) return s.rc();
+  return !s.failed();
+}
+
+int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* sendbuf,
+                     void* recvbuf, int count, DType dt, ROp rop) {
+  Staged s("skipring_allreduce", c, ops);
+  const size_t n = static_cast<size_t>(count);
+  const size_t bytes = n * dtype_size(dt);
+  const void* in = nullptr;
+  void* out = nullptr;
+  if (!stage_reduction_inputs(s, dev, sendbuf, recvbuf, bytes, &in, &out)) return s.rc();
   return staged_result(s, c, c->allreduce(in, out, n, dt, rop), (dev & 2u) ? recvbuf : nullptr, out,
                        bytes);
 }
@@ -763,23 +774,10 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (dev != 0) {
     return run_staged(comm, "skipring_reduce", ops, [&](Staged& s, Communicator* c) {
       const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
-      const bool in_place = sendbuf == MPI_IN_PLACE;
-      const void* in = src;
-      void* out = recvbuf;  // significant at the root only (dev bit 1 is never set elsewhere)
-      if (dev & 2u) {
-        out = s.buffer(1, bytes);
-        if (in_place) {
-          s.to_host(out, recvbuf, bytes);
-          in = out;
-        }
-      }
-      if (dev & 1u) {
-        uint8_t* staged = s.buffer(0, bytes);
-        s.to_host(staged, sendbuf, bytes);
-        in = staged;
-      }
-      s.sync();
-      if (s.failed()) return s.rc();
+      // recvbuf is significant at the root only (dev bit 1 is never set elsewhere).
+      const void* in = nullptr;
+      void* out = nullptr;
+      if (!stage_reduction_inputs(s, dev, sendbuf, recvbuf, bytes, &in, &out)) return s.rc();
       const Status st = c->reduce(in, out, static_cast<size_t>(count), dt, rop, root);
       return staged_result(s, c, st, (dev & 2u) ? recvbuf : nullptr, out, bytes);
     });
