@@ -192,20 +192,6 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   return Status::kOk;
 }
 
-Status MpiTransport::size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
-                                   size_t expected_max, int received) const {
-  if (expected_min == expected_max) {
-    SKIPRING_LOG_ERROR(
-        "protocol error: {} from rank {} with tag {}: expected {} bytes, received {} bytes", part,
-        from, op.tag, expected_max, received);
-  } else {
-    SKIPRING_LOG_ERROR(
-        "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} bytes",
-        part, from, op.tag, expected_min, expected_max, received);
-  }
-  return Status::kErrProtocol;
-}
-
 Status MpiTransport::poll(std::vector<Completion>* done) { return test_requests(done); }
 
 Status MpiTransport::test_requests(std::vector<Completion>* done) {
@@ -235,19 +221,11 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
                                      : op.header_bytes + op.payload_capacity;
       if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
           static_cast<size_t>(bytes) > hi) {
-        return size_mismatch(op, part_name(op.split, payload_part), statuses_[i].MPI_SOURCE, lo, hi,
-                             bytes);
+        return report_size_mismatch(part_name(op.split, payload_part), statuses_[i].MPI_SOURCE,
+                                    op.tag, lo, hi, bytes);
       }
       if (op.split) {
-        // The two parts of one message come from one rank (kAnySourceOneSender's promise).
-        const int from = statuses_[i].MPI_SOURCE;
-        if (op.source >= 0 && op.source != from) {
-          SKIPRING_LOG_ERROR(
-              "protocol error: split message with tag {}: header and payload from ranks {} and {}",
-              op.tag, op.source, from);
-          return Status::kErrProtocol;
-        }
-        op.source = from;
+        SKIPRING_RETURN_IF_ERROR(check_same_sender(op.tag, statuses_[i].MPI_SOURCE, &op.source));
       }
       if (payload_part) {
         op.payload_bytes = static_cast<size_t>(bytes);

@@ -78,9 +78,6 @@ class MpiTransport final : public Transport {
   Status check_header(const char* what, size_t header_bytes) const;
   // MPI_Testsome over the posted requests; completed receives' sizes checked.
   Status test_requests(std::vector<Completion>* done);
-  // A message of the wrong size: logs it, returns kErrProtocol.
-  Status size_mismatch(const Op& op, const char* part, int from, size_t expected_min,
-                       size_t expected_max, int received) const;
   int take_staging(size_t bytes);
   int new_op(const Op& op);
   void add_request(MPI_Request req, int op);

@@ -44,4 +44,12 @@ class Transport {
   virtual Status unmatched_message_waiting(bool* waiting) = 0;
 };
 
+// A message, or a part of a split one (`what`), of the wrong size: logs it with sender, tag and
+// the sizes expected, returns kErrProtocol. received < 0: more than hi (truncated).
+Status report_size_mismatch(const char* what, int from, int tag, size_t lo, size_t hi,
+                            long long received);
+// The two parts of a split message come from one rank (kAnySourceOneSender's promise): records
+// *source from the first part; logs and returns kErrProtocol when the second came from another.
+Status check_same_sender(int tag, int from, int* source);
+
 }  // namespace skipring

@@ -218,11 +218,7 @@ struct UcxTransport::Impl {
                       : part == 1 ? op.payload_capacity
                                   : op.header_bytes;
     if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-      SKIPRING_LOG_ERROR(
-          "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received more "
-          "(truncated by UCX)",
-          what, op.peer >= 0 ? op.peer : from, op.tag, lo, hi);
-      return Status::kErrProtocol;
+      return report_size_mismatch(what, op.peer >= 0 ? op.peer : from, op.tag, lo, hi, -1);
     }
     if (st != UCS_OK) {
       SKIPRING_LOG_ERROR("UCX {} rank {} with tag {} failed: {}",
@@ -232,22 +228,10 @@ struct UcxTransport::Impl {
     }
     if (op.is_recv) {
       if (info.length < lo || info.length > hi) {
-        SKIPRING_LOG_ERROR(
-            "protocol error: {} from rank {} with tag {}: expected {} to {} bytes, received {} "
-            "bytes",
-            what, from, op.tag, lo, hi, info.length);
-        return Status::kErrProtocol;
+        return report_size_mismatch(what, from, op.tag, lo, hi,
+                                    static_cast<long long>(info.length));
       }
-      if (op.split) {
-        // The two parts of one message come from one rank (kAnySourceOneSender's promise).
-        if (op.source >= 0 && op.source != from) {
-          SKIPRING_LOG_ERROR(
-              "protocol error: split message with tag {}: header and payload from ranks {} and {}",
-              op.tag, op.source, from);
-          return Status::kErrProtocol;
-        }
-        op.source = from;
-      }
+      if (op.split) SKIPRING_RETURN_IF_ERROR(check_same_sender(op.tag, from, &op.source));
       if (!op.split) {
         op.payload_bytes = info.length - op.header_bytes;
       } else if (part == 1) {
