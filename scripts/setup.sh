@@ -7,6 +7,10 @@
 #   plots       also matplotlib (plotting benchmark results)
 #   lint        also shellcheck and clang-format
 #   cluster     also iproute2 (ip, tc: scripts/vcluster.sh, the emulated cluster)
+#   mpich       also MPICH 4 (the second MPI the suite builds and runs against; Open MPI stays
+#               the default mpicc/mpirun: /etc/alternatives is restored after the install)
+#   slurm       also SLURM's daemons and client commands (the slurm-labelled tests)
+#   train       also mpi4py, scikit-learn and PyTorch (scripts/train/, the training clients)
 #   all         every group above
 # The base group is always included: no other group is useful without it.
 set -euo pipefail
@@ -20,8 +24,11 @@ group_simgrid=(libsimgrid-dev)
 group_plots=(python3-matplotlib)
 group_lint=(shellcheck clang-format)
 group_cluster=(iproute2)
+group_mpich=(mpich libmpich-dev)
+group_slurm=(slurm-wlm slurm-client)
+group_train=(python3-mpi4py python3-numpy python3-sklearn python3-torch)
 
-usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 
 wanted=("${base[@]}")
 for group in "$@"; do
@@ -31,8 +38,12 @@ for group in "$@"; do
     plots) wanted+=("${group_plots[@]}") ;;
     lint) wanted+=("${group_lint[@]}") ;;
     cluster) wanted+=("${group_cluster[@]}") ;;
+    mpich) wanted+=("${group_mpich[@]}") ;;
+    slurm) wanted+=("${group_slurm[@]}") ;;
+    train) wanted+=("${group_train[@]}") ;;
     all) wanted+=("${group_simgrid[@]}" "${group_plots[@]}" "${group_lint[@]}"
-                  "${group_cluster[@]}") ;;
+                  "${group_cluster[@]}" "${group_mpich[@]}" "${group_slurm[@]}"
+                  "${group_train[@]}") ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
   esac
@@ -71,3 +82,11 @@ if ! { "${as_root[@]}" apt-get update -qq &&
   echo "setup.sh: apt-get failed" >&2
   exit 1
 fi
+# MPICH's packages register mpicc/mpirun alternatives that can win over Open MPI's; the
+# project's default MPI stays Open MPI (MPICH is always reached as mpicc.mpich/mpiexec.mpich).
+for pair in mpi:/usr/bin/mpicc.openmpi mpirun:/usr/bin/mpirun.openmpi; do
+  alt="${pair%%:*}" target="${pair#*:}"
+  if [[ -e "$target" ]] && update-alternatives --query "$alt" >/dev/null 2>&1; then
+    "${as_root[@]}" update-alternatives --quiet --set "$alt" "$target" >/dev/null 2>&1 || true
+  fi
+done
