@@ -21,6 +21,11 @@ Usage: cluster_test.py --vcluster scripts/vcluster.sh [--rate 1gbit] SCENARIO [o
   late --hosts N --test mpi_straggler_test [--late-rank R] [--late-ms MS]
       one rank arrives late at every call: skips > 0, exact, and the allgather was routed
       (direct_segments == 0 on every rank: the direct allgather is for one host only)
+  late ... --transport ucx
+      the same over skipring's UCX transport (SKIPRING_TRANSPORT=ucx) with UCX_TLS=tcp,self:
+      the emulated hosts share one kernel, so UCX would otherwise pick its shared-memory and
+      CMA transports between them and bypass the emulated network; the info line must say
+      UCX carried the collectives
 """
 import argparse
 import os
@@ -154,9 +159,17 @@ def test_pmpi(cluster, a):
 
 def test_late(cluster, a):
     inject = f"rank={a.late_rank},delay={a.late_ms:g}ms,at=arrive"
-    rc, out = cluster.run(1, [a.test, "--expect-skips", "--expect-routed", "--iters", "6"],
-                          env={"SKIPRING_INJECT": inject})
+    env = {"SKIPRING_INJECT": inject}
+    mpirun_args = []
+    if a.transport == "ucx":
+        env.update({"SKIPRING_TRANSPORT": "ucx", "SKIPRING_LOG_LEVEL": "info"})
+        mpirun_args = ["-x", "UCX_TLS=tcp,self"]
+    rc, out = cluster.run(1, mpirun_args + [a.test, "--expect-skips", "--expect-routed",
+                                            "--iters", "6"], env=env)
     check(rc == 0, "mpi_straggler_test exited 0 (exact, skips > 0, direct_segments == 0)")
+    if a.transport == "ucx":
+        check(re.search(r"SKIPRING_TRANSPORT=ucx: UCX \d+\.\d+", out) is not None,
+              "the UCX transport carried the collectives (its info line)")
     m = re.search(r"^skips=(\d+) late=(\d+)$", out, re.M)
     check(m is not None and int(m.group(1)) > 0, "the late rank made ranks skip ahead")
     check(re.search(r"^\d+ passed, 0 failed$", out, re.M) is not None, "0 failed")
@@ -176,6 +189,8 @@ def main():
     ap.add_argument("--program")
     ap.add_argument("--late-rank", type=int, default=1)
     ap.add_argument("--late-ms", type=float, default=50)
+    ap.add_argument("--transport", choices=["mpi", "ucx"], default="mpi",
+                    help="late: skipring's transport (ucx forces UCX_TLS=tcp,self)")
     a = ap.parse_args()
     t0 = time.monotonic()
     with Cluster(a.vcluster, a.hosts, a.rate) as cluster:
