@@ -36,6 +36,9 @@ size_t dtype_size(DType t) {
       return sizeof(bool);
     case DType::kByte:
       return 1;
+    case DType::kFloat16:
+    case DType::kBfloat16:
+      return 2;
     case DType::kCount:
       break;
   }
@@ -70,6 +73,10 @@ const char* dtype_name(DType t) {
       return "bool";
     case DType::kByte:
       return "byte";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBfloat16:
+      return "bfloat16";
     case DType::kCount:
       break;
   }
@@ -122,6 +129,8 @@ Category category(DType t) {
     case DType::kFloat:
     case DType::kDouble:
     case DType::kLongDouble:
+    case DType::kFloat16:
+    case DType::kBfloat16:
       return Category::kFloating;
     case DType::kBool:
       return Category::kLogical;

@@ -21,6 +21,11 @@ enum class DType : uint8_t {
   kLongDouble,
   kBool,  // C99 _Bool / C++ bool, one byte
   kByte,  // MPI_BYTE: only bitwise ops
+  // 16-bit floating point (skipring extensions: skipring_type_float16() / _bfloat16(), or
+  // MPICH's MPIX_C_FLOAT16): stored as their IEEE bits, reduced in single precision and rounded
+  // to nearest even once per operation (collectives/half.h).
+  kFloat16,   // IEEE 754 binary16
+  kBfloat16,  // bfloat16: the upper half of a binary32
   kCount
 };
 

@@ -36,6 +36,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "collectives/half.h"
+
 #if defined(__GNUC__) || defined(__clang__)
 #define SKIPRING_INLINE inline __attribute__((always_inline))
 #define SKIPRING_RESTRICT __restrict__
@@ -111,6 +113,39 @@ template <>
 struct StorageOf<DType::kByte> {
   using type = uint8_t;
 };
+template <>
+struct StorageOf<DType::kFloat16> {
+  using type = Float16Bits;
+};
+template <>
+struct StorageOf<DType::kBfloat16> {
+  using type = Bfloat16Bits;
+};
+
+// 16-bit floats: operands widened to float, the float operation applied, the result rounded
+// back (collectives/half.h).
+template <typename T>
+struct Half {
+  static constexpr bool value = false;
+};
+template <>
+struct Half<Float16Bits> {
+  static constexpr bool value = true;
+  static SKIPRING_INLINE float widen(Float16Bits x) { return float16_to_float(x.bits); }
+  static SKIPRING_INLINE Float16Bits narrow(float f) { return {float_to_float16(f)}; }
+};
+template <>
+struct Half<Bfloat16Bits> {
+  static constexpr bool value = true;
+  static SKIPRING_INLINE float widen(Bfloat16Bits x) { return bfloat16_to_float(x.bits); }
+  static SKIPRING_INLINE Bfloat16Bits narrow(float f) { return {float_to_bfloat16(f)}; }
+};
+
+// Applies the float operation F to two 16-bit floats.
+template <typename T, typename F>
+SKIPRING_INLINE T half_apply(T a, T b, F f) {
+  return Half<T>::narrow(f(Half<T>::widen(a), Half<T>::widen(b)));
+}
 
 // Unsigned type wide enough that arithmetic on it neither overflows into UB nor promotes
 // to signed int (uint16_t * uint16_t would be signed int multiplication).
@@ -200,7 +235,9 @@ struct OpSum {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (Half<T>::value) {
+      return half_apply(a, b, [](float x, float y) { return x + y; });
+    } else if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
@@ -214,7 +251,9 @@ struct OpProd {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (Half<T>::value) {
+      return half_apply(a, b, [](float x, float y) { return x * y; });
+    } else if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
@@ -228,7 +267,9 @@ struct OpMin {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (Half<T>::value) {
+      return half_apply(a, b, [](float x, float y) { return float_min(x, y); });
+    } else if constexpr (std::is_integral_v<T>) {
       return b < a ? b : a;
     } else {
       return float_min(a, b);
@@ -241,7 +282,9 @@ struct OpMax {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (Half<T>::value) {
+      return half_apply(a, b, [](float x, float y) { return float_max(x, y); });
+    } else if constexpr (std::is_integral_v<T>) {
       return a < b ? b : a;
     } else {
       return float_max(a, b);

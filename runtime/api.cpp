@@ -440,8 +440,23 @@ class Staged {
   int rc_ = MPI_SUCCESS;
 };
 
+// skipring's 16-bit float types are pairs of bytes to MPI: PMPI cannot reduce them with a
+// predefined op, so a reduction that would fall back fails here, saying why (MPI_ERR_TYPE), and
+// MPI_SUCCESS means the fallback may go ahead.
+int extension_fallback_error(const char* fn, MPI_Datatype datatype, MPI_Op op) {
+  ROp rop;
+  if (!is_extension_type(datatype) || !rop_from_mpi(op, &rop)) return MPI_SUCCESS;
+  return reject(fn, MPI_ERR_TYPE,
+                "skipring's float16/bfloat16 datatypes are reduced by skipring only, and this call "
+                "would go to PMPI (SKIPRING_ENABLE=0, an inter-communicator, or device buffers "
+                "without a device path)");
+}
+
 int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
              MPI_Comm comm) {
+  if (int rc = extension_fallback_error("skipring_allreduce", datatype, op); rc != MPI_SUCCESS) {
+    return rc;
+  }
   skipring_count_fallback();
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
@@ -604,6 +619,10 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
   const unsigned dev = recvcount > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_reduce_scatter_block") : nullptr;
   if (kind != MpiReduction::kNative || !native_comm(comm) || (dev != 0 && ops == nullptr)) {
+    if (int rc = extension_fallback_error("skipring_reduce_scatter_block", datatype, op);
+        rc != MPI_SUCCESS) {
+      return rc;
+    }
     skipring_count_fallback();
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
@@ -764,6 +783,9 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   const unsigned dev = count > 0 ? device_buffers({sendbuf, rank == root ? recvbuf : nullptr}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_reduce") : nullptr;
   if (kind != MpiReduction::kNative || !native_comm(comm) || (dev != 0 && ops == nullptr)) {
+    if (int rc = extension_fallback_error("skipring_reduce", datatype, op); rc != MPI_SUCCESS) {
+      return rc;
+    }
     skipring_count_fallback();
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
@@ -848,6 +870,22 @@ int skipring_reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
                     int root, MPI_Comm comm) {
   return guarded(
       [&]() -> int { return reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
+}
+
+MPI_Datatype skipring_type_float16(void) {
+  try {
+    return extension_type(DType::kFloat16);
+  } catch (...) {
+    return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Datatype skipring_type_bfloat16(void) {
+  try {
+    return extension_type(DType::kBfloat16);
+  } catch (...) {
+    return MPI_DATATYPE_NULL;
+  }
 }
 
 int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled) {

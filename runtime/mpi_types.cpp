@@ -1,6 +1,8 @@
 // Maps predefined MPI datatype and reduction-op handles to skipring's DType / ROp.
 #include "runtime/mpi_types.h"
 
+#include <atomic>
+#include <mutex>
 #include <type_traits>
 
 namespace skipring {
@@ -58,11 +60,56 @@ int fortran_type_size(MPI_Datatype t) {
   return size;
 }
 
+// The 16-bit float extension types, once created (MPI_DATATYPE_NULL before).
+std::atomic<MPI_Datatype> g_float16{MPI_DATATYPE_NULL};
+std::atomic<MPI_Datatype> g_bfloat16{MPI_DATATYPE_NULL};
+std::mutex g_extension_mutex;
+
+bool mpi_active() {
+  int initialized = 0;
+  int finalized = 0;
+  return PMPI_Initialized(&initialized) == MPI_SUCCESS && initialized &&
+         PMPI_Finalized(&finalized) == MPI_SUCCESS && !finalized;
+}
+
 }  // namespace
+
+MPI_Datatype extension_type(DType t) {
+  if (t != DType::kFloat16 && t != DType::kBfloat16) return MPI_DATATYPE_NULL;
+  std::atomic<MPI_Datatype>& slot = t == DType::kFloat16 ? g_float16 : g_bfloat16;
+  MPI_Datatype existing = slot.load(std::memory_order_acquire);
+  if (existing != MPI_DATATYPE_NULL) return existing;
+  std::lock_guard<std::mutex> lock(g_extension_mutex);
+  existing = slot.load(std::memory_order_acquire);
+  if (existing != MPI_DATATYPE_NULL || !mpi_active()) return existing;
+  MPI_Datatype created = MPI_DATATYPE_NULL;
+  if (PMPI_Type_contiguous(2, MPI_BYTE, &created) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
+  if (PMPI_Type_commit(&created) != MPI_SUCCESS) {
+    PMPI_Type_free(&created);
+    return MPI_DATATYPE_NULL;
+  }
+  char name[] = "SKIPRING_FLOAT16";
+  char bname[] = "SKIPRING_BFLOAT16";
+  PMPI_Type_set_name(created, t == DType::kFloat16 ? name : bname);
+  slot.store(created, std::memory_order_release);
+  return created;
+}
+
+bool is_extension_type(MPI_Datatype t) {
+  return t != MPI_DATATYPE_NULL && (t == g_float16.load(std::memory_order_acquire) ||
+                                    t == g_bfloat16.load(std::memory_order_acquire));
+}
 
 bool dtype_from_mpi(MPI_Datatype t, DType* out) {
   // Guards handles that an MPI without Fortran support may define as MPI_DATATYPE_NULL.
   if (out == nullptr || t == MPI_DATATYPE_NULL) return false;
+
+  // skipring's 16-bit floats (and MPICH's own float16).
+  if (t == g_float16.load(std::memory_order_acquire)) return set_if_known(DType::kFloat16, out);
+  if (t == g_bfloat16.load(std::memory_order_acquire)) return set_if_known(DType::kBfloat16, out);
+#ifdef MPIX_C_FLOAT16
+  if (t == MPIX_C_FLOAT16) return set_if_known(DType::kFloat16, out);
+#endif
 
   // C integer types. MPI_CHAR and MPI_WCHAR are not valid for reductions (MPI-3.1 5.9.2),
   // so they are deliberately absent.

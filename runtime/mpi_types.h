@@ -9,8 +9,17 @@ namespace skipring {
 
 // True and *out set when `t` is a predefined MPI type skipring reduces natively (C integer
 // types of every width, fixed-width int/uint types, float, double, long double, C bool,
-// MPI_BYTE, and the Fortran INTEGER/REAL/DOUBLE PRECISION types).
+// MPI_BYTE, and the Fortran INTEGER/REAL/DOUBLE PRECISION types), and for skipring's 16-bit
+// float types (extension_type; MPICH's MPIX_C_FLOAT16 is float16 too).
 bool dtype_from_mpi(MPI_Datatype t, DType* out);
+// skipring's 16-bit floating-point datatypes (C API skipring_type_float16 / _bfloat16;
+// t = DType::kFloat16 or kBfloat16): committed contiguous pairs of bytes to MPI, created on
+// first use and kept to the end. MPI_DATATYPE_NULL when MPI is not active or creating it failed,
+// or for any other t.
+MPI_Datatype extension_type(DType t);
+// True when `t` is one of those (MPI cannot reduce it: no PMPI fallback with a predefined op).
+bool is_extension_type(MPI_Datatype t);
+
 // True and *out set for MPI_SUM ... MPI_BXOR (not MAXLOC/MINLOC/REPLACE/NO_OP/user ops).
 bool rop_from_mpi(MPI_Op op, ROp* out);
 

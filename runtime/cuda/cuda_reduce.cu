@@ -2,8 +2,11 @@
 //
 // Design:
 //  - One kernel per (storage type, op) pair: bool and byte share uint8_t, as on the host, so
-//    there are 88 kernels (10 storage types x 10 ops minus the 12 logical/bitwise float ones),
+//    there are 96 kernels (12 storage types x 10 ops minus the 24 logical/bitwise float ones),
 //    each compiled for CMAKE_CUDA_ARCHITECTURES.
+//  - float16 / bfloat16 (kept as their bits) are widened to float, the float operation below is
+//    applied and the result rounded to nearest even (__float2half_rn / __float2bfloat16_rn), a
+//    NaN becoming 0x7E00 / 0x7FC0: the same bits as the host kernels (collectives/half.h).
 //  - The kernel has three modes, picked on the host from the pointers' alignment: 16-byte
 //    vectors (every pointer 16-byte aligned; each thread loads one uint4 of a and of b, reduces
 //    the 16 / sizeof(T) elements in registers, stores one uint4; the < 16-byte tail is done by
@@ -14,6 +17,8 @@
 //    other thread touches index i, so dst may alias a or b exactly; nothing is __restrict__.
 //  - Floating SUM/PROD use __fadd_rn/__fmul_rn (__dadd_rn/__dmul_rn): one IEEE operation,
 //    never contracted into an FMA. Denormals are kept (no -ftz; the build sets no fast-math).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -56,12 +61,40 @@ __device__ __forceinline__ T nan_to_default(T r) {
   return r != r ? quiet_nan(r) : r;
 }
 
+// 16-bit floats as their bits (the storage of DType::kFloat16 / kBfloat16).
+struct Half16 {
+  unsigned short bits;
+};
+struct Bf16 {
+  unsigned short bits;
+};
+template <typename T>
+struct IsHalf : std::false_type {};
+template <>
+struct IsHalf<Half16> : std::true_type {};
+template <>
+struct IsHalf<Bf16> : std::true_type {};
+
+__device__ __forceinline__ float widen(Half16 x) { return __half2float(__ushort_as_half(x.bits)); }
+__device__ __forceinline__ float widen(Bf16 x) {
+  return __bfloat162float(__ushort_as_bfloat16(x.bits));
+}
+__device__ __forceinline__ Half16 narrow(float f, Half16) {
+  return {f != f ? static_cast<unsigned short>(0x7E00) : __half_as_ushort(__float2half_rn(f))};
+}
+__device__ __forceinline__ Bf16 narrow(float f, Bf16) {
+  return {f != f ? static_cast<unsigned short>(0x7FC0)
+                 : __bfloat16_as_ushort(__float2bfloat16_rn(f))};
+}
+
 struct OpSum {
   template <typename T>
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (IsHalf<T>::value) {
+      return narrow(apply<float>(widen(a), widen(b)), a);
+    } else if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
@@ -75,7 +108,9 @@ struct OpProd {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (IsHalf<T>::value) {
+      return narrow(apply<float>(widen(a), widen(b)), a);
+    } else if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
@@ -89,7 +124,9 @@ struct OpMin {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (IsHalf<T>::value) {
+      return narrow(apply<float>(widen(a), widen(b)), a);
+    } else if constexpr (std::is_integral_v<T>) {
       return b < a ? b : a;
     } else {
       T r = b < a ? b : a;
@@ -105,7 +142,9 @@ struct OpMax {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
+    if constexpr (IsHalf<T>::value) {
+      return narrow(apply<float>(widen(a), widen(b)), a);
+    } else if constexpr (std::is_integral_v<T>) {
       return a < b ? b : a;
     } else {
       T r = a < b ? b : a;
@@ -316,6 +355,10 @@ Status launch(DType t, ROp op, const Launch& l) {
       return launch_type<float>(op, l);
     case DType::kDouble:
       return launch_type<double>(op, l);
+    case DType::kFloat16:
+      return launch_type<Half16>(op, l);
+    case DType::kBfloat16:
+      return launch_type<Bf16>(op, l);
     case DType::kLongDouble:
     case DType::kCount:
       break;

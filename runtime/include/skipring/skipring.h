@@ -72,6 +72,19 @@ SKIPRING_API int skipring_bcast(void* buffer, int count, MPI_Datatype datatype, 
 SKIPRING_API int skipring_reduce(const void* sendbuf, void* recvbuf, int count,
                                  MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm);
 
+/* skipring's 16-bit floating-point datatypes: IEEE 754 binary16 and bfloat16, for
+ * skipring_allreduce, skipring_reduce_scatter_block and skipring_reduce with MPI_SUM, MPI_PROD,
+ * MPI_MIN and MPI_MAX (and as 2-byte elements for skipring_bcast / skipring_allgather). Each
+ * operation widens both operands to float, applies the float operation and rounds to nearest,
+ * ties to even; a NaN result is the default quiet NaN (0x7E00 / 0x7FC0). MPI names no such
+ * types (MPICH's MPIX_C_FLOAT16 is accepted as binary16 too): to MPI these are committed
+ * contiguous pairs of bytes, which PMPI cannot reduce, so a reduction that would fall back
+ * (SKIPRING_ENABLE=0, an inter-communicator, device buffers without a device path) returns
+ * MPI_ERR_TYPE instead. MPI_DATATYPE_NULL when MPI is not initialized or already finalized.
+ * Created on first use and kept: do not free them. */
+SKIPRING_API MPI_Datatype skipring_type_float16(void);
+SKIPRING_API MPI_Datatype skipring_type_bfloat16(void);
+
 /* 1 in *handled when skipring runs (datatype, op, comm) itself, 0 when it would fall back. */
 SKIPRING_API int skipring_handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int* handled);
 
