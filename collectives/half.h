@@ -77,7 +77,9 @@ inline uint16_t float_to_float16(float f) {
   return static_cast<uint16_t>(sign | v);
 }
 
-inline float bfloat16_to_float(uint16_t b) { return float_from_bits(static_cast<uint32_t>(b) << 16); }
+inline float bfloat16_to_float(uint16_t b) {
+  return float_from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t float_to_bfloat16(float f) {
   const uint32_t u = float_bits(f);

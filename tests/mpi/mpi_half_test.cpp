@@ -34,7 +34,8 @@ struct Format {
 };
 
 uint16_t input_bits(const Format& f, MPI_Op op, int rank, size_t i, std::mt19937& rng) {
-  if (op == MPI_SUM) return f.encode(static_cast<float>(static_cast<int>((i * 7 + rank * 3) % 17) - 8));
+  if (op == MPI_SUM)
+    return f.encode(static_cast<float>(static_cast<int>((i * 7 + rank * 3) % 17) - 8));
   if (op == MPI_PROD) {
     const int k = static_cast<int>((i + rank) % 5) - 2;
     return f.encode(((i + rank) % 3 == 0 ? -1.0f : 1.0f) * std::ldexp(1.0f, k));
@@ -103,15 +104,15 @@ void run_checks(const Format& f) {
       check(rc == MPI_SUCCESS && inplace == want, what + ": in-place allreduce");
       // Reduce to the last rank.
       std::vector<uint16_t> root_out(n, 0xDEAD);
-      rc = skipring_reduce(in.data(), root_out.data(), static_cast<int>(n), f.type, op,
-                           g_size - 1, MPI_COMM_WORLD);
+      rc = skipring_reduce(in.data(), root_out.data(), static_cast<int>(n), f.type, op, g_size - 1,
+                           MPI_COMM_WORLD);
       check(rc == MPI_SUCCESS && (g_rank != g_size - 1 || root_out == want),
             what + ": reduce to the last rank");
       // Reduce-scatter: each rank's block of n / size elements.
       const size_t per = n / static_cast<size_t>(g_size);
       std::vector<uint16_t> block(per, 0xDEAD);
-      rc = skipring_reduce_scatter_block(in.data(), block.data(), static_cast<int>(per), f.type,
-                                         op, MPI_COMM_WORLD);
+      rc = skipring_reduce_scatter_block(in.data(), block.data(), static_cast<int>(per), f.type, op,
+                                         MPI_COMM_WORLD);
       const std::vector<uint16_t> want_block(want.begin() + static_cast<long>(per * g_rank),
                                              want.begin() + static_cast<long>(per * (g_rank + 1)));
       check(rc == MPI_SUCCESS && block == want_block, what + ": reduce_scatter_block");

@@ -79,7 +79,7 @@ uint16_t ref_to_bf16(float f) {
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000);
   const double a = std::fabs(static_cast<double>(f));
   const uint16_t lo = static_cast<uint16_t>((u >> 16) & 0x7FFF);  // truncation: value <= a
-  if (lo == 0x7F80) return sign | lo;                              // infinity
+  if (lo == 0x7F80) return sign | lo;                             // infinity
   const uint16_t up = static_cast<uint16_t>(lo + 1);
   // Above the largest finite value, 0x7F80 is infinity; IEEE rounds to it from its unbounded
   // exponent's value, 2^128 (overflow at and beyond the midpoint).
@@ -97,11 +97,11 @@ TEST(Half, Float16ConversionKnownValues) {
   EXPECT_EQ(float_to_float16(65519.99f), 0x7BFF);
   EXPECT_EQ(float_to_float16(65520.0f), 0x7C00);  // the tie rounds to even: infinity
   EXPECT_EQ(float_to_float16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(float_to_float16(std::ldexp(1.0f, -25)), 0x0000);   // tie to even: zero
-  EXPECT_EQ(float_to_float16(std::ldexp(1.5f, -25)), 0x0001);   // above the tie
-  EXPECT_EQ(float_to_float16(std::ldexp(3.0f, -25)), 0x0002);   // 1.5 units: tie to even 2
-  EXPECT_EQ(float_to_float16(2049.0f), 0x6800);                 // tie: 2048 (even)
-  EXPECT_EQ(float_to_float16(2051.0f), 0x6802);                 // tie: 2052 (even)
+  EXPECT_EQ(float_to_float16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even: zero
+  EXPECT_EQ(float_to_float16(std::ldexp(1.5f, -25)), 0x0001);  // above the tie
+  EXPECT_EQ(float_to_float16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: tie to even 2
+  EXPECT_EQ(float_to_float16(2049.0f), 0x6800);                // tie: 2048 (even)
+  EXPECT_EQ(float_to_float16(2051.0f), 0x6802);                // tie: 2052 (even)
   EXPECT_EQ(float_to_float16(-0.0f), 0x8000);
   EXPECT_EQ(float_to_float16(std::numeric_limits<float>::infinity()), 0x7C00);
   EXPECT_EQ(float_to_float16(std::nanf("")), kFloat16QuietNaN);
@@ -225,9 +225,9 @@ TEST_P(HalfKernels, EveryOpAndIsaMatchesReference) {
     for (int isa = 0; isa < kernels_internal::num_isas(); ++isa) {
       if (!kernels_internal::isa_available(isa)) continue;
       std::vector<uint16_t> in_place = a;  // dst == a
-      ASSERT_EQ(kernels_internal::reduce_isa(isa, op, t, in_place.data(), in_place.data(),
-                                             b.data(), kN),
-                Status::kOk);
+      ASSERT_EQ(
+          kernels_internal::reduce_isa(isa, op, t, in_place.data(), in_place.data(), b.data(), kN),
+          Status::kOk);
       EXPECT_EQ(in_place, want) << rop_name(op) << " isa " << isa;
     }
   }
@@ -239,8 +239,7 @@ TEST_P(HalfKernels, EveryOpAndIsaMatchesReference) {
   EXPECT_EQ(dtype_size(t), 2u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, HalfKernels,
-                         ::testing::Values(DType::kFloat16, DType::kBfloat16),
+INSTANTIATE_TEST_SUITE_P(Types, HalfKernels, ::testing::Values(DType::kFloat16, DType::kBfloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace
