@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/app_version.h"
 #include "skipring/skipring.h"
 
 namespace {
@@ -45,6 +46,8 @@ double churn(int n, bool use_skipring) {
 int main(int argc, char** argv) {
   CLI::App app{
       "comm_churn: MPI_Comm_dup + one 8-byte all-reduce + MPI_Comm_free, skipring vs PMPI"};
+  app.set_version_flag("--version", skipring_apps::version_text("comm_churn"),
+                       "print the version (and git describe of the source) and exit");
   int n = 1000, runs = 5;
   std::string only;
   app.add_option("-n,--comms", n, "communicators per run")->check(CLI::PositiveNumber);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/app_version.h"
 #include "apps/bench_util.h"
 #include "skipring/skipring.h"
 
@@ -117,11 +118,14 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (skipring_apps::print_version_if_asked(argc, argv, "late_bound")) return 0;
   MPI_Init(&argc, &argv);
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   CLI::App app{"late_bound: the fastest exact completion after one late arrival (a yardstick)"};
+  app.set_version_flag("--version", skipring_apps::version_text("late_bound"),
+                       "print the version (and git describe of the source) and exit");
   std::string size_text = "64M";
   int iters = 12, warmup = 2, late = 1;
   size_t seg_bytes = 256 * 1024;

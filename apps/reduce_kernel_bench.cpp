@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 
+#include "apps/app_version.h"
 #include "collectives/dtype.h"
 #include "collectives/reduce_kernels.h"
 #include "common/status.h"
@@ -122,4 +123,12 @@ BENCHMARK(BM_Reduce<int32_t, ROp::kBxor, DType::kInt32, false>)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN() with --version (Google Benchmark's own flags have none).
+int main(int argc, char** argv) {
+  if (skipring_apps::print_version_if_asked(argc, argv, "reduce_kernel_bench")) return 0;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <string>
 
+#include "apps/app_version.h"
 #include "collectives/algorithms.h"
 #include "runtime/api_internal.h"
 #include "runtime/config.h"
@@ -114,6 +115,8 @@ bool print_topology(const skipring::Config& cfg, int rank) {
 
 int main(int argc, char** argv) {
   CLI::App app{"skipring_info: configuration and build information"};
+  app.set_version_flag("--version", skipring_apps::version_text("skipring_info"),
+                       "print the version (and git describe of the source) and exit");
   bool names_only = false;
   bool topology = false;
   bool algo = false;
@@ -170,9 +173,9 @@ int main(int argc, char** argv) {
         std::printf("%s\n", p.name.c_str());
       }
     } else {
-      fmt::print("skipring {}.{}.{}  ranks={}\n{}\n", SKIPRING_VERSION_MAJOR,
-                 SKIPRING_VERSION_MINOR, SKIPRING_VERSION_PATCH, size,
-                 skipring::gpu_support_summary());
+      fmt::print("skipring {}{}  ranks={}\n{}\n", SKIPRING_VERSION_STRING,
+                 SKIPRING_GIT_DESCRIBE[0] ? fmt::format(" (git {})", SKIPRING_GIT_DESCRIBE) : "",
+                 size, skipring::gpu_support_summary());
       fmt::print("{:<26} {:<10} {:<6} {:<10} {}\n", "parameter", "value", "type", "default",
                  "accepts / meaning");
       for (const auto& p : skipring::describe_params(cfg, skipring::process_env())) {

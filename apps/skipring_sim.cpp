@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/app_version.h"
 #include "apps/bench_util.h"
 #include "collectives/tree_allreduce.h"
 #include "common/hash.h"
@@ -415,6 +416,8 @@ int parse(int argc, char** argv, Options* o, int rank) {
   CLI::App app{
       "skipring_sim: skipring vs plain ring vs MPI_Allreduce on a SimGrid platform "
       "(simulated time; run with scripts/sim_run.sh)"};
+  app.set_version_flag("--version", skipring_apps::version_text("skipring_sim"),
+                       "print the version (and git describe of the source) and exit");
   std::string modes = "skip";
   app.add_option("--bytes", o->bytes_text, "message size (K/M/G suffixes), default 1M");
   app.add_option("--type", o->type_text, "int64 (exact sums checked) | float | double")

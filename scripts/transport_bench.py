@@ -38,11 +38,13 @@ def run_once(args, transport):
     rows = {}
     for line in out.stdout.splitlines():
         f = line.split()
-        if not f or f[0].startswith("#") or not f[0].isdigit() or len(f) < 11:
+        # nccl-tests' columns 0-12 (8: out-of-place #wrong), then skipring's: 13 algo,
+        # 14 out-of-place p50 (us).
+        if not f or f[0].startswith("#") or not f[0].isdigit() or len(f) < 15:
             continue
         if f[8] != "0":
             sys.exit(f"transport_bench: {transport}: wrong results at {f[0]} bytes")
-        rows[int(f[0])] = (f[4], float(f[9]))  # algo, p50 (us)
+        rows[int(f[0])] = (f[13], float(f[14]))  # algo, p50 (us)
     return rows
 
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/app_version.h"
 #include "apps/bench/context.h"
 #include "apps/bench/options.h"
 #include "apps/bench/patterns.h"
@@ -229,6 +230,7 @@ int run_benchmark(int argc, char** argv) {
 }  // namespace skipring_bench
 
 int main(int argc, char** argv) {
+  if (skipring_apps::print_version_if_asked(argc, argv, "skipring_bench")) return 0;
   if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
     std::fprintf(stderr, "skipring_bench: MPI_Init failed\n");
     return 1;

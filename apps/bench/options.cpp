@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "apps/app_version.h"
 #include "apps/bench_util.h"
 
 namespace skipring_bench {
@@ -21,6 +22,7 @@ struct RawOptions {
   bool inplace_only = false;
   bool outofplace_only = false;
   std::string algo_text;
+  std::string format = "nccl";
   CLI::Option* inject = nullptr;
   CLI::Option* late_rank = nullptr;
 };
@@ -87,6 +89,12 @@ void add_run_options(CLI::App& app, Options& opts, RawOptions& raw) {
       ->check(check_algo_list);
   app.add_option("--csv", opts.csv_path, "write every row to FILE as CSV (rank 0)")
       ->type_name("FILE");
+  app.add_option("--format", raw.format,
+                 "the table on stdout: nccl (nccl-tests' all_reduce_perf columns first) or osu "
+                 "(osu_allreduce -f's: avg/min/max over ranks of each rank's mean latency; "
+                 "out-of-place unless --inplace-only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"nccl", "osu"}));
 }
 
 // --inplace-only --outofplace-only --inject --late-rank --late-ms --overhead: the modes.
@@ -153,12 +161,19 @@ std::optional<std::string> resolve_options(const RawOptions& raw, Options& opts)
         "call's result)");
   }
   opts.compare_mpi = raw.compare == "mpi";
+  opts.osu = raw.format == "osu";
   opts.run_oop = !raw.inplace_only;
-  opts.run_ip = !raw.outofplace_only;
+  opts.run_ip = !raw.outofplace_only && !(opts.osu && !raw.inplace_only);
   opts.inject_given = raw.inject->count() > 0;
   opts.straggler = opts.inject_given || raw.late_rank->count() > 0;
+  if (opts.osu && opts.compare_mpi) {
+    return std::string(
+        "--format osu: one latency per size; run without --compare mpi (or use "
+        "--format nccl)");
+  }
   if (opts.interleaved()) {
     const char* mode = opts.straggler ? "--inject/--late-rank" : "--overhead";
+    if (opts.osu) return std::string("--format osu: ") + mode + " has its own table";
     if (!opts.algos.empty()) {
       return std::string("--algo: ") + mode + " compares skip-ahead and the ring";
     }
@@ -189,6 +204,8 @@ std::optional<int> parse_options(int argc, char** argv, int rank, Options& opts)
   CLI::App app{
       "skipring_bench: all-reduce benchmark of skipring (nccl-tests all_reduce_perf style).\n"
       "Run under mpirun; every rank takes part. Sizes take K/M/G suffixes (powers of 1024)."};
+  app.set_version_flag("--version", skipring_apps::version_text("skipring_bench"),
+                       "print the version (and git describe of the source) and exit");
   RawOptions raw;
   add_size_options(app, opts);
   add_run_options(app, opts, raw);

@@ -45,6 +45,11 @@ struct Options {
   // --algo: algorithms to run per size (skipring_set_algo), in order; empty: SKIPRING_ALGO.
   std::vector<std::string> algos;
   std::vector<Variant> variants;  // in the order they run and are printed
+  // --format: the table on stdout. nccl: nccl-tests' all_reduce_perf columns (size count type
+  // redop root, then time algbw busbw #wrong out-of-place and in-place), skipring's after them;
+  // osu: osu_allreduce -f's (size, avg/min/max over ranks of each rank's mean latency,
+  // iterations), skipring's after them; out-of-place unless --inplace-only.
+  bool osu = false;
   bool interleaved() const { return straggler || overhead; }
   // Verbatim option text for the header.
   std::string min_text = "8", max_text = "64M", step_text = "1M", type_text = "float",

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "apps/app_version.h"
 #include "apps/bench/report.h"
 #include "skipring/skipring.h"
 
@@ -108,9 +109,11 @@ std::vector<std::string> preamble(const Context& ctx, const std::vector<std::str
                                   const std::vector<int>& pids) {
   const Options& o = ctx.opts;
   std::vector<std::string> lines;
-  lines.push_back(fmt::format("skipring_bench: skipring {}.{}.{} all-reduce, {} ranks",
-                              SKIPRING_VERSION_MAJOR, SKIPRING_VERSION_MINOR,
-                              SKIPRING_VERSION_PATCH, ctx.nranks));
+  lines.push_back(
+      fmt::format("skipring_bench: skipring {}{} all-reduce, {} ranks", SKIPRING_VERSION_STRING,
+                  SKIPRING_GIT_DESCRIBE[0] != '\0' ? fmt::format(" (git {})", SKIPRING_GIT_DESCRIBE)
+                                                   : std::string(),
+                  ctx.nranks));
   const std::string step = o.step_factor > 1 ? fmt::format("{}(factor)", o.step_factor)
                                              : fmt::format("{}(bytes)", o.step_bytes);
   lines.push_back(
@@ -129,11 +132,21 @@ std::vector<std::string> preamble(const Context& ctx, const std::vector<std::str
                                 : o.run_oop           ? "out-of-place"
                                                       : "in-place",
                                 o.compare_mpi ? "mpi (PMPI_Allreduce, same buffers)" : "none"));
-    lines.push_back(" time: barrier before each iteration, iteration time = slowest rank's call;");
-    lines.push_back("       time = mean, p50/p99 = nearest-rank percentiles over iterations");
-    lines.push_back(" algbw = size / time, busbw = algbw * 2(n-1)/n");
-    if (o.compare_mpi)
-      lines.push_back(" speedup = t_mpi_p50 / t_skipring_p50  (> 1: skipring faster)");
+    if (o.osu) {
+      lines.push_back(
+          " format: osu (osu_allreduce -f): barrier before each iteration; each rank's");
+      lines.push_back(
+          "       mean call time over the iterations, then Avg/Min/Max of those over the ranks");
+    } else {
+      lines.push_back(" format: nccl (nccl-tests' columns 1-13; root -1: all-reduce has none),");
+      lines.push_back("       then skipring's: algo (what ran), p50/p99 per variant");
+      lines.push_back(
+          " time: barrier before each iteration, iteration time = slowest rank's call;");
+      lines.push_back("       time = mean, p50/p99 = nearest-rank percentiles over iterations");
+      lines.push_back(" algbw = size / time, busbw = algbw * 2(n-1)/n");
+      if (o.compare_mpi)
+        lines.push_back(" speedup = t_mpi_p50 / t_skipring_p50  (> 1: skipring faster)");
+    }
   }
   for (const std::string& line : environment_lines()) lines.push_back(line);
   lines.push_back("");

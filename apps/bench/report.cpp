@@ -16,6 +16,48 @@ std::string trim_right(std::string s) {
   return s;
 }
 
+// A header line from cells formatted like a row's: its first character (a space, the columns
+// being right-aligned) becomes the '#' that marks comments.
+std::string as_comment(std::string cells) {
+  if (!cells.empty()) cells[0] = '#';
+  return cells;
+}
+
+// nccl-tests' first columns: size count type redop root (root -1: all-reduce has none).
+std::string key_cells(const std::string& size, const std::string& count, const std::string& type,
+                      const std::string& op, const std::string& root) {
+  return fmt::format("{:>12} {:>13} {:>9} {:>7} {:>7}", size, count, type, op, root);
+}
+
+// nccl-tests' columns of one variant (out-of-place, in-place): time algbw busbw #wrong.
+std::string nccl_cells(const std::string& time, const std::string& algbw, const std::string& busbw,
+                       const std::string& wrong) {
+  return fmt::format(" {:>8} {:>7} {:>7} {:>6}", time, algbw, busbw, wrong);
+}
+
+// skipring's columns of one variant after nccl-tests' ones: p50 p99 (--compare mpi: mpi_p50
+// speedup).
+std::string extra_cells(bool compare_mpi, const std::string& p50, const std::string& p99,
+                        const std::string& mpi_p50, const std::string& speedup) {
+  std::string cells = fmt::format(" {:>8} {:>8}", p50, p99);
+  if (compare_mpi) cells += fmt::format(" {:>8} {:>7}", mpi_p50, speedup);
+  return cells;
+}
+
+// The algorithm column ("auto:rabenseifner" is the longest label).
+std::string algo_cell(const std::string& algo) { return fmt::format(" {:>18}", algo); }
+
+// OSU's columns (osu_allreduce -f): size, avg/min/max latency, iterations.
+constexpr int kOsuSizeWidth = 10;
+constexpr int kOsuFieldWidth = 18;
+constexpr int kOsuIterWidth = 12;
+
+// skipring's columns after OSU's: type redop algo #wrong.
+std::string osu_extra_cells(const std::string& type, const std::string& op, const std::string& algo,
+                            const std::string& wrong) {
+  return fmt::format(" {:>9} {:>7}{} {:>6}", type, op, algo_cell(algo), wrong);
+}
+
 }  // namespace
 
 void Report::comment(const std::string& text) const {
@@ -32,26 +74,37 @@ void Report::print_header(const std::vector<std::string>& preamble) const {
     print_interleaved_header();
     return;
   }
-  const size_t group = group_width();
-  std::string labels = fmt::format("#{:>{}}", "", kPrefixWidth + 16);
-  if (opts_.run_oop) labels += fmt::format("{:^{}}", "out-of-place", group);
-  if (opts_.run_ip) labels += fmt::format("{:^{}}", "in-place", group);
-  fmt::print("{}\n", trim_right(labels));
-  std::string titles =
-      fmt::format("#{:>11} {:>13} {:>9} {:>7} {:>16}", "size", "count", "type", "redop", "algo");
-  std::string units =
-      fmt::format("#{:>11} {:>13} {:>9} {:>7} {:>16}", "(B)", "(elements)", "", "", "");
-  for (int g = 0; g < (opts_.run_oop ? 1 : 0) + (opts_.run_ip ? 1 : 0); ++g) {
-    titles += fmt::format(" {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}", "time", "algbw", "busbw",
-                          "#wrong", "p50", "p99");
-    units += fmt::format(" {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}", "(us)", "(GB/s)", "(GB/s)", "",
-                         "(us)", "(us)");
-    if (opts_.compare_mpi) {
-      titles += fmt::format(" {:>8} {:>7}", "mpi_p50", "speedup");
-      units += fmt::format(" {:>8} {:>7}", "(us)", "");
-    }
+  if (opts_.osu) {
+    // osu_allreduce -f's header, then skipring's columns.
+    fmt::print(
+        "# {} all-reduce, {}: latency per rank averaged over the iterations; Avg, Min, "
+        "Max over the ranks\n",
+        opts_.run_oop ? "out-of-place" : "in-place", "skipring");
+    fmt::print("{:<{}}{:>{}}{:>{}}{:>{}}{:>{}}{}\n", "# Size", kOsuSizeWidth, "Avg Latency(us)",
+               kOsuFieldWidth, "Min Latency(us)", kOsuFieldWidth, "Max Latency(us)", kOsuFieldWidth,
+               "Iterations", kOsuIterWidth, osu_extra_cells("type", "redop", "algo", "#wrong"));
+    std::fflush(stdout);
+    return;
   }
-  fmt::print("{}\n{}\n", titles, trim_right(units));
+  // nccl-tests' columns at nccl-tests' positions (size count type redop root, then time algbw
+  // busbw #wrong out-of-place and in-place: whitespace-separated fields 0-12), both variants
+  // always ("-" for one not run); skipring's columns after them: algo, then p50 p99 (and
+  // mpi_p50 speedup) per variant.
+  const bool cmp = opts_.compare_mpi;
+  const std::string key = key_cells("size", "count", "type", "redop", "root");
+  const std::string group = nccl_cells("time", "algbw", "busbw", "#wrong");
+  const std::string extra = extra_cells(cmp, "p50", "p99", "mpi_p50", "speedup");
+  const std::string algo = algo_cell("algo");
+  std::string labels = fmt::format("#{:>{}}", "", key.size() - 1);
+  labels += fmt::format("{:^{}}{:^{}}", "out-of-place", group.size(), "in-place", group.size());
+  labels += fmt::format("{:>{}}{:^{}}{:^{}}", "", algo.size(), "out-of-place", extra.size(),
+                        "in-place", extra.size());
+  std::string titles = as_comment(key) + group + group + algo + extra + extra;
+  const std::string unit_group = nccl_cells("(us)", "(GB/s)", "(GB/s)", "");
+  const std::string unit_extra = extra_cells(cmp, "(us)", "(us)", "(us)", "");
+  std::string units = as_comment(key_cells("(B)", "(elements)", "", "", "")) + unit_group +
+                      unit_group + algo_cell("") + unit_extra + unit_extra;
+  fmt::print("{}\n{}\n{}\n", trim_right(labels), titles, trim_right(units));
   std::fflush(stdout);
 }
 
@@ -77,21 +130,35 @@ void Report::add_row(const Row& row) {
     }
   }
   if (rank_ != 0) return;
-  std::string line = fmt::format("{:>12} {:>13} {:>9} {:>7} {:>16}", row.bytes, row.count, row.type,
-                                 row.op, row.algo_label());
-  for (const auto* mode : {&row.oop, &row.ip}) {
-    if (!mode->has_value()) continue;
-    const ModeResult& m = **mode;
+  auto wrong_text = [](const ImplResult& s) {
+    return s.wrong ? std::to_string(*s.wrong) : std::string("N/A");
+  };
+  std::string line;
+  if (opts_.osu) {
+    const ModeResult& m = row.oop ? *row.oop : *row.ip;
     const ImplResult& s = m.skipring;
-    line += fmt::format(" {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}", format_micros(s.avg_us),
-                        format_rate(s.algbw), format_rate(s.busbw),
-                        s.wrong ? std::to_string(*s.wrong) : std::string("N/A"),
-                        format_micros(s.p50_us), format_micros(s.p99_us));
-    if (opts_.compare_mpi) {
-      line +=
-          m.mpi ? fmt::format(" {:>8} {:>7}", format_micros(m.mpi->p50_us), format_rate(m.speedup))
-                : fmt::format(" {:>8} {:>7}", "-", "-");
+    line = fmt::format("{:<{}}{:>{}.2f}{:>{}.2f}{:>{}.2f}{:>{}}", row.bytes, kOsuSizeWidth,
+                       s.rank_avg_us, kOsuFieldWidth, s.rank_min_us, kOsuFieldWidth, s.rank_max_us,
+                       kOsuFieldWidth, opts_.iters, kOsuIterWidth) +
+           osu_extra_cells(row.type, row.op, row.algo_label(), wrong_text(s));
+  } else {
+    line = key_cells(std::to_string(row.bytes), std::to_string(row.count), row.type, row.op, "-1");
+    std::string extras = algo_cell(row.algo_label());
+    for (const auto* mode : {&row.oop, &row.ip}) {
+      if (!mode->has_value()) {
+        line += nccl_cells("-", "-", "-", "-");
+        extras += extra_cells(opts_.compare_mpi, "-", "-", "-", "-");
+        continue;
+      }
+      const ModeResult& m = **mode;
+      const ImplResult& s = m.skipring;
+      line += nccl_cells(format_micros(s.avg_us), format_rate(s.algbw), format_rate(s.busbw),
+                         wrong_text(s));
+      extras += extra_cells(opts_.compare_mpi, format_micros(s.p50_us), format_micros(s.p99_us),
+                            m.mpi ? format_micros(m.mpi->p50_us) : std::string("-"),
+                            m.mpi ? format_rate(m.speedup) : std::string("-"));
     }
+    line += extras;
   }
   fmt::print("{}\n", line);
   std::fflush(stdout);

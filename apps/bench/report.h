@@ -65,7 +65,6 @@ class Report {
   std::vector<CellGroup> interleaved_cells(const InterleavedRow* row) const;
   void print_interleaved_header() const;
   int64_t finish_interleaved(const std::string& failure);
-  size_t group_width() const { return opts_.compare_mpi ? 67 : 50; }
 
   // report_files.cpp: the JSON and CSV files.
   // The columns every row starts with; "algo" only when given (normal mode).

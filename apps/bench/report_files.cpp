@@ -119,6 +119,9 @@ Json Report::to_json(const Row& row) const {
     j[p + "p99_us"] = num(s, &ImplResult::p99_us);
     j[p + "min_us"] = num(s, &ImplResult::min_us);
     j[p + "max_us"] = num(s, &ImplResult::max_us);
+    j[p + "rank_avg_us"] = num(s, &ImplResult::rank_avg_us);
+    j[p + "rank_min_us"] = num(s, &ImplResult::rank_min_us);
+    j[p + "rank_max_us"] = num(s, &ImplResult::rank_max_us);
     const SkipStats* st = m && m->stats ? &*m->stats : nullptr;
     j[p + "skips"] = st ? Json(st->skips) : Json(nullptr);
     j[p + "late_pieces"] = st ? Json(st->late_pieces) : Json(nullptr);

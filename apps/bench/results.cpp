@@ -39,6 +39,9 @@ std::string Row::algo_label() const {
 ImplResult summarize(const RawRun& raw, uint64_t bytes, int nranks) {
   ImplResult r;
   r.wrong = raw.wrong;
+  r.rank_avg_us = raw.rank_mean_s[0] * 1e6;
+  r.rank_min_us = raw.rank_mean_s[1] * 1e6;
+  r.rank_max_us = raw.rank_mean_s[2] * 1e6;
   if (raw.max_s.empty()) return r;
   std::vector<double> us;
   for (double s : raw.max_s) us.push_back(s * 1e6);

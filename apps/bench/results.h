@@ -13,7 +13,11 @@
 namespace skipring_bench {
 
 struct ImplResult {
+  // Per iteration the slowest rank's time (nccl-tests' convention): mean, percentiles, extremes.
   double avg_us = 0, p50_us = 0, p99_us = 0, min_us = 0, max_us = 0, algbw = 0, busbw = 0;
+  // OSU's convention (osu_allreduce -f): each rank's mean over the iterations, then the mean,
+  // minimum and maximum of those over the ranks.
+  double rank_avg_us = 0, rank_min_us = 0, rank_max_us = 0;
   std::optional<int64_t> wrong;  // nullopt when validation is off
 };
 
@@ -75,7 +79,9 @@ struct Row : RowKey {
 
 // Raw measurements of one implementation in one mode.
 struct RawRun {
-  std::vector<double> max_s;     // rank 0: per-iteration time of the slowest rank
+  std::vector<double> max_s;  // rank 0: per-iteration time of the slowest rank
+  // rank 0: mean over ranks, minimum and maximum of each rank's mean iteration time
+  double rank_mean_s[3] = {0, 0, 0};
   std::optional<int64_t> wrong;  // all ranks: summed over ranks
   std::optional<SkipStats> stats;
 };

@@ -56,6 +56,17 @@ RawRun gather_raw_run(const Context& ctx, const LocalTally& local, Impl impl) {
   check_mpi(MPI_Reduce(local.seconds.data(), max_s.data(), iters, MPI_DOUBLE, MPI_MAX, 0, ctx.comm),
             "MPI_Reduce(times)");
   if (ctx.rank == 0) raw.max_s = std::move(max_s);
+  // OSU's figures: this rank's mean, then its mean, minimum and maximum over the ranks.
+  double mean = 0;
+  for (const double s : local.seconds) mean += s;
+  mean /= std::max(1, iters);
+  double sum = 0;
+  check_mpi(MPI_Reduce(&mean, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, ctx.comm), "MPI_Reduce(mean)");
+  check_mpi(MPI_Reduce(&mean, &raw.rank_mean_s[1], 1, MPI_DOUBLE, MPI_MIN, 0, ctx.comm),
+            "MPI_Reduce(mean)");
+  check_mpi(MPI_Reduce(&mean, &raw.rank_mean_s[2], 1, MPI_DOUBLE, MPI_MAX, 0, ctx.comm),
+            "MPI_Reduce(mean)");
+  raw.rank_mean_s[0] = sum / ctx.nranks;
   if (ctx.opts.check) {
     int64_t total = 0;
     check_mpi(PMPI_Allreduce(&local.wrong, &total, 1, MPI_INT64_T, MPI_SUM, ctx.comm),
