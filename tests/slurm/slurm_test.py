@@ -132,8 +132,8 @@ def clean_previous_run():
     conf = prev.get("conf", "")
     if conf:
         needle = f"SLURM_CONF={conf}".encode()
-        stop_pids([p for p in prev.get("pids", []) if proc_environ_has(p, needle)] +
-                  pids_with_env(needle), "a previous run's daemons and jobs")
+        pids = {p for p in prev.get("pids", []) if proc_environ_has(p, needle)}
+        stop_pids(sorted(pids | set(pids_with_env(needle))), "a previous run's daemons and jobs")
     d = prev.get("dir", "")
     if d.startswith(tempfile.gettempdir() + "/skipring-slurm-") and os.path.isdir(d):
         shutil.rmtree(d, ignore_errors=True)
@@ -411,6 +411,12 @@ def main():
                     help="seconds to wait for all jobs (keep it below ctest's TIMEOUT)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
+    # The jobs run in another directory: every path absolute.
+    for name in ("scripts", "build_dir", "bench", "preload", "program", "vcluster"):
+        if getattr(a, name):
+            setattr(a, name, os.path.abspath(getattr(a, name)))
+    if "/" in a.mpirun:
+        a.mpirun = os.path.abspath(a.mpirun)
     t_start = time.monotonic()
     require = os.environ.get("SR_TEST_REQUIRE", "0") not in ("", "0")
 
@@ -578,7 +584,8 @@ def run_jobs(cluster, a):
           all(v == ("COMPLETED", "0:0") for v in tasks.values()),
           f"straggler_array: all {len(DELAYS_MS)} array tasks COMPLETED, exit 0 (got {tasks})")
     for i in range(len(DELAYS_MS)):
-        out = [f for f in os.listdir(jobs_dir) if re.fullmatch(rf"straggler-{array_job}_{i}\.out", f)]
+        name = f"straggler-{array_job}_{i}.out"
+        out = [name] if os.path.exists(os.path.join(jobs_dir, name)) else []
         if out:
             t = read(os.path.join(jobs_dir, out[0]))
             print(f"----- {out[0]} (tail) -----\n{t.rstrip()[-1500:]}\n-----", flush=True)
