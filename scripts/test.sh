@@ -9,8 +9,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite;
-# cluster: iproute2 for the emulated-cluster tests (label cluster).
-bash scripts/setup.sh simgrid cluster lint
+# cluster: iproute2 for the emulated-cluster tests (label cluster); slurm: SLURM's daemons and
+# commands for the slurm-labelled tests (docs/slurm.md).
+bash scripts/setup.sh simgrid cluster lint slurm
 
 # Every C/C++/CUDA source as .clang-format says (issue 12): fails fast, before the build.
 bash scripts/check_format.sh
@@ -34,15 +35,17 @@ cmake --build "$build_dir" -j "$jobs"
 # The SimGrid SMPI build (build-sim/) whose driver the sim-labelled tests run.
 SIM_BUILD_DIR="$sim_dir" bash scripts/sim_build.sh
 
-# Three passes. Tests labelled "mpi" start several ranks each with mpirun, usually more ranks
+# Four passes. Tests labelled "mpi" start several ranks each with mpirun, usually more ranks
 # than cores, and Open MPI ranks busy-poll: two such tests side by side on a 2-core machine
 # starve each other and their timing (straggler detection, timeouts) goes wrong, so they run one
 # at a time. Tests labelled "cluster" do the same across emulated hosts (scripts/vcluster.sh),
 # each bringing up and tearing down its own network namespaces: one at a time too, after the mpi
-# tests (skipped, exit 77, where namespaces are not permitted). Everything else (in-process
-# unit tests) is cheap and independent, so it runs in parallel.
+# tests (skipped, exit 77, where namespaces are not permitted). Tests labelled "slurm" start a
+# private slurmctld + slurmd each (tests/slurm/slurm_test.py; one of them on emulated hosts) and
+# submit MPI jobs to them: last, one at a time. Everything else (in-process unit tests) is cheap
+# and independent, so it runs in parallel.
 status=0
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^(mpi|cluster)$' "$@" ||
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^(mpi|cluster|slurm)$' "$@" ||
   status=$?
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status=$?
 # The mpi tier again over the UCX transport (issue 14, docs/gpu.md): every message of the
@@ -54,6 +57,7 @@ if grep -q '^UCX_FOUND:INTERNAL=1' "$build_dir/CMakeCache.txt"; then
     "$@" || status=$?
 fi
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^cluster$' "$@" || status=$?
+ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^slurm$' "$@" || status=$?
 
 # Sanitizers (issue 13, docs/testing.md): an AddressSanitizer + UndefinedBehaviorSanitizer build
 # of the unit tests (all but the three longest skip-ahead sweeps, two shards side by side) and of
