@@ -306,8 +306,11 @@ def main(argv):
                   f"batch {a.batch}", file=sys.stderr)
         comm.Abort(2)
 
+    my_hashes = []
+
     def check_hash(tag):
         h = hashlib.sha256(model.param_bytes()).hexdigest()[:16]
+        my_hashes.append(h)
         hs = comm.allgather(h)
         if len(set(hs)) != 1:
             print(f"dp_train: parameters differ across ranks after {tag}: {hs}", file=sys.stderr,
@@ -379,6 +382,7 @@ def main(argv):
     all_step = comm.gather(step_s, root=0)
     all_compute = comm.gather(compute_s, root=0)
     all_sleep = comm.gather(sleep_s, root=0)
+    all_hashes = comm.gather(my_hashes, root=0)
     if rank == 0:
         # Per step, the slowest rank's all-reduce time (what the step waited for) is what the
         # ranks without a sleep see; straggler ranks see less (they arrive last).
@@ -398,14 +402,14 @@ def main(argv):
             "schedule_hash": hashlib.sha256(np.asarray(all_sleep).tobytes()).hexdigest()[:16],
             "time_to_target_s": tta, "target_acc": a.target_acc,
             "final_acc": evals[-1]["acc"], "final_loss": evals[-1]["loss"],
-            "final_hash": evals[-1]["hash"], "evals": evals,
+            "final_hash": evals[-1]["hash"], "evals": evals, "rank_hashes": all_hashes,
             "ar_s": all_ar,
         }
         line = json.dumps(res)
         if a.json:
             with open(a.json, "w") as f:
                 f.write(line + "\n")
-        short = {k: v for k, v in res.items() if k not in ("ar_s", "evals")}
+        short = {k: v for k, v in res.items() if k not in ("ar_s", "evals", "rank_hashes")}
         print("train-result: " + json.dumps(short), flush=True)
     return 0
 
