@@ -41,6 +41,8 @@ def main():
     algo = os.environ.get("SKIPRING_ALGO", "auto") if os.environ.get("LD_PRELOAD") else "mpi"
     if os.environ.get("LD_PRELOAD") and os.environ.get("SKIPRING_SKIP") == "0":
         algo += "(skip=0)"
+    if os.environ.get("LD_PRELOAD") and "SKIPRING_AUTO_STRAGGLER" in os.environ:
+        algo += f"(auto_straggler={os.environ['SKIPRING_AUTO_STRAGGLER']})"
     for nbytes in (size_arg(x) for x in a.sizes.split(",")):
         buf = np.ones(nbytes // 4, np.float32)
         none, after = [], []

@@ -16,7 +16,10 @@ Variants:
           the same summation order every run
   mpi     no preload: Open MPI's MPI_Allreduce
   skipring  LD_PRELOAD, SKIPRING_ALGO=skipring: skip-ahead ring forced for every size
-          (bucketed scenarios: what auto's choice costs or saves)
+  skip-aware0  LD_PRELOAD, SKIPRING_AUTO_STRAGGLER=0: auto as it was before it became
+          straggler-aware (bucketed scenarios run skipring and skip-aware0 too)
+--bucket-late also runs scripts/train/bucket_late.py (one rank 10 ms late at bucket-sized
+all-reduces: time after its arrival per algorithm) -> docs/data/training_bucket_late.csv.
 Checks (exit 1 when one fails): dp_train.py itself aborts when the ranks' parameter hashes
 differ at any evaluation; here every skipring run must report calls > 0 on every rank, the
 `ring` runs of one (framework, bucketing) must end with the same parameter hash (bit-identical
@@ -59,7 +62,16 @@ VARIANTS = {
     "ring": {"preload": True, "env": {"SKIPRING_SKIP": "0", "SKIPRING_ALGO": "ring"}},
     "mpi": {"preload": False, "env": {}},
     "skipring": {"preload": True, "env": {"SKIPRING_ALGO": "skipring"}},
+    "skip-aware0": {"preload": True, "env": {"SKIPRING_AUTO_STRAGGLER": "0"}},
 }
+# bucket_late.py variants: (label, preload, env)
+LATE_VARIANTS = [
+    ("auto", True, {}),
+    ("auto-aware0", True, {"SKIPRING_AUTO_STRAGGLER": "0"}),
+    ("skipring", True, {"SKIPRING_ALGO": "skipring"}),
+    ("rabenseifner", True, {"SKIPRING_ALGO": "rabenseifner"}),
+    ("mpi", False, {}),
+]
 
 
 def parse_args():
@@ -82,6 +94,12 @@ def parse_args():
     p.add_argument("--cluster", type=int, default=0, help="run across this many emulated hosts")
     p.add_argument("--per-host", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--bucket-late", action="store_true",
+                   help="also measure the time after a late arrival per algorithm "
+                   "(bucket_late.py)")
+    p.add_argument("--bucket-late-sizes", default="256K,1M,4M")
+    p.add_argument("--bucket-late-csv",
+                   default=os.path.join(ROOT, "docs", "data", "training_bucket_late.csv"))
     a = p.parse_args()
     for s in a.scenarios.split(","):
         if s not in SCENARIOS:
@@ -114,7 +132,7 @@ def run_one(a, preload, framework, scenario, variant, rep):
         env["SKIPRING_REPORT"] = "1"
         env.update(v["env"])
         xs += ["-x", f"LD_PRELOAD={preload}"]
-    for k in ("SKIPRING_REPORT", "SKIPRING_SKIP", "SKIPRING_ALGO"):
+    for k in ("SKIPRING_REPORT", "SKIPRING_SKIP", "SKIPRING_ALGO", "SKIPRING_AUTO_STRAGGLER"):
         if k in env and not a.cluster:
             xs += ["-x", k]
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -152,6 +170,50 @@ def run_one(a, preload, framework, scenario, variant, rep):
     return res
 
 
+LATE_RE = re.compile(r"bucket-late: algo=\S+ np=(\d+) bytes=(\d+) iters=(\d+) none_us=(\d+) "
+                     r"after_us=(\d+) after_p90_us=(\d+)")
+
+
+def bucket_late(a, preload):
+    """bucket_late.py per variant, interleaved over repetitions; medians to a CSV."""
+    env0 = {k: v for k, v in os.environ.items() if not k.startswith("SKIPRING_")}
+    env0.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                 "OMPI_MCA_rmaps_base_oversubscribe": "1",
+                 "OMPI_MCA_btl_vader_single_copy_mechanism": "none"})
+    rows = []
+    for rep in range(a.reps):
+        for label, pre, venv in LATE_VARIANTS:
+            env = dict(env0, **venv)
+            xs = ["-x", f"LD_PRELOAD={preload}"] if pre else []
+            xs += [x for k in venv for x in ("-x", k)]
+            cmd = ["mpirun", "-np", str(a.np), *xs, PY,
+                   os.path.join(ROOT, "scripts", "train", "bucket_late.py"), "--sizes",
+                   a.bucket_late_sizes]
+            proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
+            if proc.returncode != 0:
+                print(proc.stdout[-3000:])
+                sys.exit(f"experiment: bucket_late {label} failed: {' '.join(cmd)}")
+            for m in LATE_RE.finditer(proc.stdout):
+                n, b, it, none, after, p90 = (int(x) for x in m.groups())
+                rows.append({"variant": label, "rep": rep, "np": n, "bytes": b, "iters": it,
+                             "none_us": none, "after_us": after, "after_p90_us": p90})
+                print(f"bucket-late {label:13s} rep {rep} {b:>8d} B: no straggler {none} us, "
+                      f"after the late arrival {after} us (p90 {p90})", flush=True)
+    os.makedirs(os.path.dirname(a.bucket_late_csv) or ".", exist_ok=True)
+    with open(a.bucket_late_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"experiment: wrote {a.bucket_late_csv}")
+    print("\nvariant        bytes     none_us(median)  after_us(median)")
+    for label, _, _ in LATE_VARIANTS:
+        for b in sorted({r["bytes"] for r in rows}):
+            rs = sorted(r["none_us"] for r in rows if (r["variant"], r["bytes"]) == (label, b))
+            ra = sorted(r["after_us"] for r in rows if (r["variant"], r["bytes"]) == (label, b))
+            print(f"{label:13s} {b:>8d} {rs[len(rs) // 2]:>12d} {ra[len(ra) // 2]:>16d}")
+
+
 def plot(rows_curves, scenarios, path):
     try:
         import matplotlib
@@ -166,7 +228,7 @@ def plot(rows_curves, scenarios, path):
     nrows = (len(keys) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3.2 * nrows), squeeze=False)
     colors = {"skip": "tab:blue", "ring": "tab:orange", "mpi": "tab:green",
-              "skipring": "tab:purple"}
+              "skipring": "tab:purple", "skip-aware0": "tab:red"}
     for ax, (fw, sc) in zip(axes.ravel(), keys):
         seen = set()
         for r in sorted({(x["variant"], x["rep"]) for x in rows_curves
@@ -205,8 +267,8 @@ def main():
                 if fw == "torch" and sc not in torch_sc:
                     continue
                 vs = list(base_variants)
-                if "bucket" in sc and "skipring" not in vs:
-                    vs.append("skipring")
+                if "bucket" in sc:
+                    vs += [x for x in ("skipring", "skip-aware0") if x not in vs]
                 for v in vs:  # interleaved: every variant once per repetition
                     plan.append((fw, sc, v, rep))
     print(f"experiment: {len(plan)} runs at np {a.np}"
@@ -280,6 +342,8 @@ def main():
               f"{med('time_to_target_s'):6.2f} {med('final_acc'):.4f}")
     if a.plot:
         plot(curves, scenarios, a.plot)
+    if a.bucket_late and not a.cluster:
+        bucket_late(a, preload)
     print(f"experiment: {len(plan)} runs in {time.monotonic() - t_all:.0f} s")
     if failures:
         print("experiment: FAILED checks:\n  " + "\n  ".join(failures))
