@@ -8,7 +8,7 @@ every step through `comm.Allreduce` (mpi4py's binding of MPI_Allreduce): unmodif
 the MPI library's own.
 
   --framework numpy  an MLP written with numpy (float32), SGD with momentum
-  --framework torch  the same MLP as a torch.nn.Sequential; its gradients are flattened into
+  --framework torch  the same MLP (same initial weights) as a torch.nn.Sequential; its gradients are flattened into
                      one float32 vector and all-reduced through mpi4py (Debian's PyTorch 1.13
                      has no MPI backend in torch.distributed)
 
@@ -219,6 +219,13 @@ class TorchMLP:
             if i < len(sizes) - 2:
                 mods.append(torch.nn.ReLU())
         self.model = torch.nn.Sequential(*mods)
+        # The numpy MLP's initial weights (He normal, same seed): both frameworks start alike.
+        init = NumpyMLP(sizes, seed).params
+        with torch.no_grad():
+            for lin, w, b in zip([m for m in mods if isinstance(m, torch.nn.Linear)],
+                                 init[0::2], init[1::2]):
+                lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
+                lin.bias.copy_(torch.from_numpy(b))
         self.params = list(self.model.parameters())
         self.n = sum(p.numel() for p in self.params)
         self.flat = torch.zeros(self.n + 1, dtype=torch.float32)

@@ -242,7 +242,10 @@ def plot(rows_curves, scenarios, path):
         ax.set_title(f"{fw}: {sc}", fontsize=9)
         ax.set_xlabel("training time (s)")
         ax.set_ylabel("test accuracy")
-        ax.set_ylim(0.5, 1.0)
+        ax.set_ylim(0.0, 1.0)
+        target = next((float(x["target"]) for x in rows_curves if "target" in x), None)
+        if target:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes.ravel()[len(keys):]:
@@ -293,7 +296,8 @@ def main():
         for e in r["evals"]:
             curves.append({"framework": fw, "scenario": sc, "variant": v, "rep": rep,
                            "step": e["step"], "time_s": round(e["time_s"], 4),
-                           "acc": round(e["acc"], 4), "loss": round(e["loss"], 5)})
+                           "acc": round(e["acc"], 4), "loss": round(e["loss"], 5),
+                           "target": r["target_acc"]})
         if VARIANTS[v]["preload"] and (r["report_ranks"] != r["np"] or r["calls_min"] <= 0):
             failures.append(f"{fw}/{sc}/{v} rep {rep}: {r['report_ranks']} report lines, "
                             f"calls_min {r['calls_min']} (skipring did not run the all-reduces)")
