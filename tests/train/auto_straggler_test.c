@@ -29,8 +29,7 @@ static void fail(const char* what) {
 /* One all-reduce of n floats; checks the result; returns the algorithm (same on all ranks). */
 static void one_call(float* buf, int n, char algo[16]) {
   for (int i = 0; i < n; ++i) buf[i] = (float)(g_rank + 1 + (i % 7));
-  if (skipring_allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
-      MPI_SUCCESS) {
+  if (skipring_allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
     fail("skipring_allreduce returned an error");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -81,8 +80,9 @@ int main(int argc, char** argv) {
   }
   if (n == 0) {
     if (g_rank == 0) {
-      printf("SKIPPED: auto picks skip-ahead or recursive doubling at every size from 256 KiB "
-             "to 4 MiB here: no choice to switch\n");
+      printf(
+          "SKIPPED: auto picks skip-ahead or recursive doubling at every size from 256 KiB "
+          "to 4 MiB here: no choice to switch\n");
     }
     free(buf);
     MPI_Finalize();
@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
     late_algo_differs |= strcmp(algo, before) != 0;
   }
   if (g_rank == 0) {
-    printf("auto_straggler_test: rank 1 late at 24 calls of %d bytes: last ran %s\n", n * 4,
-           algo);
+    printf("auto_straggler_test: rank 1 late at 24 calls of %d bytes: last ran %s\n", n * 4, algo);
   }
   if (skipring_set_inject("") != MPI_SUCCESS) fail("set_inject off");
   for (int k = 0; k < 4; ++k) {
