@@ -180,6 +180,29 @@ Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p, si
   return best;
 }
 
+Algo select_algo_stragglers(size_t bytes, const TopologySummary& t, const CostParams& p,
+                            size_t segment_bytes, bool skip, bool stragglers_seen, double max_ratio,
+                            double* cost) {
+  double best_cost = kInf;
+  const Algo best = select_algo(bytes, t, p, segment_bytes, skip, &best_cost);
+  if (cost) *cost = best_cost;
+  if (!skip || !stragglers_seen || !(max_ratio >= 1) || algo_row(best).skip_ahead) return best;
+  Algo pick = best;
+  double pick_cost = kInf;
+  for (Algo a : modelled_algos()) {
+    const Algo s = algo_row(a).with_skip;
+    if (!algo_row(s).skip_ahead) continue;
+    const double c = algo_cost(a, bytes, t, p, segment_bytes);
+    if (c < pick_cost) {
+      pick = s;
+      pick_cost = c;
+    }
+  }
+  if (std::isinf(pick_cost) || pick_cost > max_ratio * best_cost) return best;
+  if (cost) *cost = pick_cost;
+  return pick;
+}
+
 std::string decision_table(const TopologySummary& t, const CostParams& p, size_t segment_bytes,
                            bool skip, size_t max_bytes) {
   std::string out = fmt::format("{:>10}", "bytes");

@@ -81,6 +81,16 @@ double algo_cost(Algo a, size_t bytes, const TopologySummary& topo, const CostPa
 Algo select_algo(size_t bytes, const TopologySummary& topo, const CostParams& p,
                  size_t segment_bytes, bool skip, double* cost = nullptr);
 
+// Straggler-aware auto (issue 16): on a communicator where late arrivals have been observed
+// (`stragglers_seen`, agreed across ranks), the cheapest algorithm that runs skip-ahead (the
+// ring; hier across hosts) replaces the model's choice when its modelled time is at most
+// `max_ratio` times the choice's (max_ratio < 1: never). Without stragglers, with `skip` off or
+// when the choice already skips ahead: select_algo's answer. Pure, like select_algo: the same
+// inputs give the same algorithm on every rank.
+Algo select_algo_stragglers(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                            size_t segment_bytes, bool skip, bool stragglers_seen, double max_ratio,
+                            double* cost = nullptr);
+
 // The algorithms the model compares: the rows with a select order, in that order (everything
 // but kAuto and kSkipRing).
 const std::vector<Algo>& modelled_algos();

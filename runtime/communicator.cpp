@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,9 @@ namespace {
 // off its core that long (measured on 4 ranks / 2 cores: the learnt threshold of 1.6-2 ms
 // skipped healthy ranks tens of times per 8 MiB all-reduce, costing 8-19 %).
 constexpr double kOversubscribedFloorS = 5e-3;
+// Auto all-reduces between two straggler agreements (SKIPRING_AUTO_STRAGGLER): one 1-int
+// all-reduce per this many calls while no late arrival has been agreed on.
+constexpr uint64_t kStragglerAgreeEvery = 8;
 // SKIPRING_SKIP_MIN_WAIT_US set to a value (empty means the default, as for every variable).
 bool min_wait_given() {
   const char* v = std::getenv("SKIPRING_SKIP_MIN_WAIT_US");
@@ -816,12 +820,60 @@ Algo Communicator::choose_algo(size_t bytes) {
   if (cfg_.algo != Algo::kAuto) return cfg_.algo;
   // Applications repeat sizes: the last decision is kept (the model costs ~100 ns per call,
   // as much as a third of an 8-byte all-reduce on shared memory).
+  // Collective (every rank counts the same auto all-reduces); broken on failure.
+  if (straggler_watch() && !ok(agree_stragglers())) return Algo::kRing;
   if (bytes == last_choice_bytes_ && cfg_.skip == last_choice_skip_) return last_choice_;
   if (!ok(ensure_cost_params())) return Algo::kRing;  // broken: the caller checks
-  last_choice_ = select_algo(bytes, topo_summary_, cost_, cfg_.segment_bytes, cfg_.skip);
+  last_choice_ = select_algo_stragglers(bytes, topo_summary_, cost_, cfg_.segment_bytes, cfg_.skip,
+                                        stragglers_seen_, cfg_.auto_straggler);
   last_choice_bytes_ = bytes;
   last_choice_skip_ = cfg_.skip;
   return last_choice_;
+}
+
+Status Communicator::agree_stragglers() {
+  if (++auto_calls_ % kStragglerAgreeEvery != 0) return Status::kOk;
+  // One int under MAX: did any rank see a late arrival since the last agreement? Every rank
+  // gets here at the same auto all-reduce, and all get the same answer.
+  std::vector<int> mine(1, late_local_ ? 1 : 0), all(1, 0);
+  WaitWhat w;
+  w.what = "the straggler agreement of SKIPRING_AUTO_STRAGGLER before the all-reduce";
+  w.seq = static_cast<int64_t>(seq_);
+  MPI_Request req;
+  const Status st = wait_collectives(
+      PMPI_Iallreduce(mine.data(), all.data(), 1, MPI_INT, MPI_MAX, internal_, &req), &req, 1,
+      wait_, w, nullptr, &mine, &all);
+  if (!ok(st)) {
+    note_error(st, seq_, "the straggler agreement (SKIPRING_AUTO_STRAGGLER) failed");
+    return st;
+  }
+  if (all[0] != 0) {
+    stragglers_seen_ = true;
+    last_choice_bytes_ = SIZE_MAX;  // decide again with the skip-ahead preference
+    if (rank_ == 0) {
+      SKIPRING_LOG_INFO(
+          "auto: late arrivals seen on this communicator (before all-reduce #{}): skip-ahead "
+          "preferred where it costs at most {}x the cheapest (SKIPRING_AUTO_STRAGGLER)",
+          seq_, cfg_.auto_straggler);
+    }
+  }
+  return Status::kOk;
+}
+
+void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
+  if (late_local_) return;
+  if (skipped) {
+    // Skip-ahead met a late predecessor (the threshold already separates it from noise).
+    late_local_ = last_stats_.skips > 0 || last_stats_.late_pieces > 0;
+    return;
+  }
+  // Any other algorithm: this rank waited for someone when the collective took longer than
+  // SKIPRING_ALPHA times its modelled time plus the skip threshold's floor (the same margin
+  // skip-ahead uses before it calls a predecessor late).
+  const double model = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+  if (std::isfinite(model) && last_stats_.time_s() > cfg_.alpha * model + skip_floor_s_) {
+    late_local_ = true;
+  }
 }
 
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
@@ -926,6 +978,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
+  if (straggler_watch()) observe_lateness(algo, bytes, p.skip);
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,
                    seg_bytes);

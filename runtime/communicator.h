@@ -139,7 +139,20 @@ class Communicator {
   bool any_records_ = false;
   LinkGraph tree_graph_;  // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
   std::map<int, MultiTreePlan> tree_plans_;  // by k
-  size_t last_choice_bytes_ = SIZE_MAX;      // choose_algo's last auto decision
+  // Straggler-aware auto (SKIPRING_AUTO_STRAGGLER): late_local_ is this rank's observation
+  // (a collective that waited far past its modelled time, or skip-ahead skipped); every
+  // kStragglerAgreeEvery-th auto all-reduce the ranks agree on it (one 1-int all-reduce) until
+  // some rank saw one; stragglers_seen_, identical on every rank, then stays set.
+  bool straggler_watch() const {
+    return cfg_.algo == Algo::kAuto && cfg_.skip && cfg_.auto_straggler >= 1 && !stragglers_seen_ &&
+           size_ > 1;
+  }
+  Status agree_stragglers();
+  void observe_lateness(Algo algo, size_t bytes, bool skipped);
+  bool late_local_ = false;
+  bool stragglers_seen_ = false;
+  uint64_t auto_calls_ = 0;
+  size_t last_choice_bytes_ = SIZE_MAX;  // choose_algo's last auto decision
   bool last_choice_skip_ = false;
   Algo last_choice_ = Algo::kRing;
   TopologySummary topo_summary_;  // what the cost model knows of the topology

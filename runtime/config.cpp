@@ -91,6 +91,8 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_HOST_MAP          hosts and ring order (gather_topology checks it too)
   //   SKIPRING_TREE_GRAPH        the trees (the file's contents are compared, not its path)
   //   SKIPRING_MULTITREE_K       the trees
+  //   SKIPRING_AUTO_STRAGGLER    auto's choice once late arrivals were seen, and whether the
+  //                              ranks take part in the agreement on them
   //   SKIPRING_MODEL_*           auto's choice
   //   SKIPRING_SKIP_T_US         given or learnt (0): learning it measures the cost model, a
   //                              collective step; the value itself is local
@@ -105,6 +107,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_MULTITREE_K",      "SKIPRING_MODEL_LAT_US",
       "SKIPRING_MODEL_GBPS",       "SKIPRING_MODEL_REDUCE_GBPS",
       "SKIPRING_SKIP_T_US",        "SKIPRING_GPU_STAGING",
+      "SKIPRING_AUTO_STRAGGLER",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif
@@ -124,6 +127,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.direct_allgather);
   raw(cfg.algo);
   raw(cfg.multitree_k);
+  raw(cfg.auto_straggler);
   raw(cfg.model_lat_us);
   raw(cfg.model_gbps);
   raw(cfg.model_reduce_gbps);

@@ -62,6 +62,10 @@ struct Config {
   std::string host_map;    // SKIPRING_HOST_MAP
   std::string tree_graph;  // SKIPRING_TREE_GRAPH: link graph file for multitree
   int multitree_k = 4;     // SKIPRING_MULTITREE_K: at most this many trees
+  // Straggler-aware auto: once late arrivals were seen on a communicator, auto prefers the
+  // skip-ahead algorithm where its modelled time is at most this factor of the model's choice
+  // (below 1: off; select_algo_stragglers).
+  double auto_straggler = 1.5;  // SKIPRING_AUTO_STRAGGLER
   // Cost model parameters (0: measured at communicator setup).
   double model_lat_us = 0;       // SKIPRING_MODEL_LAT_US: per-message latency alpha
   double model_gbps = 0;         // SKIPRING_MODEL_GBPS: link bandwidth 1/beta

@@ -178,12 +178,14 @@ TEST(Config, AlgorithmAndTopologyParameters) {
   EXPECT_EQ(c.algo, Algo::kAuto);
   EXPECT_TRUE(c.host_map.empty());
   EXPECT_EQ(c.multitree_k, 4);
+  EXPECT_DOUBLE_EQ(c.auto_straggler, 1.5);
   ASSERT_EQ(load_config(fake_env({{"SKIPRING_ALGO", "Rabenseifner"},
                                   {"SKIPRING_HOST_MAP", "a,b,a,b"},
                                   {"SKIPRING_MULTITREE_K", "2"},
                                   {"SKIPRING_MODEL_LAT_US", "1.5"},
                                   {"SKIPRING_MODEL_GBPS", "12.5"},
-                                  {"SKIPRING_MODEL_REDUCE_GBPS", "30"}}),
+                                  {"SKIPRING_MODEL_REDUCE_GBPS", "30"},
+                                  {"SKIPRING_AUTO_STRAGGLER", "0"}}),
                         &c, &err),
             Status::kOk)
       << err;
@@ -193,6 +195,7 @@ TEST(Config, AlgorithmAndTopologyParameters) {
   EXPECT_DOUBLE_EQ(c.model_lat_us, 1.5);
   EXPECT_DOUBLE_EQ(c.model_gbps, 12.5);
   EXPECT_DOUBLE_EQ(c.model_reduce_gbps, 30);
+  EXPECT_DOUBLE_EQ(c.auto_straggler, 0);
   ASSERT_EQ(load_config(fake_env({{"SKIPRING_HOST_MAP", "block:4"}}), &c, &err), Status::kOk);
   EXPECT_EQ(c.host_map, "block:4");
 
@@ -209,6 +212,9 @@ TEST(Config, AlgorithmAndTopologyParameters) {
       {"SKIPRING_MODEL_LAT_US", "-1"},
       {"SKIPRING_MODEL_GBPS", "fast"},
       {"SKIPRING_MODEL_REDUCE_GBPS", "1e9"},
+      {"SKIPRING_AUTO_STRAGGLER", "-1"},
+      {"SKIPRING_AUTO_STRAGGLER", "101"},
+      {"SKIPRING_AUTO_STRAGGLER", "yes"},
   };
   for (const auto& [name, value] : bad) {
     Config d;

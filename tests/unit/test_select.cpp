@@ -132,6 +132,90 @@ TEST(SelectModel, NonPowerOfTwoPaysTheFoldIn) {
   EXPECT_DOUBLE_EQ(algo_cost(Algo::kRd, b, flat(1), p, 1 << 18), 0.0);
 }
 
+// Straggler-aware auto (select_algo_stragglers, SKIPRING_AUTO_STRAGGLER): the parameters
+// measured at np 4 on the 2-core development machine (skipring_info --algo), where the model
+// picks Rabenseifner from 512 KiB to 2 MiB with the ring within 1.2x of it.
+CostParams dev_machine_np4() {
+  CostParams p;
+  p.alpha_s = p.inter_alpha_s = 2.68e-6;
+  p.beta_s = p.inter_beta_s = 1.0 / 4.865e9;
+  p.gamma_s = 1.0 / 27.935e9;
+  p.sigma_s = 8.81e-6;
+  p.cache_bytes = 1024.0 * 1024;
+  p.mem_slowdown = 3.49;
+  return p;
+}
+
+TEST(SelectStragglers, LateArrivalsSwitchMidSizesToTheSkipAheadRing) {
+  const CostParams p = dev_machine_np4();
+  TopologySummary t = flat(4);
+  t.overlap = false;
+  const size_t seg = 256 * 1024;
+  const size_t mib = 1024 * 1024;
+  ASSERT_EQ(select_algo(mib, t, p, seg, true), Algo::kRabenseifner);
+  // No late arrival seen: the model's choice.
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, false, 1.5), Algo::kRabenseifner);
+  // Seen: the skip-ahead ring, at its own modelled cost.
+  double c = 0;
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.5, &c), Algo::kSkipRing);
+  EXPECT_DOUBLE_EQ(c, algo_cost(Algo::kRing, mib, t, p, seg));
+  // Latency-bound sizes keep recursive doubling: the ring costs many times more there.
+  EXPECT_EQ(select_algo_stragglers(8192, t, p, seg, true, true, 1.5), Algo::kRd);
+  // Off: factor below 1, or skip-ahead off (the plain ring would not tolerate anything).
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 0), Algo::kRabenseifner);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 0.99), Algo::kRabenseifner);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, false, true, 1.5), Algo::kRabenseifner);
+  // A factor below the ring's ratio to Rabenseifner keeps Rabenseifner.
+  const double ratio =
+      algo_cost(Algo::kRing, mib, t, p, seg) / algo_cost(Algo::kRabenseifner, mib, t, p, seg);
+  ASSERT_GT(ratio, 1.0);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.0 + (ratio - 1) / 2),
+            Algo::kRabenseifner);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, ratio * 1.01), Algo::kSkipRing);
+}
+
+TEST(SelectStragglers, EitherTheModelsChoiceOrASkipAheadAlgorithmWithinTheFactor) {
+  for (int hosts : {1, 2, 4}) {
+    for (int n : {2, 3, 4, 8, 16}) {
+      if (n < hosts) continue;
+      TopologySummary t = flat(n);
+      t.hosts = hosts;
+      t.max_local = (n + hosts - 1) / hosts;
+      t.ranks_per_host.assign(hosts, n / hosts);
+      for (int h = 0; h < n % hosts; ++h) ++t.ranks_per_host[h];
+      for (bool overlap : {true, false}) {
+        t.overlap = overlap;
+        for (double inter_gbps : {5.0, 0.1}) {
+          CostParams p = dev_machine_np4();
+          p.inter_beta_s = 1.0 / (inter_gbps * 1e9);
+          for (double f : {1.0, 1.5, 4.0}) {
+            for (size_t b = 8; b <= (size_t{256} << 20); b *= 4) {
+              double best_cost = 0;
+              const Algo best = select_algo(b, t, p, 256 * 1024, true, &best_cost);
+              double c = 0;
+              const Algo a = select_algo_stragglers(b, t, p, 256 * 1024, true, true, f, &c);
+              SCOPED_TRACE(testing::Message()
+                           << "n " << n << " hosts " << hosts << " bytes " << b << " factor " << f);
+              if (algo_row(best).skip_ahead) {
+                EXPECT_EQ(a, best);  // already tolerant: unchanged
+              }
+              if (a != best) {
+                EXPECT_TRUE(algo_row(a).skip_ahead) << algo_name(a);
+                EXPECT_LE(c, f * best_cost * (1 + 1e-12));
+                EXPECT_GE(c, best_cost);
+              } else {
+                EXPECT_DOUBLE_EQ(c, best_cost);
+              }
+              // Without stragglers: select_algo's answer, whatever the factor.
+              EXPECT_EQ(select_algo_stragglers(b, t, p, 256 * 1024, true, false, f), best);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SelectTable, OneRowPerSizeAndAChoiceEach) {
   const std::string table = decision_table(flat(4), CostParams{}, 1 << 18, true, 1 << 20);
   int rows = 0;
