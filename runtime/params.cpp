@@ -296,7 +296,7 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_MULTITREE_K", &Config::multitree_k, {1, 16}, "",
        "most spanning trees of `multitree`"},
       {"SKIPRING_AUTO_STRAGGLER", &Config::auto_straggler, {0, 100}, "",
-       "`auto` on a communicator where late arrivals were seen (agreed every 8 calls): the "
+       "`auto` on a communicator where late arrivals were seen (agreed every 8 non-rd calls): the "
        "skip-ahead ring (hier across hosts) wherever its modelled time is at most this factor "
        "of the cheapest; below 1: off ([docs/training.md](docs/training.md))"},
       {"SKIPRING_MODEL_LAT_US", &Config::model_lat_us, {0, 1e6}, "",
