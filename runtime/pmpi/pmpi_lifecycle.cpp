@@ -128,7 +128,7 @@ int agree_at_init(int local_rc, std::string* why) {
   *why += off;
   *why +=
       " (it must be the same on every rank: set it in the job's environment, e.g. "
-      "mpirun -x SKIPRING_ENABLE)";
+      "mpirun -x SKIPRING_ENABLE with Open MPI, mpiexec -genv SKIPRING_ENABLE 1 with MPICH)";
   return MPI_ERR_ARG;
 }
 
