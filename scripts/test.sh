@@ -72,7 +72,7 @@ if [[ "${SKIPRING_MPICH:-1}" != 0 && $# -eq 0 ]]; then
     fi
     cmake -S . -B "$mpich_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_WITH_CUDA=OFF \
       -DMPI_C_COMPILER=mpicc.mpich -DMPI_CXX_COMPILER=mpicxx.mpich "${mpich_fc[@]}" \
-      -DMPIEXEC_EXECUTABLE="$(command -v mpiexec.mpich)" >/dev/null
+      -DMPIEXEC_EXECUTABLE="$(command -v mpiexec.mpich)" -DSKIPRING_SOAK_SECONDS=5 >/dev/null
     # The mpi tier's programs, skipring_info (topology tests) and what the install test installs.
     mpich_targets=(mpi_allreduce_test cpp_api_test mpi_straggler_test mpi_topology_test
       mpi_collectives_test mpi_agreement_test mpi_threads_test mpi_soak_test mpi_api_edges_test
@@ -83,8 +83,14 @@ if [[ "${SKIPRING_MPICH:-1}" != 0 && $# -eq 0 ]]; then
     fi
     cmake --build "$mpich_dir" -j "$jobs" --target "${mpich_targets[@]}"
     mpich_built=$SECONDS
-    ctest --test-dir "$mpich_dir" --output-on-failure -j 1 -L "${SKIPRING_MPICH_LABELS:-^(mpi|install)$}" ||
-      status=$?
+    # A subset unless SKIPRING_MPICH_FULL=1: every test program still runs, but not the larger
+    # repeats of one program at another rank count (about 1.5 min of 4 here; docs/testing.md).
+    mpich_exclude='^(mpi_allreduce_np8|mpi_allreduce_ring_only_np8|mpi_allreduce_multitree_graph_np8|mpi_allreduce_hier_unequal_np6|mpi_allreduce_rd_np5|mpi_allreduce_rabenseifner_np5|mpi_collectives_np5)$'
+    if [[ "${SKIPRING_MPICH_FULL:-0}" == 1 ]]; then
+      mpich_exclude='^$'
+    fi
+    ctest --test-dir "$mpich_dir" --output-on-failure -j 1 -L '^(mpi|install)$' \
+      -E "$mpich_exclude" || status=$?
     echo "mpich: build $((mpich_built - mpich_start)) s, tests $((SECONDS - mpich_built)) s"
   else
     echo "mpich: SKIPPED: mpicc.mpich / mpiexec.mpich not found (scripts/setup.sh mpich installs them)"
