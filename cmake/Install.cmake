@@ -19,6 +19,27 @@ install(FILES ${SKIPRING_GENERATED_INCLUDE_DIR}/skipring/version.h DESTINATION $
 install(EXPORT skipringTargets NAMESPACE skipring::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
 
+# The MPI skipring was built with: a consumer must use the same one (libskipring.so links it;
+# two MPIs in one process crash at MPI_Init or skipring_init). skipringConfig.cmake refuses a
+# consumer whose FindMPI finds another MPI; skipring.pc requires the MPI's own pkg-config module.
+set(SKIPRING_PC_MPI_REQUIRES "")
+if(SKIPRING_MPI_VENDOR STREQUAL "Open MPI")
+  set(SKIPRING_PC_MPI_REQUIRES "ompi-c")
+elseif(SKIPRING_MPI_VENDOR STREQUAL "MPICH")
+  set(SKIPRING_PC_MPI_REQUIRES "mpich")
+else()
+  message(WARNING "skipring: unrecognised MPI (${MPI_C_LIBRARIES}): skipring.pc requires no MPI "
+                  "module (build consumers with this MPI's compiler wrapper) and "
+                  "skipringConfig.cmake cannot check a consumer's MPI")
+endif()
+if(SKIPRING_PC_MPI_REQUIRES)
+  set(SKIPRING_PC_REQUIRES_LINE "Requires: ${SKIPRING_PC_MPI_REQUIRES}")
+else()
+  set(SKIPRING_PC_REQUIRES_LINE "# Requires: none (unrecognised MPI: use its compiler wrapper)")
+endif()
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/skipringMpiVendor.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)
+
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/skipringConfig.cmake.in
   ${PROJECT_BINARY_DIR}/skipringConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/skipring)

@@ -2,6 +2,11 @@
 // skipring_allreduce; everything else (disabled, unsupported op/type/communicator, invalid
 // arguments, calls made from inside skipring) goes to PMPI_Allreduce.
 //
+// Arguments are checked before any PMPI call (issue 15): MPI_COMM_NULL (MPI_ERR_COMM), a
+// negative count (MPI_ERR_COUNT), MPI_DATATYPE_NULL (MPI_ERR_TYPE), MPI_OP_NULL (MPI_ERR_OP) and
+// a null buffer with a predefined type (MPI_ERR_BUFFER) are raised on the communicator's error
+// handler with a message, never passed to PMPI_Allreduce (where MPICH 4.0 aborts on count < 0).
+//
 // Edges (issue 13): recvbuf == MPI_IN_PLACE (alone or with sendbuf), and sendbuf == recvbuf
 // with count > 0 (aliasing; erroneous in MPI, which has MPI_IN_PLACE for it) are raised as
 // MPI_ERR_BUFFER on the communicator's error handler with a message on stderr, whatever the
@@ -29,12 +34,58 @@ int raise_error(MPI_Comm comm, int code) {
   return code;
 }
 
-// Arguments that PMPI_Allreduce rejects itself with the proper MPI error class, raised on
-// the communicator's error handler; they never reach skipring. (A null buffer with a
-// supported type is left to skipring_allreduce, which reports MPI_ERR_BUFFER; Open MPI's
-// PMPI_Allreduce would dereference it.)
-bool rejected_by_pmpi(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, int count) {
-  return comm == MPI_COMM_NULL || datatype == MPI_DATATYPE_NULL || op == MPI_OP_NULL || count < 0;
+// MPI's argument errors that can be detected from the arguments themselves, checked before any
+// PMPI call and raised on the error handler like MPI's own checks: MPICH 4.0 aborts inside
+// PMPI_Allreduce on a negative count (an assertion, whatever the error handler) and Open MPI's
+// PMPI_Allreduce dereferences a null buffer. Returns the error class (MPI_SUCCESS: none) and the
+// reason in *why. The buffers' own errors (MPI_IN_PLACE misuse, aliasing) are buffer_error's.
+// A null buffer is an error only with a predefined datatype: it is MPI_BOTTOM in both MPIs, a
+// valid base for a derived datatype of absolute addresses.
+const char* class_name(int code) {
+  switch (code) {
+    case MPI_ERR_COMM:
+      return "MPI_ERR_COMM";
+    case MPI_ERR_COUNT:
+      return "MPI_ERR_COUNT";
+    case MPI_ERR_TYPE:
+      return "MPI_ERR_TYPE";
+    case MPI_ERR_OP:
+      return "MPI_ERR_OP";
+    default:
+      return "MPI_ERR_BUFFER";
+  }
+}
+
+int argument_error(const void* sendbuf, const void* recvbuf, int count, MPI_Datatype datatype,
+                   MPI_Op op, MPI_Comm comm, const char** why) {
+  if (comm == MPI_COMM_NULL) {
+    *why = "comm is MPI_COMM_NULL";
+    return MPI_ERR_COMM;
+  }
+  if (count < 0) {
+    *why = "count is negative";
+    return MPI_ERR_COUNT;
+  }
+  if (datatype == MPI_DATATYPE_NULL) {
+    *why = "datatype is MPI_DATATYPE_NULL";
+    return MPI_ERR_TYPE;
+  }
+  if (op == MPI_OP_NULL) {
+    *why = "op is MPI_OP_NULL";
+    return MPI_ERR_OP;
+  }
+  const bool null_recv = recvbuf == nullptr;
+  const bool null_send = sendbuf == nullptr;
+  if (count > 0 && (null_recv || null_send)) {
+    int integers = 0, addresses = 0, types = 0, combiner = 0;
+    if (PMPI_Type_get_envelope(datatype, &integers, &addresses, &types, &combiner) == MPI_SUCCESS &&
+        combiner == MPI_COMBINER_NAMED) {
+      *why = null_recv ? "recvbuf is NULL with a predefined datatype and count > 0"
+                       : "sendbuf is NULL with a predefined datatype and count > 0";
+      return MPI_ERR_BUFFER;
+    }
+  }
+  return MPI_SUCCESS;
 }
 
 // Why the buffers are erroneous (nullptr: they are not): only sendbuf may be MPI_IN_PLACE, and
@@ -71,15 +122,18 @@ int allreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
     }
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   }
-  if (rejected_by_pmpi(datatype, op, comm, count)) {
-    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
+  const char* why = nullptr;
+  int code = argument_error(sendbuf, recvbuf, count, datatype, op, comm, &why);
+  if (code == MPI_SUCCESS && (why = buffer_error(sendbuf, recvbuf, count)) != nullptr) {
+    code = MPI_ERR_BUFFER;
   }
-  if (const char* why = buffer_error(sendbuf, recvbuf, count)) {
+  if (code != MPI_SUCCESS) {
     int rank = -1;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "skipring: rank %d: MPI_Allreduce: %s: MPI_ERR_BUFFER\n", rank, why);
+    std::fprintf(stderr, "skipring: rank %d: MPI_Allreduce: %s: %s\n", rank, why, class_name(code));
     std::fflush(stderr);
-    return raise_error(comm, MPI_ERR_BUFFER);
+    // MPI_COMM_NULL has no error handler: MPI_COMM_WORLD's, as MPI itself does.
+    return raise_error(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
   }
   if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);  // bad SKIPRING_* value
   if (!global_config().enable) return fallback(sendbuf, recvbuf, count, datatype, op, comm);

@@ -4,7 +4,9 @@
 // convert the arguments and take the same path as C callers.
 //
 // Covered: `include 'mpif.h'` and `use mpi` (symbols mpi_allreduce_ and its other
-// manglings), and Open MPI's `use mpi_f08` layer, which calls the ompi_*_f functions. In
+// manglings), Open MPI's `use mpi_f08` layer, which calls the ompi_*_f functions, and the
+// mpi_f08 MPI_Init / MPI_Init_thread / MPI_Finalize of both MPIs (mpi_init_f08_ ...; MPICH's
+// mpi_f08 MPI_Allreduce calls the C MPI_Allreduce, intercepted by pmpi_allreduce.cpp). In
 // Open MPI's mpi_f08, MPI_Allreduce and PMPI_Allreduce both end in ompi_allreduce_f, so an
 // f08 PMPI_Allreduce call is intercepted too (the mpif.h / use mpi pmpi_allreduce_ is not).
 #include <dlfcn.h>
@@ -95,21 +97,6 @@ using FortranInitFn = void (*)(MPI_Fint* ierr);
 using FortranInitThreadFn = void (*)(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr);
 using FortranFinalizeFn = void (*)(MPI_Fint* ierr);
 
-// Guards against an MPI whose pmpi_* Fortran symbol would call back into one of ours.
-thread_local bool t_in_fortran_lifecycle = false;
-
-class LifecycleScope {
- public:
-  LifecycleScope() : nested_(t_in_fortran_lifecycle) { t_in_fortran_lifecycle = true; }
-  ~LifecycleScope() { t_in_fortran_lifecycle = nested_; }
-  LifecycleScope(const LifecycleScope&) = delete;
-  LifecycleScope& operator=(const LifecycleScope&) = delete;
-  bool nested() const { return nested_; }
-
- private:
-  bool nested_;
-};
-
 void fortran_init(MPI_Fint* ierr) {
   set_ierr(ierr, guarded([&] {
              int code;
@@ -175,6 +162,66 @@ void fortran_finalize(MPI_Fint* ierr) {
            }));
 }
 
+// mpi_f08's MPI_Init, MPI_Init_thread and MPI_Finalize (symbols mpi_init_f08_ ...; the error
+// argument is optional there: absent, the pointer is null). MPICH's call PMPI_Init,
+// PMPI_Init_thread and PMPI_Finalize directly, so no other wrapper would see them; Open MPI's
+// call ompi_init_f ... (wrapped below too: those see nested() and only call PMPI). Each runs
+// the MPI library's own definition, the next one after this library (RTLD_NEXT), so whatever
+// else it does is kept.
+template <typename Fn>
+Fn next_definition(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+void f08_init(const char* name, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             LifecycleScope scope;
+             int code;
+             if (auto next = next_definition<FortranInitFn>(name)) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               next(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Init(nullptr, nullptr);
+             }
+             return scope.nested() ? code : after_init(code);
+           }));
+}
+
+void f08_init_thread(const char* name, MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             LifecycleScope scope;
+             int code;
+             if (auto next = next_definition<FortranInitThreadFn>(name)) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               next(required, provided, &fortran_rc);
+               code = fortran_rc;
+             } else {
+               int c_provided = MPI_THREAD_SINGLE;
+               code = PMPI_Init_thread(nullptr, nullptr, static_cast<int>(*required), &c_provided);
+               *provided = static_cast<MPI_Fint>(c_provided);
+             }
+             return scope.nested() ? code : after_init(code);
+           }));
+}
+
+void f08_finalize(const char* name, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             LifecycleScope scope;
+             if (!scope.nested()) before_finalize();
+             int code;
+             if (auto next = next_definition<FortranFinalizeFn>(name)) {
+               MPI_Fint fortran_rc = MPI_SUCCESS;
+               next(&fortran_rc);
+               code = fortran_rc;
+             } else {
+               code = PMPI_Finalize();
+             }
+             if (!scope.nested()) after_finalize();
+             return code;
+           }));
+}
+
 }  // namespace
 }  // namespace skipring::pmpi
 
@@ -219,5 +266,17 @@ SKIPRING_PMPI_FORTRAN_FINALIZE(mpi_finalize__)
 SKIPRING_PMPI_FORTRAN_FINALIZE(mpi_finalize)
 SKIPRING_PMPI_FORTRAN_FINALIZE(MPI_FINALIZE)
 SKIPRING_PMPI_FORTRAN_FINALIZE(ompi_finalize_f)
+
+// mpi_f08 (gfortran's name of each binding; MPICH and Open MPI use the same ones).
+SKIPRING_PMPI_EXPORT void mpi_init_f08_(MPI_Fint* ierr) {
+  skipring::pmpi::f08_init("mpi_init_f08_", ierr);
+}
+SKIPRING_PMPI_EXPORT void mpi_init_thread_f08_(MPI_Fint* required, MPI_Fint* provided,
+                                               MPI_Fint* ierr) {
+  skipring::pmpi::f08_init_thread("mpi_init_thread_f08_", required, provided, ierr);
+}
+SKIPRING_PMPI_EXPORT void mpi_finalize_f08_(MPI_Fint* ierr) {
+  skipring::pmpi::f08_finalize("mpi_finalize_f08_", ierr);
+}
 
 }  // extern "C"

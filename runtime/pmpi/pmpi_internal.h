@@ -37,6 +37,23 @@ class ReentryGuard {
   bool previous_;
 };
 
+// Marks the calling thread as inside one of this library's MPI_Init / MPI_Init_thread /
+// MPI_Finalize wrappers for its lifetime. The MPI library's own entry points may call back into
+// another of them (MPICH's Fortran pmpi_init_ calls the C MPI_Init, its mpi_finalize_ the C
+// MPI_Finalize; Open MPI's mpi_f08 calls ompi_init_f): the inner one sees nested() and only
+// calls PMPI, the outermost does skipring's work once.
+class LifecycleScope {
+ public:
+  LifecycleScope();
+  ~LifecycleScope();
+  LifecycleScope(const LifecycleScope&) = delete;
+  LifecycleScope& operator=(const LifecycleScope&) = delete;
+  bool nested() const { return nested_; }
+
+ private:
+  bool nested_;
+};
+
 // What ensure_skipring_init returns while MPI is not initialized, or once finalization began.
 inline constexpr int kMpiNotActive = -1;
 
@@ -52,7 +69,9 @@ int ensure_skipring_init();
 int after_init(int init_rc);
 
 // Called right before PMPI_Finalize (C or Fortran): writes the SKIPRING_REPORT line and
-// frees skipring's state.
+// frees skipring's state. Also run, once, by the delete callback of an attribute on
+// MPI_COMM_SELF (deleted at the start of MPI_Finalize), which covers finalize paths that reach
+// PMPI_Finalize without any wrapper of this library.
 void before_finalize();
 // Called right after PMPI_Finalize returned (C or Fortran): MPI is finished for good.
 void after_finalize();

@@ -11,7 +11,11 @@
 // Agreement at MPI_Init (agree_at_init): SKIPRING_ENABLE must be the same on every rank, and a
 // rank with invalid values fails every rank, each with a message; otherwise mismatched ranks
 // would meet in mismatched collectives at the first all-reduce. (MPI initialized without these
-// wrappers, e.g. by mpi_f08's MPI_Init calling PMPI_Init directly, skips this agreement.)
+// wrappers, e.g. by a program calling PMPI_Init itself, skips this agreement.)
+//
+// Finalization: every finalize wrapper (C, Fortran, mpi_f08) writes the report and finalizes
+// skipring before PMPI_Finalize; an attribute on MPI_COMM_SELF does the same from inside
+// MPI_Finalize for a path that passes none of them (on_self_delete).
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
@@ -30,8 +34,9 @@ std::mutex g_init_mutex;
 std::atomic<bool> g_init_done{false};  // skipring_init has been called (g_init_rc valid)
 int g_init_rc = MPI_SUCCESS;  // written before g_init_done is set (and by after_init's agreement,
                               // inside MPI_Init, before any other call can read it)
-std::atomic<bool> g_finalizing{false};  // before_finalize has started
-std::atomic<bool> g_finalized{false};   // PMPI_Finalize has returned (after_finalize)
+std::atomic<bool> g_finalizing{false};     // before_finalize has started
+std::atomic<bool> g_finalized{false};      // PMPI_Finalize has returned (after_finalize)
+thread_local bool t_in_lifecycle = false;  // inside an init / finalize wrapper (LifecycleScope)
 
 bool mpi_active() {
   int initialized = 0;
@@ -123,11 +128,48 @@ int agree_at_init(int local_rc, std::string* why) {
   *why += off;
   *why +=
       " (it must be the same on every rank: set it in the job's environment, e.g. "
-      "mpirun -x SKIPRING_ENABLE)";
+      "mpirun -x SKIPRING_ENABLE with Open MPI, mpiexec -genv SKIPRING_ENABLE 1 with MPICH)";
   return MPI_ERR_ARG;
 }
 
+// The report and skipring's finalization, once per process, from whichever comes first: a
+// finalize wrapper, or the delete callback below.
+void finalize_once() {
+  if (g_finalizing.exchange(true)) return;  // second MPI_Finalize, or the callback after a wrapper
+  if (g_init_done.load(std::memory_order_acquire) && g_init_rc == MPI_SUCCESS &&
+      global_config().report) {
+    write_report();
+  }
+  ReentryGuard guard;
+  (void)guarded([] { return skipring_finalize(); });
+}
+
+// MPI deletes MPI_COMM_SELF's attributes at the start of MPI_Finalize, however it was reached
+// (MPI-3.1 8.7.1), with MPI still usable. Some paths pass no wrapper of this library: a program
+// calling PMPI_Finalize itself, or a Fortran binding calling PMPI_Finalize directly that this
+// library does not know by name. This callback writes the report and finalizes skipring there.
+// (Open MPI's MPI_Finalized is already true at this point, hence no mpi_active() check.)
+int on_self_delete(MPI_Comm, int, void*, void*) {
+  return guarded([] {
+    finalize_once();
+    return MPI_SUCCESS;
+  });
+}
+
+// Sets that attribute once, after skipring_init succeeded (so it is deleted before skipring's
+// own MPI_COMM_SELF attribute: deletion runs in reverse order of setting).
+void set_finalize_hook() {
+  int keyval = MPI_KEYVAL_INVALID;
+  if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &keyval, nullptr) ==
+      MPI_SUCCESS) {
+    PMPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+  }
+}
+
 }  // namespace
+
+LifecycleScope::LifecycleScope() : nested_(t_in_lifecycle) { t_in_lifecycle = true; }
+LifecycleScope::~LifecycleScope() { t_in_lifecycle = nested_; }
 
 int ensure_skipring_init() {
   if (g_init_done.load(std::memory_order_acquire)) {
@@ -141,6 +183,7 @@ int ensure_skipring_init() {
     {
       ReentryGuard guard;
       rc = guarded([] { return skipring_init(); });
+      if (rc == MPI_SUCCESS) set_finalize_hook();
     }
     g_init_rc = rc;
     g_init_done.store(true, std::memory_order_release);
@@ -198,11 +241,9 @@ void before_finalize() {
     if (!mpi_active()) return MPI_SUCCESS;  // erroneous call: PMPI_Finalize reports it
     // Load the configuration if no intercepted call did yet (MPI was initialized through
     // PMPI directly), so SKIPRING_REPORT is honoured.
-    const int rc = ensure_skipring_init();
-    if (g_finalizing.exchange(true)) return MPI_SUCCESS;  // second MPI_Finalize: nothing to do
-    if (rc == MPI_SUCCESS && global_config().report) write_report();
-    ReentryGuard guard;
-    return skipring_finalize();
+    (void)ensure_skipring_init();
+    finalize_once();
+    return MPI_SUCCESS;
   });
 }
 
@@ -210,15 +251,23 @@ void before_finalize() {
 
 extern "C" {
 
+// Called from a Fortran wrapper of this library (MPICH's pmpi_init_ calls MPI_Init, its
+// mpi_finalize_ MPI_Finalize), these only call PMPI: the outer wrapper does skipring's part.
 SKIPRING_PMPI_EXPORT int MPI_Init(int* argc, char*** argv) {
-  return skipring::pmpi::after_init(PMPI_Init(argc, argv));
+  skipring::pmpi::LifecycleScope scope;
+  const int rc = PMPI_Init(argc, argv);
+  return scope.nested() ? rc : skipring::pmpi::after_init(rc);
 }
 
 SKIPRING_PMPI_EXPORT int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
-  return skipring::pmpi::after_init(PMPI_Init_thread(argc, argv, required, provided));
+  skipring::pmpi::LifecycleScope scope;
+  const int rc = PMPI_Init_thread(argc, argv, required, provided);
+  return scope.nested() ? rc : skipring::pmpi::after_init(rc);
 }
 
 SKIPRING_PMPI_EXPORT int MPI_Finalize(void) {
+  skipring::pmpi::LifecycleScope scope;
+  if (scope.nested()) return PMPI_Finalize();
   skipring::pmpi::before_finalize();
   const int rc = PMPI_Finalize();
   skipring::pmpi::after_finalize();

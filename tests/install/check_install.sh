@@ -18,6 +18,21 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
 export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
 export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 
+# The build's own MPI (its compiler wrapper and launcher, from the build's CMake cache): the
+# consumers are built and run with the same MPI, and the package must say which one it is.
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+mpi_cc="$(cache_value MPI_C_COMPILER)"
+mpiexec="$(cache_value MPIEXEC_EXECUTABLE)"
+mpi_cc="${mpi_cc:-mpicc}"
+mpiexec="${mpiexec:-mpirun}"
+mpi_vendor="$(sed -n 's/^#define OPEN_MPI 1$/Open MPI/p;s/^#define MPICH_VERSION .*/MPICH/p' \
+  "$(cache_value MPI_C_HEADER_DIR)/mpi.h" 2>/dev/null | head -n 1)"
+case "$mpi_vendor" in
+  "Open MPI") pc_requires=ompi-c other_cc=mpicc.mpich other_vendor=MPICH ;;
+  MPICH) pc_requires=mpich other_cc=mpicc.openmpi other_vendor="Open MPI" ;;
+  *) pc_requires="" other_cc="" other_vendor="" ;;
+esac
+
 # Scratch space inside the build tree: nothing leaks into /tmp, and it stays for inspection
 # after a failure. Start clean so files from an older install cannot hide a missing one.
 work="$build/install_check"
@@ -54,11 +69,32 @@ fi
 
 step "find_package(skipring) consumer (CMAKE_PREFIX_PATH=$prefix)"
 cmake -S "$here/consumer" -B "$work/cmake-consumer" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" || fail "configuring the find_package consumer"
+  -DCMAKE_PREFIX_PATH="$prefix" -DMPI_C_COMPILER="$mpi_cc" ||
+  fail "configuring the find_package consumer"
 # It must have used the scratch install, not some skipring installed on the system.
 found_dir="$(sed -n 's/^skipring_DIR:[A-Z]*=//p' "$work/cmake-consumer/CMakeCache.txt")"
 [[ "$found_dir" == "$prefix"/* ]] || fail "find_package used $found_dir, not the install in $prefix"
 cmake --build "$work/cmake-consumer" || fail "building the find_package consumer"
+
+# A consumer whose FindMPI finds another MPI is refused at configure time, naming both (it would
+# load two MPIs and crash in skipring_init).
+if [[ -n "$other_cc" ]] && command -v "$other_cc" >/dev/null; then
+  step "find_package(skipring) refuses a consumer built with $other_vendor ($other_cc)"
+  if cmake -S "$here/consumer" -B "$work/cmake-consumer-other" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix" -DMPI_C_COMPILER="$other_cc" >"$work/other-mpi.log" 2>&1; then
+    cat "$work/other-mpi.log" >&2
+    fail "find_package(skipring) accepted a consumer using $other_vendor (built with $mpi_vendor)"
+  fi
+  # CMake may wrap the message: compare with the line breaks and indentation removed.
+  refusal="$(tr -s ' \n' ' ' <"$work/other-mpi.log")"
+  if [[ "$refusal" != *"was built with $mpi_vendor"* ||
+        "$refusal" != *"FindMPI found $other_vendor"* ]]; then
+    cat "$work/other-mpi.log" >&2
+    fail "the refusal does not name both MPIs ($mpi_vendor, $other_vendor)"
+  fi
+else
+  step "no ${other_cc:-second MPI} here: the refusal of another MPI is not checked"
+fi
 
 step "pkg-config consumer (PKG_CONFIG_PATH=$(dirname "$pcfile"))"
 PKG_CONFIG_PATH="$(dirname "$pcfile")"
@@ -72,18 +108,28 @@ pc_libdir="$(realpath -m "$pc_libdir")"
   fail "skipring.pc libdir=$pc_libdir is outside the install prefix $prefix"
 [[ "$(realpath -m "$pc_includedir")" == "$prefix"/* ]] ||
   fail "skipring.pc includedir=$pc_includedir is outside the install prefix $prefix"
+# It requires the MPI it was built with, and says which one it is.
+pc_req="$(pkg-config --print-requires skipring | tr -d '[:space:]')"
+[[ "$pc_req" == "$pc_requires" ]] ||
+  fail "skipring.pc requires '$pc_req', expected '$pc_requires' (built with ${mpi_vendor:-an unknown MPI})"
+pc_mpi="$(pkg-config --variable=mpi skipring)"
+[[ -z "$mpi_vendor" || "$pc_mpi" == "$mpi_vendor" ]] ||
+  fail "skipring.pc says mpi=$pc_mpi, the build used $mpi_vendor"
 pc_out="$(pkg-config --cflags --libs skipring)" || fail "pkg-config --cflags --libs skipring"
 read -r -a pc_flags <<<"$pc_out"
 # pkg-config gives no run path; add one so the binary finds libskipring without LD_LIBRARY_PATH.
-mpicc -o "$work/pc-consumer" "$here/consumer/main.c" "${pc_flags[@]}" -Wl,-rpath,"$pc_libdir" ||
-  fail "compiling the consumer with mpicc and pkg-config flags: ${pc_flags[*]}"
+"$mpi_cc" -o "$work/pc-consumer" "$here/consumer/main.c" "${pc_flags[@]}" -Wl,-rpath,"$pc_libdir" ||
+  fail "compiling the consumer with $mpi_cc and pkg-config flags: ${pc_flags[*]}"
 
 for exe in "$work/cmake-consumer/skipring_consumer" "$work/pc-consumer"; do
   # The binary must load the installed library, not the one in the build tree.
   lib="$(ldd "$exe" | grep 'libskipring\.so' || true)"
   [[ "$lib" == *"=> $prefix/"* ]] || fail "$exe must load libskipring from $prefix; ldd says: $lib"
-  step "run mpirun -np 1 $exe"
-  mpirun -np 1 "$exe" || fail "running $exe"
+  # One MPI only: libskipring and the program load the same libmpi.
+  mpilibs="$(ldd "$exe" | grep -oE 'lib(mpi|mpich)\.so\.[0-9]+' | sort -u | tr '\n' ' ')"
+  [[ "$(wc -w <<<"$mpilibs")" -eq 1 ]] || fail "$exe loads more than one MPI: $mpilibs"
+  step "run $mpiexec -n 1 $exe ($mpilibs)"
+  "$mpiexec" -n 1 "$exe" || fail "running $exe"
 done
 
 step "OK"

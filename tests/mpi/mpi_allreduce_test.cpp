@@ -104,9 +104,9 @@ double value(const TypeCase& t, const void* buf, size_t i) {
 // Checks every rank holds the same bytes as rank 0.
 bool identical_everywhere(const std::vector<uint8_t>& out) {
   std::vector<uint8_t> root = out;
-  PMPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+  mpitest::bcast(root.data(), static_cast<int>(root.size()), MPI_BYTE, 0);
   int same = root == out ? 1 : 0, all = 0;
-  PMPI_Allreduce(&same, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  mpitest::allreduce(&same, &all, 1, MPI_INT, MPI_LAND);
   return all != 0;
 }
 
@@ -136,7 +136,7 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
   }
   // Exact cases against the host's reduction; float SUM/PROD (order-sensitive) against MPI's.
   const bool exact = mpitest::host_reduce(t.type, o.op, in.data(), count, ref.data());
-  if (!exact) PMPI_Allreduce(in.data(), ref.data(), count, t.type, o.op, MPI_COMM_WORLD);
+  if (!exact) mpitest::allreduce(in.data(), ref.data(), count, t.type, o.op);
   mine.resize(bytes);
   ref.resize(bytes);
   if (exact) {

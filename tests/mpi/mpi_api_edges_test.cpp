@@ -7,7 +7,8 @@
 //   - calls before MPI_Init and after MPI_Finalize (MPI_ERR_OTHER, no MPI call made);
 //   - empty SKIPRING_HOST_MAP= and SKIPRING_TRACE= (set by ctest): init succeeds.
 // --pmpi (run with libskipring_pmpi.so preloaded): the same edges through MPI_Allreduce on
-// MPI_ERRORS_RETURN, and MPI_Allreduce before MPI_Init / after MPI_Finalize.
+// MPI_ERRORS_RETURN, MPI_Allreduce before MPI_Init / after MPI_Finalize, and arguments MPI
+// rejects (negative count, null handles and buffers) raised on the communicator's handler.
 // Prints "N passed, M failed" (before finalize) and exits non-zero on any failure.
 #include <mpi.h>
 #include <skipring/skipring.h>
@@ -290,6 +291,97 @@ void pmpi_edges() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+// Arguments MPI rejects, through the preloaded MPI_Allreduce: checked by the library before
+// any PMPI call (MPICH 4.0 aborts inside PMPI_Allreduce on a negative count whatever the error
+// handler), raised once on the communicator's error handler with the right class and a message,
+// nothing written, the communicator usable after. Supported and fallback types alike.
+int g_handler_calls = 0;
+int g_handler_code = MPI_SUCCESS;
+void counting_handler(MPI_Comm*, int* code, ...) {
+  ++g_handler_calls;
+  g_handler_code = *code;
+}
+
+void pmpi_argument_edges() {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Errhandler handler;
+  MPI_Comm_create_errhandler(counting_handler, &handler);
+  MPI_Comm_set_errhandler(comm, handler);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  const auto cls = [](int rc) {
+    int c = rc;
+    MPI_Error_class(rc, &c);
+    return c;
+  };
+  std::vector<int> a(8, g_rank + 1), b(8, -7);
+  const std::vector<int> b0 = b;
+  void* const in_place = MPI_IN_PLACE;
+  struct Case {
+    const char* what;
+    const void* send;
+    void* recv;
+    int count;
+    MPI_Datatype type;
+    MPI_Op op;
+    int want;
+    const char* log;
+  };
+  const Case cases[] = {
+      {"count -1 (int sum)", a.data(), b.data(), -1, MPI_INT, MPI_SUM, MPI_ERR_COUNT,
+       "count is negative: MPI_ERR_COUNT"},
+      {"count -1 in place", MPI_IN_PLACE, b.data(), -1, MPI_INT, MPI_SUM, MPI_ERR_COUNT,
+       "count is negative"},
+      {"count -3 (2int maxloc, a fallback)", a.data(), b.data(), -3, MPI_2INT, MPI_MAXLOC,
+       MPI_ERR_COUNT, "count is negative"},
+      {"MPI_DATATYPE_NULL", a.data(), b.data(), 4, MPI_DATATYPE_NULL, MPI_SUM, MPI_ERR_TYPE,
+       "datatype is MPI_DATATYPE_NULL: MPI_ERR_TYPE"},
+      {"MPI_OP_NULL", a.data(), b.data(), 4, MPI_INT, MPI_OP_NULL, MPI_ERR_OP,
+       "op is MPI_OP_NULL: MPI_ERR_OP"},
+      {"NULL recvbuf", a.data(), nullptr, 4, MPI_INT, MPI_SUM, MPI_ERR_BUFFER,
+       "recvbuf is NULL with a predefined datatype"},
+      {"NULL sendbuf", nullptr, b.data(), 4, MPI_DOUBLE, MPI_MAX, MPI_ERR_BUFFER,
+       "sendbuf is NULL with a predefined datatype"},
+      {"NULL sendbuf (2int maxloc, a fallback)", nullptr, b.data(), 2, MPI_2INT, MPI_MAXLOC,
+       MPI_ERR_BUFFER, "sendbuf is NULL"},
+      {"recvbuf=MPI_IN_PLACE on a communicator", a.data(), in_place, 4, MPI_INT, MPI_SUM,
+       MPI_ERR_BUFFER, "recvbuf is MPI_IN_PLACE"},
+  };
+  for (const Case& c : cases) {
+    g_handler_calls = 0;
+    g_handler_code = MPI_SUCCESS;
+    int rc = MPI_SUCCESS;
+    const std::string text =
+        capture_stderr([&] { rc = MPI_Allreduce(c.send, c.recv, c.count, c.type, c.op, comm); });
+    const std::string what = std::string("MPI_Allreduce ") + c.what;
+    check(cls(rc) == c.want,
+          what + ": class " + code_text(cls(rc)) + ", expected " + code_text(c.want));
+    check(g_handler_calls == 1 && cls(g_handler_code) == c.want,
+          what + ": the communicator's error handler ran " + std::to_string(g_handler_calls) +
+              " times");
+    check(contains(text, c.log), what + ": no log line with '" + c.log + "'");
+    check(b == b0, what + ": recvbuf modified");
+    long one = 1, total = 0;
+    check(MPI_Allreduce(&one, &total, 1, MPI_LONG, MPI_SUM, comm) == MPI_SUCCESS && total == g_size,
+          what + ": the communicator works after");
+  }
+  // MPI_COMM_NULL has no handler: MPI_COMM_WORLD's (MPI_ERRORS_RETURN here).
+  int rc = MPI_SUCCESS;
+  const std::string text = capture_stderr(
+      [&] { rc = MPI_Allreduce(a.data(), b.data(), 4, MPI_INT, MPI_SUM, MPI_COMM_NULL); });
+  check(cls(rc) == MPI_ERR_COMM, "MPI_Allreduce on MPI_COMM_NULL: class " + code_text(cls(rc)));
+  check(contains(text, "comm is MPI_COMM_NULL: MPI_ERR_COMM"),
+        "MPI_Allreduce on MPI_COMM_NULL: no log line");
+  // Count 0 moves nothing: NULL buffers are fine there.
+  g_handler_calls = 0;
+  check(MPI_Allreduce(nullptr, nullptr, 0, MPI_INT, MPI_SUM, comm) == MPI_SUCCESS &&
+            g_handler_calls == 0,
+        "MPI_Allreduce count 0 with NULL buffers succeeds");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  MPI_Errhandler_free(&handler);
+  MPI_Comm_free(&comm);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +424,7 @@ int main(int argc, char** argv) {
 
   if (pmpi) {
     pmpi_edges();
+    pmpi_argument_edges();
   } else {
     collective_edges();
     injection_edges();

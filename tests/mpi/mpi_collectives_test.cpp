@@ -102,7 +102,10 @@ void test_reduce_scatter(const TypeCase& t, const OpCase& o, int count, bool in_
   if (host) {
     std::memcpy(want.data(), full.data() + g_rank * c * es, c * es);
   } else {
-    PMPI_Reduce_scatter_block(in.data(), want.data(), count, t.type, o.op, MPI_COMM_WORLD);
+    mpitest::politely([&](MPI_Request* r) {
+      return PMPI_Ireduce_scatter_block(in.data(), want.data(), count, t.type, o.op, MPI_COMM_WORLD,
+                                        r);
+    });
   }
   const std::string what = label("reduce_scatter_block", t, o.name, count, -1, in_place);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
@@ -124,7 +127,10 @@ void test_allgather(const TypeCase& t, int count, bool in_place, std::mt19937_64
   } else {
     rc = skipring_allgather(mine.data(), count, t.type, got.data(), count, t.type, MPI_COMM_WORLD);
   }
-  PMPI_Allgather(mine.data(), count, t.type, want.data(), count, t.type, MPI_COMM_WORLD);
+  mpitest::politely([&](MPI_Request* r) {
+    return PMPI_Iallgather(mine.data(), count, t.type, want.data(), count, t.type, MPI_COMM_WORLD,
+                           r);
+  });
   const std::string what = label("allgather", t, "-", count, -1, in_place);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   check(std::memcmp(got.data(), want.data(), n * c * es + 1) == 0, what + ": differs from MPI");
@@ -139,7 +145,7 @@ void test_bcast(const TypeCase& t, int count, int root, std::mt19937_64& rng) {
     want = got;
   }
   const int rc = skipring_bcast(got.data(), count, t.type, root, MPI_COMM_WORLD);
-  PMPI_Bcast(want.data(), count, t.type, root, MPI_COMM_WORLD);
+  mpitest::bcast(want.data(), count, t.type, root);
   const std::string what = label("bcast", t, "-", count, root, false);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   check(got == want, what + ": differs from MPI");
@@ -161,7 +167,11 @@ void test_reduce(const TypeCase& t, const OpCase& o, int count, int root, bool i
                          root, MPI_COMM_WORLD);
   }
   const bool host = mpitest::host_reduce(t.type, o.op, in.data(), c, want.data());
-  if (!host) PMPI_Reduce(in.data(), want.data(), count, t.type, o.op, root, MPI_COMM_WORLD);
+  if (!host) {
+    mpitest::politely([&](MPI_Request* r) {
+      return PMPI_Ireduce(in.data(), want.data(), count, t.type, o.op, root, MPI_COMM_WORLD, r);
+    });
+  }
   const std::string what = label("reduce", t, o.name, count, root, in_place);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   if (g_rank == root) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <mpi.h>
+#include <sched.h>
 #include <skipring/skipring.h>
+#include <time.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -27,13 +29,61 @@ inline void check(bool cond, const std::string& what) {
   }
 }
 
+// The tests' own collectives (references, agreement, barriers) wait here: MPI_Test, then
+// sched_yield between tests, then short sleeps. MPICH's blocking calls poll without ever
+// yielding the core, so with more ranks than cores (the usual case here) a rank spinning in
+// PMPI_Barrier holds the core the rank it waits for needs, and each such wait costs a scheduler
+// time slice (the mpi tier took several times longer under MPICH 4 than under Open MPI, which
+// yields when oversubscribed).
+inline int wait_politely(MPI_Request* req) {
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    if (const int rc = PMPI_Test(req, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) return rc;
+    if (done) return MPI_SUCCESS;
+    if (polls < 2000) {
+      sched_yield();
+    } else {
+      const timespec pause{0, 20000};  // 20 us
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+// A nonblocking PMPI collective, started by start(&request), waited for politely.
+template <typename Start>
+int politely(Start&& start) {
+  MPI_Request req;
+  const int rc = start(&req);
+  return rc != MPI_SUCCESS ? rc : wait_politely(&req);
+}
+
+inline int barrier(MPI_Comm comm = MPI_COMM_WORLD) {
+  MPI_Request req;
+  const int rc = PMPI_Ibarrier(comm, &req);
+  return rc != MPI_SUCCESS ? rc : wait_politely(&req);
+}
+
+inline int allreduce(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op,
+                     MPI_Comm comm = MPI_COMM_WORLD) {
+  MPI_Request req;
+  const int rc = PMPI_Iallreduce(in, out, count, type, op, comm, &req);
+  return rc != MPI_SUCCESS ? rc : wait_politely(&req);
+}
+
+inline int bcast(void* buf, int count, MPI_Datatype type, int root,
+                 MPI_Comm comm = MPI_COMM_WORLD) {
+  MPI_Request req;
+  const int rc = PMPI_Ibcast(buf, count, type, root, comm, &req);
+  return rc != MPI_SUCCESS ? rc : wait_politely(&req);
+}
+
 // Every message of a finished collective has been received once all ranks pass the first
 // barrier; nobody starts the next collective before the second.
 inline bool no_leftovers() {
-  PMPI_Barrier(MPI_COMM_WORLD);
+  barrier();
   int pending = 0;
   const int rc = skipring_pending_messages(MPI_COMM_WORLD, &pending);
-  PMPI_Barrier(MPI_COMM_WORLD);
+  barrier();
   return rc == MPI_SUCCESS && pending == 0;
 }
 
@@ -107,8 +157,10 @@ inline bool host_reduce(MPI_Datatype type, MPI_Op op, const void* in, size_t cou
   PMPI_Comm_size(comm, &size);
   PMPI_Type_size(type, &es);
   std::vector<uint8_t> all(static_cast<size_t>(size) * count * static_cast<size_t>(es) + 1);
-  PMPI_Allgather(in, static_cast<int>(count), type, all.data(), static_cast<int>(count), type,
-                 comm);
+  MPI_Request req;
+  PMPI_Iallgather(in, static_cast<int>(count), type, all.data(), static_cast<int>(count), type,
+                  comm, &req);
+  wait_politely(&req);
   auto* o = static_cast<uint8_t*>(out);
   const uint8_t* a = all.data();
   if (type == MPI_SIGNED_CHAR || type == MPI_INT8_T)
@@ -171,7 +223,7 @@ inline void fill_full_range(uint8_t* buf, size_t count, size_t size, std::mt1993
 // Sums the counts over ranks, prints the closing line on rank 0; returns the exit code.
 inline int finish() {
   long totals[2] = {g_passed, g_failed}, sums[2];
-  PMPI_Allreduce(totals, sums, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  allreduce(totals, sums, 2, MPI_LONG, MPI_SUM);
   if (g_rank == 0) std::printf("%ld passed, %ld failed\n", sums[0], sums[1]);
   return sums[1] == 0 ? 0 : 1;
 }
