@@ -24,6 +24,13 @@
 #include "tests/mpi/mpi_test_util.h"
 
 namespace {
+
+// The error class of an MPI error code (the code itself if MPI cannot tell).
+int cls(int rc) {
+  int c = rc;
+  MPI_Error_class(rc, &c);
+  return c;
+}
 using mpitest::check;
 using mpitest::g_rank;
 using mpitest::g_size;
@@ -250,11 +257,6 @@ void pmpi_edges() {
   std::vector<int> a(16, g_rank + 1);
   const std::vector<int> a0 = a;
   void* const in_place = MPI_IN_PLACE;
-  const auto cls = [](int rc) {
-    int c = rc;
-    MPI_Error_class(rc, &c);
-    return c;
-  };
   struct Case {
     const char* what;
     const void* send;
@@ -309,11 +311,6 @@ void pmpi_argument_edges() {
   MPI_Comm_create_errhandler(counting_handler, &handler);
   MPI_Comm_set_errhandler(comm, handler);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  const auto cls = [](int rc) {
-    int c = rc;
-    MPI_Error_class(rc, &c);
-    return c;
-  };
   std::vector<int> a(8, g_rank + 1), b(8, -7);
   const std::vector<int> b0 = b;
   void* const in_place = MPI_IN_PLACE;
