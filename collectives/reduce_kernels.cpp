@@ -141,12 +141,6 @@ struct Half<Bfloat16Bits> {
   static SKIPRING_INLINE Bfloat16Bits narrow(float f) { return {float_to_bfloat16(f)}; }
 };
 
-// Applies the float operation F to two 16-bit floats.
-template <typename T, typename F>
-SKIPRING_INLINE T half_apply(T a, T b, F f) {
-  return Half<T>::narrow(f(Half<T>::widen(a), Half<T>::widen(b)));
-}
-
 // Unsigned type wide enough that arithmetic on it neither overflows into UB nor promotes
 // to signed int (uint16_t * uint16_t would be signed int multiplication).
 template <typename T>
@@ -235,9 +229,7 @@ struct OpSum {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (Half<T>::value) {
-      return half_apply(a, b, [](float x, float y) { return x + y; });
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
@@ -251,9 +243,7 @@ struct OpProd {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (Half<T>::value) {
-      return half_apply(a, b, [](float x, float y) { return x * y; });
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
@@ -267,9 +257,7 @@ struct OpMin {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (Half<T>::value) {
-      return half_apply(a, b, [](float x, float y) { return float_min(x, y); });
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       return b < a ? b : a;
     } else {
       return float_min(a, b);
@@ -282,9 +270,7 @@ struct OpMax {
   static constexpr bool defined = true;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
-    if constexpr (Half<T>::value) {
-      return half_apply(a, b, [](float x, float y) { return float_max(x, y); });
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       return a < b ? b : a;
     } else {
       return float_max(a, b);
@@ -343,6 +329,18 @@ struct OpBxor {
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     return static_cast<T>(a ^ b);
+  }
+};
+
+// A 16-bit float type through a float functor: both operands widened, Op's float operation
+// applied, the result rounded back; defined where Op is defined on float.
+template <typename Op>
+struct WidenHalf {
+  template <typename T>
+  static constexpr bool defined = Op::template defined<float>;
+  template <typename T>
+  static SKIPRING_INLINE T apply(T a, T b) {
+    return Half<T>::narrow(Op::template apply<float>(Half<T>::widen(a), Half<T>::widen(b)));
   }
 };
 
@@ -497,7 +495,8 @@ __attribute__((target("avx2"))) void kernel_avx2(void* d, const void* a, const v
 template <Isa kIsa, ROp kOp, DType kT>
 constexpr KernelFn table_entry() {
   using T = typename StorageOf<kT>::type;
-  using Op = typename FunctorOf<kOp>::type;
+  using F = typename FunctorOf<kOp>::type;
+  using Op = std::conditional_t<Half<T>::value, WidenHalf<F>, F>;
   if constexpr (!Op::template defined<T>) {
     return nullptr;
   } else if constexpr (kIsa == Isa::kBaseline) {

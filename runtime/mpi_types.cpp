@@ -47,14 +47,18 @@ bool set_if_known(DType d, DType* out) {
   return true;
 }
 
-// Size of a Fortran type, which only the MPI library knows. MPI calls are not allowed before
-// MPI_Init or after MPI_Finalize, so report "unknown" (0) then. PMPI_ entry points are used
+// Between MPI_Init and MPI_Finalize (MPI calls are not allowed outside). PMPI_ entry points
 // because this library may itself be a PMPI interposer.
-int fortran_type_size(MPI_Datatype t) {
+bool mpi_active() {
   int initialized = 0;
   int finalized = 0;
-  if (PMPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return 0;
-  if (PMPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return 0;
+  return PMPI_Initialized(&initialized) == MPI_SUCCESS && initialized &&
+         PMPI_Finalized(&finalized) == MPI_SUCCESS && !finalized;
+}
+
+// Size of a Fortran type, which only the MPI library knows; "unknown" (0) outside MPI.
+int fortran_type_size(MPI_Datatype t) {
+  if (!mpi_active()) return 0;
   int size = 0;
   if (PMPI_Type_size(t, &size) != MPI_SUCCESS) return 0;
   return size;
@@ -64,13 +68,6 @@ int fortran_type_size(MPI_Datatype t) {
 std::atomic<MPI_Datatype> g_float16{MPI_DATATYPE_NULL};
 std::atomic<MPI_Datatype> g_bfloat16{MPI_DATATYPE_NULL};
 std::mutex g_extension_mutex;
-
-bool mpi_active() {
-  int initialized = 0;
-  int finalized = 0;
-  return PMPI_Initialized(&initialized) == MPI_SUCCESS && initialized &&
-         PMPI_Finalized(&finalized) == MPI_SUCCESS && !finalized;
-}
 
 }  // namespace
 

@@ -92,9 +92,7 @@ struct OpSum {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (IsHalf<T>::value) {
-      return narrow(apply<float>(widen(a), widen(b)), a);
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
@@ -108,9 +106,7 @@ struct OpProd {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (IsHalf<T>::value) {
-      return narrow(apply<float>(widen(a), widen(b)), a);
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
@@ -124,9 +120,7 @@ struct OpMin {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (IsHalf<T>::value) {
-      return narrow(apply<float>(widen(a), widen(b)), a);
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       return b < a ? b : a;
     } else {
       T r = b < a ? b : a;
@@ -142,9 +136,7 @@ struct OpMax {
   static constexpr bool defined = true;
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
-    if constexpr (IsHalf<T>::value) {
-      return narrow(apply<float>(widen(a), widen(b)), a);
-    } else if constexpr (std::is_integral_v<T>) {
+    if constexpr (std::is_integral_v<T>) {
       return a < b ? b : a;
     } else {
       T r = a < b ? b : a;
@@ -205,6 +197,18 @@ struct OpBxor {
   template <typename T>
   __device__ static __forceinline__ T apply(T a, T b) {
     return static_cast<T>(a ^ b);
+  }
+};
+
+// A 16-bit float type through a float functor: both operands widened, Op's float operation
+// applied, the result rounded back; defined where Op is defined on float.
+template <typename Op>
+struct WidenHalf {
+  template <typename T>
+  static constexpr bool defined = Op::template defined<float>;
+  template <typename T>
+  __device__ static __forceinline__ T apply(T a, T b) {
+    return narrow(Op::template apply<float>(widen(a), widen(b)), a);
   }
 };
 
@@ -276,8 +280,9 @@ struct Launch {
   cudaStream_t stream;
 };
 
-template <typename T, typename Op>
+template <typename T, typename F>
 Status launch_one(const Launch& l) {
+  using Op = std::conditional_t<IsHalf<T>::value, WidenHalf<F>, F>;
   if constexpr (!Op::template defined<T>) {
     return Status::kErrOp;
   } else {
