@@ -820,21 +820,23 @@ Algo Communicator::choose_algo(size_t bytes) {
   if (cfg_.algo != Algo::kAuto) return cfg_.algo;
   // Applications repeat sizes: the last decision is kept (the model costs ~100 ns per call,
   // as much as a third of an 8-byte all-reduce on shared memory).
-  for (int pass = 0; pass < 2; ++pass) {
-    if (bytes != last_choice_bytes_ || cfg_.skip != last_choice_skip_) {
-      if (!ok(ensure_cost_params())) return Algo::kRing;  // broken: the caller checks
-      last_choice_ = select_algo_stragglers(bytes, topo_summary_, cost_, cfg_.segment_bytes,
-                                            cfg_.skip, stragglers_seen_, cfg_.auto_straggler);
-      last_choice_bytes_ = bytes;
-      last_choice_skip_ = cfg_.skip;
-    }
-    // The straggler agreement is collective: every rank made the same choice for this call, so
-    // every rank counts the same engine all-reduces. Recursive doubling (the small sizes'
-    // direct path) is neither watched nor counted: an agreement every few calls there would add
-    // a small all-reduce's latency to them. An agreement that turns the preference on drops the
-    // cached choice (agree_stragglers), so the second pass decides again. Broken on failure.
-    if (pass > 0 || last_choice_ == Algo::kRd || !straggler_watch()) break;
-    if (!ok(agree_stragglers())) return Algo::kRing;
+  const auto decide = [&]() {
+    if (bytes == last_choice_bytes_ && cfg_.skip == last_choice_skip_) return true;
+    if (!ok(ensure_cost_params())) return false;  // broken: the caller checks
+    last_choice_ = select_algo_stragglers(bytes, topo_summary_, cost_, cfg_.segment_bytes,
+                                          cfg_.skip, stragglers_seen_, cfg_.auto_straggler);
+    last_choice_bytes_ = bytes;
+    last_choice_skip_ = cfg_.skip;
+    return true;
+  };
+  if (!decide()) return Algo::kRing;
+  // The straggler agreement is collective: every rank made the same choice for this call, so
+  // every rank counts the same engine all-reduces. Recursive doubling (the small sizes' direct
+  // path) is neither watched nor counted: an agreement every few calls there would add a small
+  // all-reduce's latency to them. An agreement that turns the preference on drops the cached
+  // choice (agree_stragglers), so decide() runs again. Broken on failure.
+  if (last_choice_ != Algo::kRd && straggler_watch()) {
+    if (!ok(agree_stragglers()) || !decide()) return Algo::kRing;
   }
   return last_choice_;
 }
