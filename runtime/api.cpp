@@ -19,6 +19,7 @@
 #include "runtime/memtype.h"
 #include "runtime/mpi_types.h"
 #include "straggler/injection.h"
+#include "straggler/msglog.h"
 #include "straggler/trace.h"
 
 namespace skipring {
@@ -81,6 +82,7 @@ struct GlobalState {
   std::atomic<bool> tracing{false};    // trace != nullptr (read without the lock)
   InjectPlan inject;                   // SKIPRING_INJECT or skipring_set_inject()
   std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
+  std::unique_ptr<MessageLog> msglog;  // SKIPRING_MSGLOG (message_log() points at it)
   // Staging buffers of the communicators that staged device buffers (guarded by mutex).
   std::map<Communicator*, std::unique_ptr<StagingPool>> staging;
 };
@@ -166,6 +168,16 @@ void close_trace() {
     state().tracing.store(false, std::memory_order_release);
   }
   if (t) t->close();
+  set_message_log(nullptr);
+  std::unique_ptr<MessageLog> m;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    m = std::move(state().msglog);
+  }
+  if (m && !ok(m->close())) {
+    std::fprintf(stderr, "[skipring] error: SKIPRING_MSGLOG: writing %s failed\n",
+                 m->path().c_str());
+  }
 }
 
 int on_self_delete(MPI_Comm, int, void*, void*) {
@@ -209,6 +221,15 @@ int init_locked() {
     return g.init_error;
   }
   g.tracing.store(g.trace != nullptr, std::memory_order_release);
+  if (!global_config().msglog_dir.empty()) {
+    if (!ok(MessageLog::open(global_config().msglog_dir, world_rank, &g.msglog, &error))) {
+      std::fprintf(stderr, "[skipring r%d] error: SKIPRING_MSGLOG: %s\n", world_rank,
+                   error.c_str());
+      g.init_error = MPI_ERR_ARG;
+      return g.init_error;
+    }
+    set_message_log(g.msglog.get());
+  }
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm_state, &g.keyval, nullptr);
   // Attributes on MPI_COMM_SELF are deleted first thing in MPI_Finalize: free everything then.
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, on_self_delete, &g.self_keyval, nullptr);

@@ -72,6 +72,7 @@ struct Config {
   double model_reduce_gbps = 0;  // SKIPRING_MODEL_REDUCE_GBPS: reduction rate 1/gamma
   std::string inject;            // SKIPRING_INJECT (validated by parse_inject_spec)
   std::string trace_dir;         // SKIPRING_TRACE (empty: no trace)
+  std::string msglog_dir;        // SKIPRING_MSGLOG (empty: no message log)
   // Device (CUDA) buffers: staged through pinned host buffers when a device path exists (true)
   // or handed to the MPI library, counted as fallbacks (false). docs/gpu.md.
   bool gpu_staging = true;  // SKIPRING_GPU_STAGING

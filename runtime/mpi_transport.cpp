@@ -247,7 +247,8 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
       }
     }
     if (--op.remaining > 0) continue;
-    Completion c{op.token, op.is_recv, op.is_recv ? op.payload_bytes : 0};
+    Completion c{op.token, op.is_recv, op.is_recv ? op.payload_bytes : 0,
+                 op.is_recv ? (op.split ? op.source : statuses_[i].MPI_SOURCE) : -1};
     if (op.is_recv && !op.split && op.staging >= 0) {
       const uint8_t* buf = staging_[op.staging].data();
       std::memcpy(op.header, buf, op.header_bytes);

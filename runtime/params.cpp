@@ -209,6 +209,14 @@ const CustomParam kTrace{
       return true;
     },
     [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }};
+const CustomParam kMsgLog{
+    "path", "a directory (created if missing)",
+    [](const std::string& t, Config* c) {
+      if (t.empty()) return false;
+      c->msglog_dir = t;
+      return true;
+    },
+    [](const Config& c) { return c.msglog_dir.empty() ? std::string("(off)") : c.msglog_dir; }};
 bool parse_on_timeout(const std::string& text, Config* c) {
   const std::string v = skipring::to_lower(text);
   if (v == "error") return c->abort_on_timeout = false, true;
@@ -310,6 +318,11 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_TRACE", kTrace, {}, "",
        "per-rank Chrome-trace JSON of every collective (`skipring-trace-rank<R>.json`, opens "
        "in Perfetto)"},
+      {"SKIPRING_MSGLOG", kMsgLog, {}, "",
+       "per-rank log of every message the progress engine completes "
+       "(`skipring-msglog-rank<R>.tsv`: posted and completed when, peer, tag, bytes), for "
+       "reading an experiment message by message; `scripts/msglog_summary.py` summarises and "
+       "cross-checks it ([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_GPU_STAGING", &Config::gpu_staging, {}, "",
        "CUDA device buffers: 1 = copied through pinned host buffers and reduced by skipring "
        "when a device path exists, 0 = handed to the MPI library (counted as fallbacks)"},

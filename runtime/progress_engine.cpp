@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -30,7 +31,23 @@ ProgressEngine::ProgressEngine(Transport* transport, const Clock* clock, EngineO
       clock_(clock),
       options_(options),
       watch_from_(options.timeout_s > 0 ? watchdog_first_warn_s(options.timeout_s)
-                                        : std::numeric_limits<double>::infinity()) {}
+                                        : std::numeric_limits<double>::infinity()) {
+  static std::atomic<int> engines{0};
+  engine_id_ = engines.fetch_add(1, std::memory_order_relaxed);
+}
+
+void ProgressEngine::log_posted(const Action& a) {
+  posted_[a.token] = Posted{clock_->now(), a.peer, a.tag, a.payload_bytes};
+}
+
+void ProgressEngine::log_completed(const Completion& c, double now) {
+  const auto it = posted_.find(c.token);
+  if (it == posted_.end()) return;
+  const Posted& p = it->second;
+  log_->message(c.is_recv, p.t, now, engine_id_, c.is_recv && c.peer >= 0 ? c.peer : p.peer, p.tag,
+                c.is_recv ? c.payload_bytes : p.bytes);
+  posted_.erase(it);
+}
 
 EngineOptions engine_options(const Config& cfg) {
   EngineOptions o;
@@ -114,6 +131,9 @@ Status ProgressEngine::begin(CollectiveCore* core) {
   last_release_ = 0;
   recv_tokens_.clear();
   last_event_ = clock_->now();
+  log_ = message_log();
+  posted_.clear();
+  if (log_ != nullptr) log_->collective(true, last_event_, engine_id_);
   SKIPRING_RETURN_IF_ERROR(core_->start(last_event_, &actions_));
   return execute(&actions_);
 }
@@ -150,6 +170,7 @@ Status ProgressEngine::execute(ActionList* actions) {
         SKIPRING_RETURN_IF_ERROR(transport_->cancel(a.token));
         break;
       case Action::Kind::kRecv:
+        if (log_ != nullptr) log_posted(a);
         recv_tokens_.push_back(a.token);
         SKIPRING_RETURN_IF_ERROR(transport_->post_recv(a.peer, a.tag, a.header, a.header_bytes,
                                                        a.payload, a.payload_bytes, a.token));
@@ -166,6 +187,7 @@ Status ProgressEngine::execute(ActionList* actions) {
         break;
       case Action::Kind::kDone:
         finished_ = true;
+        if (log_ != nullptr) log_->collective(false, clock_->now(), engine_id_);
         break;
     }
   }
@@ -174,6 +196,7 @@ Status ProgressEngine::execute(ActionList* actions) {
 }
 
 Status ProgressEngine::post(const Action& a) {
+  if (log_ != nullptr) log_posted(a);
   return transport_->post_send(a.peer, a.tag, a.header, a.header_bytes, a.payload, a.payload_bytes,
                                a.token);
 }
@@ -201,6 +224,7 @@ Status ProgressEngine::progress(bool* progressed) {
   for (const Completion& c : completions_) {
     const double now = clock_->now();
     last_event_ = now;
+    if (log_ != nullptr) log_completed(c, now);
     if (c.is_recv) {
       SKIPRING_RETURN_IF_ERROR(core_->on_recv(c.token, c.payload_bytes, now, &actions_));
     } else {
@@ -258,6 +282,7 @@ Status ProgressEngine::watchdog(double now) {
   recv_tokens_.clear();
   held_.clear();
   core_ = nullptr;
+  if (log_ != nullptr) log_->collective(false, now, engine_id_, /*failed=*/true);
   return Status::kErrTimeout;
 }
 

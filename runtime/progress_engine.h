@@ -15,12 +15,14 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "collectives/collective_core.h"
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/transport.h"
+#include "straggler/msglog.h"
 
 namespace skipring {
 
@@ -87,6 +89,9 @@ class ProgressEngine {
  private:
   Status watchdog(double now);
   Status execute(ActionList* actions);
+  // SKIPRING_MSGLOG: remembers a posted message / writes a completed one (log_ set).
+  void log_posted(const Action& a);
+  void log_completed(const Completion& c, double now);
   Status post(const Action& a);
 #ifdef SKIPRING_SIMGRID
   Status sim_step(bool* progressed);        // progress(), waiting in simulated time
@@ -119,6 +124,17 @@ class ProgressEngine {
   double next_warn_ = 0;            // idle seconds of the next warning
   std::vector<Token> recv_tokens_;  // receives posted in this collective (cancelled on timeout)
   std::string timeout_message_;
+
+  // The message log (SKIPRING_MSGLOG; null: off), read when a collective begins.
+  struct Posted {
+    double t;
+    int peer;
+    int tag;
+    size_t bytes;
+  };
+  MessageLog* log_ = nullptr;
+  int engine_id_;
+  std::unordered_map<Token, Posted> posted_;
 };
 
 }  // namespace skipring

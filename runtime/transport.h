@@ -18,6 +18,7 @@ struct Completion {
   Token token;
   bool is_recv;
   size_t payload_bytes;  // for receives: bytes of payload actually received
+  int peer = -1;         // for receives, where the transport says: the sender (message log)
 };
 
 class Transport {
