@@ -38,6 +38,9 @@ constexpr double kStepGrace = 0.5;
 constexpr int kPacedInFlight = 8;
 // Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
 constexpr int kAgInFlight = 2;
+// A skipped piece that still came on the ring within this many thresholds is a normal wait
+// for the threshold's learning (RingAllreduce::record_piece_waits).
+constexpr double kLearnSkipped = 2.0;
 
 inline Token make_token(TokenKind k, size_t idx) { return pack_token(k, idx); }
 inline TokenKind token_kind(Token t) { return static_cast<TokenKind>(token_kind_of(t)); }

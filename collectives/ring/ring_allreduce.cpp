@@ -502,8 +502,18 @@ void RingAllreduce::record_piece_waits() {
     // (the owner's pieces also wait for everything upstream, stragglers included). Pieces
     // the predecessor sent straight to the owner never arrive here: they have no wait (counted
     // as "now" since the clock's epoch, they once set a late rank's threshold to hours).
-    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && !r.skipped && r.timed) {
-      piece_waits_.push_back(std::max(0.0, r.t_arrived - r.t_ready));
+    // A piece we skipped that came on the ring all the same (a late piece) counts too when
+    // it came within kLearnSkipped thresholds: without it the threshold could never rise once
+    // it is below the normal time (only the waits it let through were learnt), and across
+    // hosts it stayed there: Open MPI's TCP transport completes a window of rendezvous pieces
+    // together, so healthy pieces come in bursts 15-27 ms apart against a 10.8 ms threshold
+    // (4 emulated hosts at 1 Gbit/s, 64 MiB, no straggler: 114-168 skips per call, 1.36x the
+    // plain ring). A rank later than that stays skipped, and so does a late rank's first piece
+    // (untimed: its wait is the arrival skew).
+    const double wait = std::max(0.0, r.t_arrived - r.t_ready);
+    const bool normal = !r.skipped || wait <= kLearnSkipped * p_.skip_threshold_s;
+    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && r.timed && normal) {
+      piece_waits_.push_back(wait);
     }
   }
   // The longest normal wait of this collective: on a shared or oversubscribed machine a
