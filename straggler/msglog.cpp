@@ -4,11 +4,9 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <system_error>
 #include <utility>
+
+#include "straggler/trace.h"
 
 namespace skipring {
 namespace {
@@ -20,24 +18,10 @@ void set_message_log(MessageLog* log) { g_log.store(log, std::memory_order_relea
 
 Status MessageLog::open(const std::string& dir, int rank, std::unique_ptr<MessageLog>* out,
                         std::string* error) {
-  namespace fs = std::filesystem;
-  const std::string where = dir.empty() ? std::string(".") : dir;
-  std::error_code ec;
-  fs::create_directories(where, ec);
-  if (ec) {
-    if (error != nullptr) {
-      *error = fmt::format("cannot create directory '{}': {}", where, ec.message());
-    }
-    return Status::kErrConfig;
-  }
-  std::string path = (fs::path(where) / fmt::format("skipring-msglog-rank{}.tsv", rank)).string();
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) {
-    if (error != nullptr) {
-      *error = fmt::format("cannot open '{}' for writing: {}", path, std::strerror(errno));
-    }
-    return Status::kErrConfig;
-  }
+  std::string path;
+  std::FILE* file =
+      open_rank_file(dir, fmt::format("skipring-msglog-rank{}.tsv", rank), "msglog", &path, error);
+  if (file == nullptr) return Status::kErrConfig;
   std::unique_ptr<MessageLog> log(new MessageLog(file, std::move(path)));
   const std::string head = fmt::format(
       "# skipring message log, rank {}\nkind\tt_post\tt_done\tengine\tpeer\ttag\tbytes\n", rank);

@@ -25,26 +25,32 @@ const char* phase_tag(Phase p) { return p == Phase::kReduceScatter ? "RS" : "AG"
 
 }  // namespace
 
-Status TraceWriter::open(const std::string& dir, int rank, std::unique_ptr<TraceWriter>* out,
-                         std::string* error) {
+std::FILE* open_rank_file(const std::string& dir, const std::string& name, const char* what,
+                          std::string* path, std::string* error) {
   namespace fs = std::filesystem;
   const std::string where = dir.empty() ? std::string(".") : dir;
   std::error_code ec;
   fs::create_directories(where, ec);
   if (ec) {
     if (error != nullptr) {
-      *error = fmt::format("trace: cannot create directory '{}': {}", where, ec.message());
+      *error = fmt::format("{}: cannot create directory '{}': {}", what, where, ec.message());
     }
-    return Status::kErrConfig;
+    return nullptr;
   }
-  std::string path = (fs::path(where) / fmt::format("skipring-trace-rank{}.json", rank)).string();
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) {
-    if (error != nullptr) {
-      *error = fmt::format("trace: cannot open '{}' for writing: {}", path, std::strerror(errno));
-    }
-    return Status::kErrConfig;
+  *path = (fs::path(where) / name).string();
+  std::FILE* file = std::fopen(path->c_str(), "w");
+  if (file == nullptr && error != nullptr) {
+    *error = fmt::format("{}: cannot open '{}' for writing: {}", what, *path, std::strerror(errno));
   }
+  return file;
+}
+
+Status TraceWriter::open(const std::string& dir, int rank, std::unique_ptr<TraceWriter>* out,
+                         std::string* error) {
+  std::string path;
+  std::FILE* file =
+      open_rank_file(dir, fmt::format("skipring-trace-rank{}.json", rank), "trace", &path, error);
+  if (file == nullptr) return Status::kErrConfig;
   std::unique_ptr<TraceWriter> writer(new TraceWriter(file, std::move(path), rank));
   // Header and metadata naming the process and its two threads.
   std::string head = "{\"traceEvents\":[\n";

@@ -11,6 +11,11 @@
 
 namespace skipring {
 
+// Creates `dir` (and its parents) if missing and opens <dir>/<name> for writing. On failure
+// returns null and sets *error to a message starting with `what` and naming the path.
+std::FILE* open_rank_file(const std::string& dir, const std::string& name, const char* what,
+                          std::string* path, std::string* error);
+
 // Events are streamed to the file and flushed after every collective, so a crashed run still
 // leaves all but the closing bracket. Not thread-safe.
 //
