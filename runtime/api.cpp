@@ -160,7 +160,8 @@ void free_all_states() {
   for (auto& [c, comm] : comms) MPI_Comm_delete_attr(comm, state().keyval);
 }
 
-void close_trace() {
+// SKIPRING_TRACE's and SKIPRING_MSGLOG's files, at finalize.
+void close_outputs() {
   std::unique_ptr<TraceWriter> t;
   {
     std::lock_guard<std::mutex> lock(state().mutex);
@@ -184,7 +185,7 @@ int on_self_delete(MPI_Comm, int, void*, void*) {
   g_finalized.store(true, std::memory_order_release);
   g_ready.store(false, std::memory_order_release);
   free_all_states();
-  close_trace();
+  close_outputs();
   return MPI_SUCCESS;
 }
 
@@ -1053,7 +1054,7 @@ int skipring_finalize(void) {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
-    close_trace();
+    close_outputs();
     free_all_states();
     return MPI_SUCCESS;
   });

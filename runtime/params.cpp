@@ -201,22 +201,20 @@ const CustomParam kInject{
       return true;  // validated by the injection parser at init (its message names the part)
     },
     [](const Config& c) { return c.inject.empty() ? std::string("(none)") : c.inject; }};
-const CustomParam kTrace{
-    "path", "a directory (created if missing)",
-    [](const std::string& t, Config* c) {
-      if (t.empty()) return false;
-      c->trace_dir = t;
-      return true;
-    },
-    [](const Config& c) { return c.trace_dir.empty() ? std::string("(off)") : c.trace_dir; }};
-const CustomParam kMsgLog{
-    "path", "a directory (created if missing)",
-    [](const std::string& t, Config* c) {
-      if (t.empty()) return false;
-      c->msglog_dir = t;
-      return true;
-    },
-    [](const Config& c) { return c.msglog_dir.empty() ? std::string("(off)") : c.msglog_dir; }};
+// A directory parameter (SKIPRING_TRACE, SKIPRING_MSGLOG): any non-empty path; "(off)" unset.
+template <std::string Config::*Field>
+CustomParam dir_param() {
+  return CustomParam{
+      "path", "a directory (created if missing)",
+      [](const std::string& t, Config* c) {
+        if (t.empty()) return false;
+        c->*Field = t;
+        return true;
+      },
+      [](const Config& c) { return (c.*Field).empty() ? std::string("(off)") : c.*Field; }};
+}
+const CustomParam kTrace = dir_param<&Config::trace_dir>();
+const CustomParam kMsgLog = dir_param<&Config::msglog_dir>();
 bool parse_on_timeout(const std::string& text, Config* c) {
   const std::string v = skipring::to_lower(text);
   if (v == "error") return c->abort_on_timeout = false, true;
