@@ -95,6 +95,13 @@ struct RingParams {
   // (SimGrid, n = 16: 14.4 -> 24.4 ms after the late arrival with 4), so the driver asks for 4
   // only when every rank is on one host.
   int quiet_polls = 1;
+  // Late broadcast (routed allgather only, n >= 3; collectives/ring/late_bcast.cpp): once a
+  // rank bypasses its late successor, each owner completes those segments without the late
+  // rank's input and allgathers the partial among the healthy ranks (and to the late rank);
+  // the late rank, once it arrives, sends its input down the chain of healthy ranks in ring
+  // order and every rank computes partial op input. After a late arrival the late rank's links
+  // then carry S each way with no dependency on an owner. Ignored without skip.
+  bool late_bcast = false;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.
@@ -167,12 +174,15 @@ class RingAllreduce final : public CoreBase {
 
   // --- reduce_scatter.cpp: the receive window, ring sends, reductions in receive order
   void post_receives(double now, ActionList* out);
+  // Posts the admitted allgather receives after next_post_ (unwindowed receives only).
+  void post_ag_out_of_order(double now, ActionList* out);
   // A receive slot for the next ring piece (the window may grow), -1 when there is none.
   int take_recv_slot();
   Status on_ring_piece(size_t idx, double now, ActionList* out);
   Status on_piece_reduced(size_t idx, double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
-                 double now, ActionList* out, bool reads_input = false, int peer = -1);
+                 double now, ActionList* out, bool reads_input = false, int peer = -1,
+                 int tag_kind = -1);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
@@ -182,7 +192,7 @@ class RingAllreduce final : public CoreBase {
   // Sends an allgather segment to `peer`: posted now, or once a straggler is around, queued
   // behind the segments already going to that peer (at most kAgInFlight in flight per peer).
   void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer, double now,
-               ActionList* out);
+               ActionList* out, int tag_kind = -1);
   void pump_ag(int peer, double now, ActionList* out);
   // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
@@ -203,7 +213,7 @@ class RingAllreduce final : public CoreBase {
                      ActionList* out, const uint8_t* hdr = nullptr);
   void post_ctrl_recv(int channel, double now, ActionList* out);
   void send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
-                 const ContributionSet* set = nullptr);
+                 const ContributionSet* set = nullptr, uint32_t route = 0);
   int ctrl_tag(int channel) const { return p_.tag_span - 1 - channel; }
   // Own contribution for a ring piece we will not get (skip or predecessor bypassed us).
   void forward_own(size_t idx, double now, ActionList* out);
@@ -233,7 +243,7 @@ class RingAllreduce final : public CoreBase {
   Status on_control(size_t aux, double now, ActionList* out);
   Status on_bypass_request(double now, ActionList* out);
   void on_notice(int seg_id);
-  Status on_bypassed(int seg_id, double now, ActionList* out);
+  Status on_bypassed(int seg_id, uint32_t route, double now, ActionList* out);
   Status on_ack(size_t aux, double now, ActionList* out);
   Status on_to_owner_sent(size_t aux, double now, ActionList* out);
 
@@ -243,6 +253,36 @@ class RingAllreduce final : public CoreBase {
   void post_to_owner_recvs(double now, ActionList* out);
   Status on_owner_merged(int g, double now, ActionList* out);
   Status on_to_owner_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
+
+  // --- late_bcast.cpp: the late broadcast (RingParams::late_bcast)
+  bool lb_on() const;
+  // Owner: decides segment g's late-broadcast mode once it can (partial or requests).
+  void lb_owner_decide(int g, double now, ActionList* out);
+  // Owner: every input but that of `late` is merged into segment g: allgather the partial.
+  void lb_go_partial(int g, int late, double now, ActionList* out);
+  // Owner: `late` must send its piece for segment g to us after all.
+  void lb_send_request(int g, int late, double now, ActionList* out);
+  // Healthy rank: the allgather receive idx brought a partial lacking the late rank's input.
+  Status lb_on_partial(size_t idx, int late, double now, ActionList* out);
+  // Late rank: our predecessor bypassed us for segment (c, g) in late-broadcast mode and our
+  // input has not gone out (race: it has).
+  void lb_late_emit(int c, int g, bool race, double now, ActionList* out);
+  int lb_new_entry(int c, int g);
+  void lb_post_recv(int e, int peer, int tag_kind, double now, ActionList* out);
+  void lb_pump(double now, ActionList* out);
+  Status lb_on_recv(size_t e, size_t payload_bytes, double now, ActionList* out);
+  Status lb_on_send(size_t e, double now, ActionList* out);
+  Status lb_on_reduce(size_t e, double now, ActionList* out);
+  void lb_try_final(int e, double now, ActionList* out);
+  void lb_finish(int e, double now, ActionList* out);
+  // Late rank, request: the final segment's receive, once our piece no longer reads the input.
+  void lb_post_final_recv(int e, double now, ActionList* out);
+  // A send reading late-broadcast segment seg_id completed.
+  void lb_read_done(int seg_id, double now, ActionList* out);
+  // Late rank: the owner's decision for entry e arrived.
+  Status lb_on_decision(int e, double now, ActionList* out);
+  // A piece of a late-broadcast segment dropped by its owner (its input came down the chain).
+  Status lb_drop_late_piece(int g, const OwnerItem& item, double now, ActionList* out);
 
   // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
   // Queues the to-owner piece `piece` (chunk c, segment g) among the paced ones.
@@ -312,6 +352,14 @@ class RingAllreduce final : public CoreBase {
   std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
   std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
   std::vector<double> piece_waits_;
+
+  // Late broadcast (late_bcast.cpp): its segments at this rank, and the late rank's inputs
+  // waiting to go down the chain (at most kLbInFlight in flight).
+  std::vector<ring::LbEntry> lb_;
+  std::deque<int> lb_queue_;
+  std::unique_ptr<uint8_t[]> lb_zero_;  // payload of the owner's requests (a segment of zeros)
+  int lb_in_flight_ = 0;
+  int lb_open_ = 0;  // entries not done
 
   int pending_ = 0;  // receives + sends + reduces not finished
   ContributionSet scratch_set_;

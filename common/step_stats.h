@@ -52,6 +52,10 @@ struct CollectiveStats {
   uint32_t bypass_requests = 0;  // late-rank bypasses this rank asked for (0 or 1)
   uint32_t direct_segments =
       0;                       // own final segments sent straight to every rank (direct allgather)
+  // Late broadcast (RingParams::late_bcast): segments this rank completed as an owner without
+  // the late rank's input (partials), or, being the late rank, whose input it sent down the
+  // chain of healthy ranks.
+  uint32_t bcast_segments = 0;
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   // Longest wait (from the timer's start: max(receive posted, previous piece from the
   // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the

@@ -958,6 +958,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
+  p.late_bcast = cfg_.late_bcast;
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);
   // Straggler injection: late arrival here, slow steps through the engine.

@@ -55,6 +55,8 @@ struct Config {
   // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
   int direct_allgather = -1;  // SKIPRING_DIRECT_ALLGATHER
+  // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md).
+  bool late_bcast = true;  // SKIPRING_LATE_BCAST
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or

@@ -22,12 +22,13 @@ void RingAllreduce::send_first_pieces(double now, ActionList* out) {
 
 void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
                               const void* payload, int slot, double now, ActionList* out,
-                              bool reads_input, int peer) {
+                              bool reads_input, int peer, int tag_kind) {
   SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
   sends_.push_back(s);
   Action a = message_action(
       Action::Kind::kSend, make_token(kTokSend, sends_.size() - 1), peer >= 0 ? peer : succ_,
-      tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id), hdr, hdr_bytes_, payload,
+      tag_for(tag_kind >= 0 ? tag_kind : phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id),
+      hdr, hdr_bytes_, payload,
       layout_.segment_count(c, g) * layout_.elem_size());
   a.phase = static_cast<int8_t>(phase);
   a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
@@ -39,6 +40,10 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
 void RingAllreduce::post_receives(double now, ActionList* out) {
   while (next_post_ < recvs_.size()) {
     RecvOp& r = recvs_[next_post_];
+    if (r.state != OpState::kWaiting) {  // an allgather receive posted out of order (below)
+      ++next_post_;
+      continue;
+    }
     // Header and payload buffers are filled in below.
     Action a = message_action(Action::Kind::kRecv, make_token(kTokRecv, next_post_), pred_,
                               tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id),
@@ -55,7 +60,18 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       a.header = slot_hdr(recv_slot_base(r.slot), 0);
       a.payload = slot_payload(recv_slot_base(r.slot), 0);
     } else {
-      if (!ag_recv_admitted(r)) break;
+      if (seg_[r.seg_id].skip_ag) {
+        // The late rank's segment in late-broadcast mode: its final is computed here (or comes
+        // on the broadcast entry's own receive after a request).
+        r.state = OpState::kFinished;
+        r.t_posted = r.t_arrived = now;
+        ++next_post_;
+        continue;
+      }
+      if (!ag_recv_admitted(r)) {
+        if (mode_.ag_unwindowed()) post_ag_out_of_order(now, out);
+        break;
+      }
       // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
       // exactly one message per segment reaches every rank, from whichever rank the route
       // names, and its header says where it goes on.
@@ -71,6 +87,35 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
     out->push_back(a);
     ++pending_;
     ++next_post_;
+  }
+}
+
+void RingAllreduce::post_ag_out_of_order(double now, ActionList* out) {
+  // Unwindowed allgather receives (skip-ahead on) match by tag from whichever rank the route
+  // names, so their order does not matter: one whose segment still holds input an unfinished
+  // send reads (in place) must not hold up the others. (A rank whose step-0 pieces to a late
+  // successor are parked, its predecessor, could otherwise post no allgather receive until
+  // the late rank arrived, and every partial and final segment routed through it waited.)
+  for (size_t i = next_post_ + 1; i < recvs_.size(); ++i) {
+    RecvOp& r = recvs_[i];
+    if (r.state != OpState::kWaiting || r.phase != Phase::kAllgather) continue;
+    if (seg_[r.seg_id].skip_ag) {
+      r.state = OpState::kFinished;
+      r.t_posted = r.t_arrived = now;
+      continue;
+    }
+    if (!ag_recv_admitted(r)) continue;
+    Action a = message_action(Action::Kind::kRecv, make_token(kTokRecv, i), kAnySourceOneSender,
+                              tag_for(kTagAg, r.seg_id), r.header, hdr_bytes_,
+                              seg_ptr(p_.recvbuf, r.chunk, r.seg),
+                              layout_.segment_count(r.chunk, r.seg) * layout_.elem_size());
+    ++ag_posted_;
+    StepRecord& rec = step_record(r);
+    if (rec.t_start == 0) rec.t_start = now;
+    r.state = OpState::kPosted;
+    r.t_posted = now;
+    out->push_back(a);
+    ++pending_;
   }
 }
 

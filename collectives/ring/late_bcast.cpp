@@ -1,0 +1,419 @@
+// Late broadcast (RingParams::late_bcast; docs/skip_ahead.md, "Late broadcast").
+//
+// Once a rank K bypasses its late successor L for a segment (its piece goes to the owner O
+// around L, kRouteBcast), L's input for that segment no longer has to reach O before the
+// allgather can start:
+//  - O completes the segment without L once every other input is merged (the partial P),
+//    allgathers P among the healthy ranks (routed around L) and sends it to L (kTagPartial);
+//  - L, once it arrives, sends its input x down the chain of healthy ranks in ring order
+//    (L -> succ(L) -> ... -> K, kTagBcast), and every rank computes P op x itself: the same
+//    operands in the same order everywhere, so every rank gets the same bits.
+// L's links then carry S each way after its arrival with no owner in the dependency chain.
+//
+// Who decides: O, alone, per segment. It sends every late rank a bypassed piece named exactly
+// one decision on kTagPartial: the partial (the late rank's input is the one missing) or a
+// request (kRouteRequest: send your piece to me as before; e.g. two late ranks in one
+// segment's path). L's input never goes anywhere before that decision, except in a race: L
+// skipped K's piece (its input went on) before K's bypass message came. Then O may merge that
+// piece (full: L gets the final in the allgather and ignores the request) or go partial first
+// (L then sends its input down the chain with kRouteComing and O drops the piece when it
+// comes). The chain tells O whether such a piece is still coming, so nothing stays posted.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/ring/internal.h"
+
+namespace skipring {
+using namespace ring;
+
+namespace {
+// Each entry has two receives: 0 = the late rank's input (healthy) or the owner's decision
+// (late rank); 1 = the late rank's final segment after a request.
+constexpr size_t kLbSubs = 2;
+}  // namespace
+
+bool RingAllreduce::lb_on() const {
+  return p_.late_bcast && p_.skip && mode_.side_channels && !mode_.direct;
+}
+
+int RingAllreduce::lb_new_entry(int c, int g) {
+  LbEntry e;
+  e.chunk = c;
+  e.seg = g;
+  e.seg_id = layout_.first_segment(c) + g;
+  e.buf.reset(new uint8_t[slot_bytes_]);
+  lb_.push_back(std::move(e));
+  ++lb_open_;
+  return static_cast<int>(lb_.size()) - 1;
+}
+
+void RingAllreduce::lb_post_recv(int e, int peer, int tag_kind, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  E.t = now;
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokLbRecv, kLbSubs * e), peer,
+                                tag_for(tag_kind, E.seg_id), slot_hdr(E.buf.get(), 0), hdr_bytes_,
+                                slot_payload(E.buf.get(), 0),
+                                layout_.segment_count(E.chunk, E.seg) * layout_.elem_size()));
+  ++pending_;
+}
+
+// ---- owner ----------------------------------------------------------------------------------
+
+void RingAllreduce::lb_owner_decide(int g, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  if (o.named.empty()) return;
+  int missing = 0, missing_rank = -1;
+  for (size_t i = 0; i < o.named.size(); ++i) {
+    if (!o.decided[i] && !o.acc.contains(o.named[i])) {
+      ++missing;
+      missing_rank = o.named[i];
+    }
+  }
+  // Partial: the one input still missing is a named late rank's, and nothing else is queued.
+  if (!o.partial() && !o.merging && o.queue.empty() && missing == 1 &&
+      o.acc.count() == n_ - 1) {
+    lb_go_partial(g, missing_rank, now, out);
+  }
+  // Requests: a named rank whose input we hold (its piece came before it learnt the mode), or
+  // two or more missing (neither can be the only one missing).
+  for (size_t i = 0; i < o.named.size(); ++i) {
+    if (o.decided[i]) continue;
+    if (o.acc.contains(o.named[i]) || missing >= 2 || o.partial()) {
+      lb_send_request(g, static_cast<int>(i), now, out);
+    }
+  }
+}
+
+void RingAllreduce::lb_send_request(int g, int i, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  o.decided[i] = true;
+  const size_t bytes = layout_.segment_count(pos_, g) * layout_.elem_size();
+  if (!lb_zero_) lb_zero_.reset(new uint8_t[slot_bytes_]());
+  const int aux = add_aux(AuxKind::kCtrlSend, pos_, g);
+  aux_[aux].hdr.assign(hdr_bytes_, 0);
+  write_header(aux_[aux].hdr.data(), Phase::kAllgather, pos_, g, o.acc, 0,
+               kRouteRequest | static_cast<uint32_t>(o.named[i] + 1));
+  post_aux_send(aux, o.named[i], tag_for(kTagPartial, layout_.first_segment(pos_) + g),
+                lb_zero_.get(), bytes, now, out);
+  ++stats_.messages_sent;
+}
+
+void RingAllreduce::lb_go_partial(int g, int late, double now, ActionList* out) {
+  OwnerPiece& o = owner_[g];
+  o.partial_for = late;
+  for (size_t i = 0; i < o.named.size(); ++i) {
+    if (o.named[i] == late) o.decided[i] = true;
+  }
+  ++stats_.bcast_segments;
+  const int e = lb_new_entry(pos_, g);
+  lb_[e].late = late;
+  lb_[e].send_needed = succ_ != late;
+  seg_[lb_[e].seg_id].lb = true;
+  // The partial goes around the late rank (as a final segment would) and to it directly.
+  uint8_t* hdr = owner_hdrs_ + static_cast<size_t>(g) * hdr_area_;
+  write_header(hdr, Phase::kAllgather, pos_, g, o.acc, 0,
+               kRouteAround | static_cast<uint32_t>(late + 1));
+  const void* seg = seg_ptr(p_.recvbuf, pos_, g);
+  const int to = ag_next(pos_, pos_, late);
+  if (to >= 0) send_ag(n_ - 2, pos_, g, hdr, seg, p_.ring[to], now, out);
+  send_ag(n_ - 2, pos_, g, hdr, seg, late, now, out, kTagPartial);
+  lb_post_recv(e, pred_, kTagBcast, now, out);
+  stats_.steps[n_ - 2].t_end = now;
+}
+
+Status RingAllreduce::lb_drop_late_piece(int g, const OwnerItem& item, double now,
+                                         ActionList* out) {
+  // scratch_set_ holds the piece's set (owner_merge checked its header).
+  // The late rank's piece comes on the ring when we are its successor (an owner never skips
+  // its own chunk's pieces), else straight to us.
+  OwnerPiece& o = owner_[g];
+  if (scratch_set_.count() != 1 || !scratch_set_.contains(o.partial_for) || o.late_seen) {
+    return fail(fmt::format(
+        "owner of chunk {} segment {}: piece {} after the segment went partial for rank {}", pos_,
+        g, scratch_set_.to_string(), o.partial_for));
+  }
+  o.late_seen = true;
+  lb_owner_decide(g, now, out);  // a late rank it named gets its request
+  if (item.is_ring()) {
+    free_recv_slots_.push_back(recvs_[item.index].slot);
+    if (!o.wants_to_owner() && o.to_owner_posted) {
+      cancel_aux(o.to_owner_aux, out);
+      o.to_owner_posted = false;
+    }
+    post_receives(now, out);
+  } else {
+    o.to_owner_posted = false;  // its slot is free again
+  }
+  return owner_merge(g, now, out);
+}
+
+// ---- healthy ranks --------------------------------------------------------------------------
+
+Status RingAllreduce::lb_on_partial(size_t idx, int late, double now, ActionList* out) {
+  RecvOp& r = recvs_[idx];
+  --ag_posted_;
+  const int e = lb_new_entry(r.chunk, r.seg);
+  lb_[e].late = late;
+  lb_[e].ag_recv = static_cast<int>(idx);
+  lb_[e].send_needed = succ_ != late;
+  seg_[r.seg_id].lb = true;
+  forward_ag(idx, now, out);
+  lb_post_recv(e, pred_, kTagBcast, now, out);
+  post_receives(now, out);
+  return Status::kOk;
+}
+
+void RingAllreduce::lb_read_done(int seg_id, double now, ActionList* out) {
+  --seg_[seg_id].out_reads;
+  for (size_t e = 0; e < lb_.size(); ++e) {
+    if (lb_[e].seg_id == seg_id && !lb_[e].late_role && !lb_[e].done) {
+      lb_try_final(static_cast<int>(e), now, out);
+    }
+  }
+}
+
+// ---- the late rank --------------------------------------------------------------------------
+
+void RingAllreduce::lb_late_emit(int c, int g, bool race, double now, ActionList* out) {
+  const int e = lb_new_entry(c, g);
+  lb_[e].late_role = true;
+  lb_[e].race = race;
+  lb_[e].late = p_.rank;
+  if (!race) {
+    // Our input waits for the owner's decision; the successor learns now that it comes down
+    // the chain (or as a requested piece to the owner), not on the ring.
+    const int sid = lb_[e].seg_id;
+    seg_[sid].piece = PieceState::kSentBcast;
+    seg_[sid].skip_ag = true;
+    ContributionSet mine(n_);
+    mine.add(p_.rank);
+    send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &mine, kRouteBcastPass);
+    piece_emitted(now, out);
+  }
+  lb_post_recv(e, p_.ring[c], kTagPartial, now, out);
+}
+
+Status RingAllreduce::lb_on_decision(int e, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  const uint8_t* hdr = slot_hdr(E.buf.get(), 0);
+  SKIPRING_RETURN_IF_ERROR(check_header(hdr, Phase::kAllgather, E.chunk, E.seg, &scratch_set_));
+  const uint32_t route = wire_route(hdr);
+  if (route & kRouteRequest) {
+    if (E.race) {
+      // Our input had gone out: the owner has it or will; the final comes in the allgather.
+      lb_finish(e, now, out);
+      return Status::kOk;
+    }
+    // Our input goes to the owner as a piece after all, paced like the late rank's others;
+    // the final comes on receive 1 once that send no longer reads our input.
+    const int piece = add_aux(AuxKind::kToOwnerSend, E.chunk, E.seg);
+    AuxOp& op = aux_[piece];
+    op.reads_input = true;
+    op.lb_entry = e;
+    op.hdr.assign(hdr_bytes_, 0);
+    ContributionSet mine(n_);
+    mine.add(p_.rank);
+    write_header(op.hdr.data(), Phase::kReduceScatter, E.chunk, E.seg, mine, kFlagToOwner,
+                 static_cast<uint32_t>(p_.rank + 1));
+    pace_piece(piece, E.chunk, E.seg, aux_[piece].hdr.data(), input_ptr(E.chunk, E.seg), now,
+               out);
+    return Status::kOk;
+  }
+  if (scratch_set_.count() != n_ - 1 || scratch_set_.contains(p_.rank)) {
+    return fail(fmt::format("late rank, chunk {} segment {}: partial with set {}", E.chunk, E.seg,
+                            scratch_set_.to_string()));
+  }
+  if (E.race) {
+    // Our allgather receive for the segment can never match now: nobody sends its final.
+    for (size_t i = 0; i < recvs_.size(); ++i) {
+      RecvOp& r = recvs_[i];
+      if (r.phase != Phase::kAllgather || r.seg_id != E.seg_id) continue;
+      if (r.state == OpState::kPosted) {
+        cancel_op(make_token(kTokRecv, i), out);
+        --ag_posted_;
+        r.state = OpState::kFinished;
+      } else if (r.state == OpState::kWaiting) {
+        seg_[E.seg_id].skip_ag = true;
+      } else {
+        return fail(fmt::format("late rank, chunk {} segment {}: final and partial both came",
+                                E.chunk, E.seg));
+      }
+    }
+  }
+  ++stats_.bcast_segments;
+  E.send_needed = true;
+  E.hdr.assign(hdr_bytes_, 0);
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  write_header(E.hdr.data(), Phase::kAllgather, E.chunk, E.seg, mine, 0,
+               kRouteBcast | (E.race ? kRouteComing : 0u) | static_cast<uint32_t>(p_.rank + 1));
+  lb_queue_.push_back(e);
+  lb_pump(now, out);
+  post_receives(now, out);
+  return Status::kOk;
+}
+
+void RingAllreduce::lb_pump(double now, ActionList* out) {
+  while (lb_in_flight_ < kLbInFlight && !lb_queue_.empty()) {
+    const int e = lb_queue_.front();
+    lb_queue_.pop_front();
+    LbEntry& E = lb_[e];
+    out->push_back(message_action(Action::Kind::kSend, make_token(kTokLbSend, e), succ_,
+                                  tag_for(kTagBcast, E.seg_id), E.hdr.data(), hdr_bytes_,
+                                  input_ptr(E.chunk, E.seg),
+                                  layout_.segment_count(E.chunk, E.seg) * layout_.elem_size()));
+    E.t = now;
+    ++pending_;
+    ++lb_in_flight_;
+    ++stats_.messages_sent;
+  }
+}
+
+// ---- completions ----------------------------------------------------------------------------
+
+Status RingAllreduce::lb_on_recv(size_t token_idx, size_t payload_bytes, double now,
+                                 ActionList* out) {
+  const size_t e = token_idx / kLbSubs;
+  const size_t sub = token_idx % kLbSubs;
+  if (e >= lb_.size() || lb_[e].done) return fail("completion for an unknown broadcast receive");
+  LbEntry& E = lb_[e];
+  const size_t expect = layout_.segment_count(E.chunk, E.seg) * layout_.elem_size();
+  if (payload_bytes != expect) {
+    return fail(fmt::format("chunk {} segment {}: {} payload bytes, expected {}", E.chunk, E.seg,
+                            payload_bytes, expect));
+  }
+  --pending_;
+  ++stats_.messages_received;
+  if (sub == 1) {
+    // The final after a request (late rank).
+    // The allgather segment after a request: it stands for the allgather receive we never
+    // posted, and goes on as that one would (forwarded by its route; or, where our piece made
+    // the owner's set complete but for another late rank's input, a partial for that rank).
+    size_t ai = recvs_.size();
+    for (size_t i = 0; i < recvs_.size(); ++i) {
+      if (recvs_[i].phase == Phase::kAllgather && recvs_[i].seg_id == E.seg_id) ai = i;
+    }
+    if (ai == recvs_.size()) return fail("allgather segment after a request without a receive");
+    std::memcpy(recvs_[ai].header, slot_hdr(E.buf.get(), 0), hdr_bytes_);
+    E.final_done = true;
+    lb_finish(static_cast<int>(e), now, out);
+    recvs_[ai].state = OpState::kPosted;
+    ++ag_posted_;  // on_ag_segment counts it as a posted receive that arrived
+    recvs_[ai].state = OpState::kArrived;
+    return on_ag_segment(ai, now, out);
+  }
+  E.recv_done = true;
+  if (E.late_role) return lb_on_decision(static_cast<int>(e), now, out);
+  // The late rank's input, from our ring predecessor.
+  const uint8_t* hdr = slot_hdr(E.buf.get(), 0);
+  SKIPRING_RETURN_IF_ERROR(check_header(hdr, Phase::kAllgather, E.chunk, E.seg, &scratch_set_));
+  const uint32_t route = wire_route(hdr);
+  if (scratch_set_.count() != 1 || !scratch_set_.contains(E.late) || !(route & kRouteBcast)) {
+    return fail(fmt::format("chunk {} segment {}: broadcast input with set {} from rank {}",
+                            E.chunk, E.seg, scratch_set_.to_string(), E.late));
+  }
+  if (E.chunk == pos_) {
+    OwnerPiece& o = owner_[E.seg];
+    o.xl_known = true;
+    o.coming = (route & kRouteComing) != 0;
+    if (!o.wants_to_owner() && o.to_owner_posted) {
+      cancel_aux(o.to_owner_aux, out);
+      o.to_owner_posted = false;
+    }
+  }
+  if (E.send_needed) {
+    out->push_back(message_action(Action::Kind::kSend, make_token(kTokLbSend, e), succ_,
+                                  tag_for(kTagBcast, E.seg_id), slot_hdr(E.buf.get(), 0),
+                                  hdr_bytes_, slot_payload(E.buf.get(), 0), expect));
+    ++pending_;
+    ++stats_.messages_sent;
+  }
+  lb_try_final(static_cast<int>(e), now, out);
+  return Status::kOk;
+}
+
+Status RingAllreduce::lb_on_send(size_t e, double now, ActionList* out) {
+  if (e >= lb_.size() || lb_[e].done || lb_[e].send_done) {
+    return fail("completion for an unknown broadcast send");
+  }
+  LbEntry& E = lb_[e];
+  E.send_done = true;
+  --pending_;
+  if (E.late_role) {
+    --lb_in_flight_;
+    lb_pump(now, out);
+  }
+  lb_try_final(static_cast<int>(e), now, out);
+  lb_finish(static_cast<int>(e), now, out);
+  return Status::kOk;
+}
+
+void RingAllreduce::lb_try_final(int e, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  if (E.reducing || E.reduced || !E.recv_done || (E.late_role && !E.send_needed)) return;
+  uint8_t* dst = seg_ptr(p_.recvbuf, E.chunk, E.seg);
+  const size_t count = layout_.segment_count(E.chunk, E.seg);
+  // The same operands in the same order on every rank: partial, then the late rank's input.
+  if (E.late_role) {
+    if (!E.send_done) return;  // in place the send reads what we overwrite
+    out->push_back(reduce_action(make_token(kTokLbReduce, e), dst, slot_payload(E.buf.get(), 0),
+                                 input_ptr(E.chunk, E.seg), count, p_.dtype, p_.op));
+  } else {
+    if (seg_[E.seg_id].out_reads > 0) return;  // the partial is still being sent
+    out->push_back(reduce_action(make_token(kTokLbReduce, e), dst, dst,
+                                 slot_payload(E.buf.get(), 0), count, p_.dtype, p_.op));
+  }
+  E.reducing = true;
+  E.t = now;
+  ++pending_;
+}
+
+Status RingAllreduce::lb_on_reduce(size_t e, double now, ActionList* out) {
+  if (e >= lb_.size() || !lb_[e].reducing) return fail("unknown broadcast reduction");
+  LbEntry& E = lb_[e];
+  E.reducing = false;
+  E.reduced = true;
+  --pending_;
+  stats_.steps[n_ - 2].reduce_s += now - E.t;
+  lb_finish(static_cast<int>(e), now, out);
+  return Status::kOk;
+}
+
+void RingAllreduce::lb_finish(int e, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  if (E.done) return;
+  bool complete;
+  if (E.late_role) {
+    // Request: race (the final came or comes in the allgather) or our piece went (final on
+    // receive 1); partial: our final is computed.
+    complete = E.reduced || (E.recv_done && !E.send_needed && (E.race || E.final_done));
+  } else {
+    complete = E.reduced && (!E.send_needed || E.send_done);
+  }
+  if (!complete) return;
+  E.done = true;
+  E.buf.reset();
+  --lb_open_;
+  if (E.ag_recv >= 0) {
+    RecvOp& r = recvs_[E.ag_recv];
+    r.state = OpState::kFinished;
+    step_record(r).t_end = now;
+  }
+  if (!E.late_role && E.chunk == pos_) owner_[E.seg].full = true;
+  (void)out;
+}
+
+void RingAllreduce::lb_post_final_recv(int e, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  E.final_posted = true;
+  E.t = now;
+  out->push_back(message_action(
+      Action::Kind::kRecv, make_token(kTokLbRecv, kLbSubs * e + 1), kAnySourceOneSender,
+      tag_for(kTagAg, E.seg_id), slot_hdr(E.buf.get(), 0), hdr_bytes_,
+      seg_ptr(p_.recvbuf, E.chunk, E.seg),
+      layout_.segment_count(E.chunk, E.seg) * layout_.elem_size()));
+  ++pending_;
+}
+}  // namespace skipring
