@@ -108,6 +108,15 @@ struct RingParams {
   int tag_span = 1 << 28;
 };
 
+// The message tag of a ring all-reduce data message: kind 0 reduce-scatter piece, 1 allgather
+// segment, 2 piece to the owner, 3 redirect ack, 4 late rank's input down the chain, 5 owner's
+// partial or decision to the late rank (collectives/ring/internal.h). Consecutive collectives
+// (sequence numbers) use disjoint tags: with the late broadcast a healthy rank can finish a
+// collective and send messages of the next one while an owner still has a receive from any
+// source posted in this one. Ranks are never two collectives apart (finishing one takes every
+// rank's input to it).
+int ring_data_tag(uint32_t seq, int seg_id, int kind);
+
 // Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
 // defined on the type, buffers are present when count > 0.
 Status validate_common(const RingParams& p, std::string* why);
@@ -257,11 +266,11 @@ class RingAllreduce final : public CoreBase {
   // --- late_bcast.cpp: the late broadcast (RingParams::late_bcast)
   bool lb_on() const;
   // Owner: decides segment g's late-broadcast mode once it can (partial or requests).
-  void lb_owner_decide(int g, double now, ActionList* out);
+  Status lb_owner_decide(int g, double now, ActionList* out);
   // Owner: every input but that of `late` is merged into segment g: allgather the partial.
   void lb_go_partial(int g, int late, double now, ActionList* out);
-  // Owner: `late` must send its piece for segment g to us after all.
-  void lb_send_request(int g, int late, double now, ActionList* out);
+  // Owner: tells the late rank its input for segment g reached us (the race).
+  void lb_send_request(int g, double now, ActionList* out);
   // Healthy rank: the allgather receive idx brought a partial lacking the late rank's input.
   Status lb_on_partial(size_t idx, int late, double now, ActionList* out);
   // Late rank: our predecessor bypassed us for segment (c, g) in late-broadcast mode and our
@@ -275,8 +284,10 @@ class RingAllreduce final : public CoreBase {
   Status lb_on_reduce(size_t e, double now, ActionList* out);
   void lb_try_final(int e, double now, ActionList* out);
   void lb_finish(int e, double now, ActionList* out);
-  // Late rank, request: the final segment's receive, once our piece no longer reads the input.
-  void lb_post_final_recv(int e, double now, ActionList* out);
+  // Late rank: our input for entry e goes down the chain (kLbInFlight at a time).
+  void lb_queue_bcast(int e, double now, ActionList* out);
+  // Whether `set` holds every input from chunk c's start up to us (no one routed around).
+  bool lb_path_complete(int c, const ContributionSet& set) const;
   // A send reading late-broadcast segment seg_id completed.
   void lb_read_done(int seg_id, double now, ActionList* out);
   // Late rank: the owner's decision for entry e arrived.

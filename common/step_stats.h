@@ -51,7 +51,7 @@ struct CollectiveStats {
   uint32_t late_pieces = 0;
   uint32_t bypass_requests = 0;  // late-rank bypasses this rank asked for (0 or 1)
   uint32_t direct_segments =
-      0;                       // own final segments sent straight to every rank (direct allgather)
+      0;  // own final segments sent straight to every rank (direct allgather)
   // Late broadcast (RingParams::late_bcast): segments this rank completed as an owner without
   // the late rank's input (partials), or, being the late rank, whose input it sent down the
   // chain of healthy ranks.

@@ -28,8 +28,7 @@ enum TokenKind : uint32_t {
 // Segments are made large enough that every tag of a collective is distinct
 // (effective_segment_bytes), so tags never wrap. kTagBcast: the late rank's input down the
 // chain of healthy ranks; kTagPartial: an owner's partial to the late rank (late_bcast.cpp).
-constexpr int kTagRs = 0, kTagAg = 1, kTagToOwner = 2, kTagAck = 3, kTagBcast = 4,
-              kTagPartial = 5;
+constexpr int kTagRs = 0, kTagAg = 1, kTagToOwner = 2, kTagAck = 3, kTagBcast = 4, kTagPartial = 5;
 constexpr int kTagKinds = 6;
 // A skipped piece still missing this many thresholds after it was due triggers the bypass.
 constexpr double kBypassFactor = 4.0;

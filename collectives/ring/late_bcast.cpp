@@ -10,14 +10,24 @@
 //    operands in the same order everywhere, so every rank gets the same bits.
 // L's links then carry S each way after its arrival with no owner in the dependency chain.
 //
-// Who decides: O, alone, per segment. It sends every late rank a bypassed piece named exactly
-// one decision on kTagPartial: the partial (the late rank's input is the one missing) or a
-// request (kRouteRequest: send your piece to me as before; e.g. two late ranks in one
-// segment's path). L's input never goes anywhere before that decision, except in a race: L
-// skipped K's piece (its input went on) before K's bypass message came. Then O may merge that
-// piece (full: L gets the final in the allgather and ignores the request) or go partial first
-// (L then sends its input down the chain with kRouteComing and O drops the piece when it
-// comes). The chain tells O whether such a piece is still coming, so nothing stays posted.
+// Why the late rank can send at once: K flags a bypass only when its piece holds every input
+// from the chunk's start up to K (lb_path_complete), so at most one rank per segment is
+// routed around in this mode, and O's partial lacks exactly L's input. L's input for the
+// segment has gone nowhere (it was to go on the ring to its successor, which learns from a
+// "bypassed" control with kRouteBcastPass that it comes down the chain instead), so O will go
+// partial for L: L sends its input down the chain as soon as it reads K's bypass message, and
+// the partial it receives from O meets it in the final reduction.
+//
+// One race: L skipped K's piece (its input went on, to its successor or to O) before K's
+// bypass message came. L then waits for O's decision on kTagPartial: O either merged that
+// input (its set became complete: a request, kRouteRequest, tells L so, and L gets the final in
+// the allgather) or went partial first (L then sends its input down the chain with
+// kRouteComing, and O drops the piece when it comes). Whether a piece is still coming is in
+// the input's header on the chain, so O knows when its receive for it can go.
+//
+// Ranks may now be a collective apart while an owner still has a receive from any source
+// posted (the late rank's piece that may still come): consecutive collectives use disjoint
+// data tags (ring_data_tag).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,14 +38,18 @@
 namespace skipring {
 using namespace ring;
 
-namespace {
-// Each entry has two receives: 0 = the late rank's input (healthy) or the owner's decision
-// (late rank); 1 = the late rank's final segment after a request.
-constexpr size_t kLbSubs = 2;
-}  // namespace
-
 bool RingAllreduce::lb_on() const {
   return p_.late_bcast && p_.skip && mode_.side_channels && !mode_.direct;
+}
+
+bool RingAllreduce::lb_path_complete(int c, const ContributionSet& set) const {
+  // Ring positions c + 1 .. pos_ (the chunk's reduce-scatter starts after its owner).
+  const int len = (pos_ - c - 1 + 2 * n_) % n_ + 1;
+  if (set.count() != len) return false;
+  for (int i = 0; i < len; ++i) {
+    if (!set.contains(p_.ring[(c + 1 + i) % n_])) return false;
+  }
+  return true;
 }
 
 int RingAllreduce::lb_new_entry(int c, int g) {
@@ -52,7 +66,7 @@ int RingAllreduce::lb_new_entry(int c, int g) {
 void RingAllreduce::lb_post_recv(int e, int peer, int tag_kind, double now, ActionList* out) {
   LbEntry& E = lb_[e];
   E.t = now;
-  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokLbRecv, kLbSubs * e), peer,
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokLbRecv, e), peer,
                                 tag_for(tag_kind, E.seg_id), slot_hdr(E.buf.get(), 0), hdr_bytes_,
                                 slot_payload(E.buf.get(), 0),
                                 layout_.segment_count(E.chunk, E.seg) * layout_.elem_size()));
@@ -61,41 +75,35 @@ void RingAllreduce::lb_post_recv(int e, int peer, int tag_kind, double now, Acti
 
 // ---- owner ----------------------------------------------------------------------------------
 
-void RingAllreduce::lb_owner_decide(int g, double now, ActionList* out) {
+Status RingAllreduce::lb_owner_decide(int g, double now, ActionList* out) {
   OwnerPiece& o = owner_[g];
-  if (o.named.empty()) return;
-  int missing = 0, missing_rank = -1;
-  for (size_t i = 0; i < o.named.size(); ++i) {
-    if (!o.decided[i] && !o.acc.contains(o.named[i])) {
-      ++missing;
-      missing_rank = o.named[i];
-    }
+  if (o.named.empty() || o.decided) return Status::kOk;
+  // One late rank per segment at most (lb_path_complete): two would each wait for a partial
+  // lacking only its own input.
+  if (o.named.size() > 1) {
+    return fail(fmt::format("owner of chunk {} segment {}: ranks {} and {} both routed around",
+                            pos_, g, o.named[0], o.named[1]));
   }
-  // Partial: the one input still missing is a named late rank's, and nothing else is queued.
-  if (!o.partial() && !o.merging && o.queue.empty() && missing == 1 &&
-      o.acc.count() == n_ - 1) {
-    lb_go_partial(g, missing_rank, now, out);
+  const int late = o.named[0];
+  if (o.acc.contains(late)) {
+    // Its input came before it learnt the mode (the race): the segment completes as usual.
+    lb_send_request(g, now, out);
+  } else if (!o.merging && o.queue.empty() && o.acc.count() == n_ - 1) {
+    lb_go_partial(g, late, now, out);
   }
-  // Requests: a named rank whose input we hold (its piece came before it learnt the mode), or
-  // two or more missing (neither can be the only one missing).
-  for (size_t i = 0; i < o.named.size(); ++i) {
-    if (o.decided[i]) continue;
-    if (o.acc.contains(o.named[i]) || missing >= 2 || o.partial()) {
-      lb_send_request(g, static_cast<int>(i), now, out);
-    }
-  }
+  return Status::kOk;
 }
 
-void RingAllreduce::lb_send_request(int g, int i, double now, ActionList* out) {
+void RingAllreduce::lb_send_request(int g, double now, ActionList* out) {
   OwnerPiece& o = owner_[g];
-  o.decided[i] = true;
+  o.decided = true;
   const size_t bytes = layout_.segment_count(pos_, g) * layout_.elem_size();
   if (!lb_zero_) lb_zero_.reset(new uint8_t[slot_bytes_]());
   const int aux = add_aux(AuxKind::kCtrlSend, pos_, g);
   aux_[aux].hdr.assign(hdr_bytes_, 0);
   write_header(aux_[aux].hdr.data(), Phase::kAllgather, pos_, g, o.acc, 0,
-               kRouteRequest | static_cast<uint32_t>(o.named[i] + 1));
-  post_aux_send(aux, o.named[i], tag_for(kTagPartial, layout_.first_segment(pos_) + g),
+               kRouteRequest | static_cast<uint32_t>(o.named[0] + 1));
+  post_aux_send(aux, o.named[0], tag_for(kTagPartial, layout_.first_segment(pos_) + g),
                 lb_zero_.get(), bytes, now, out);
   ++stats_.messages_sent;
 }
@@ -103,9 +111,7 @@ void RingAllreduce::lb_send_request(int g, int i, double now, ActionList* out) {
 void RingAllreduce::lb_go_partial(int g, int late, double now, ActionList* out) {
   OwnerPiece& o = owner_[g];
   o.partial_for = late;
-  for (size_t i = 0; i < o.named.size(); ++i) {
-    if (o.named[i] == late) o.decided[i] = true;
-  }
+  o.decided = true;
   ++stats_.bcast_segments;
   const int e = lb_new_entry(pos_, g);
   lb_[e].late = late;
@@ -135,7 +141,6 @@ Status RingAllreduce::lb_drop_late_piece(int g, const OwnerItem& item, double no
         g, scratch_set_.to_string(), o.partial_for));
   }
   o.late_seen = true;
-  lb_owner_decide(g, now, out);  // a late rank it named gets its request
   if (item.is_ring()) {
     free_recv_slots_.push_back(recvs_[item.index].slot);
     if (!o.wants_to_owner() && o.to_owner_posted) {
@@ -182,8 +187,9 @@ void RingAllreduce::lb_late_emit(int c, int g, bool race, double now, ActionList
   lb_[e].race = race;
   lb_[e].late = p_.rank;
   if (!race) {
-    // Our input waits for the owner's decision; the successor learns now that it comes down
-    // the chain (or as a requested piece to the owner), not on the ring.
+    // The owner will complete the segment without us (we are the one rank routed around for
+    // it, and our input has gone nowhere): our input goes down the chain now, the successor
+    // learns that it does not come on the ring, and the partial comes from the owner.
     const int sid = lb_[e].seg_id;
     seg_[sid].piece = PieceState::kSentBcast;
     seg_[sid].skip_ag = true;
@@ -191,8 +197,22 @@ void RingAllreduce::lb_late_emit(int c, int g, bool race, double now, ActionList
     mine.add(p_.rank);
     send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &mine, kRouteBcastPass);
     piece_emitted(now, out);
+    lb_queue_bcast(e, now, out);
   }
   lb_post_recv(e, p_.ring[c], kTagPartial, now, out);
+}
+
+void RingAllreduce::lb_queue_bcast(int e, double now, ActionList* out) {
+  LbEntry& E = lb_[e];
+  ++stats_.bcast_segments;
+  E.send_needed = true;
+  E.hdr.assign(hdr_bytes_, 0);
+  ContributionSet mine(n_);
+  mine.add(p_.rank);
+  write_header(E.hdr.data(), Phase::kAllgather, E.chunk, E.seg, mine, 0,
+               kRouteBcast | (E.race ? kRouteComing : 0u) | static_cast<uint32_t>(p_.rank + 1));
+  lb_queue_.push_back(e);
+  lb_pump(now, out);
 }
 
 Status RingAllreduce::lb_on_decision(int e, double now, ActionList* out) {
@@ -201,24 +221,13 @@ Status RingAllreduce::lb_on_decision(int e, double now, ActionList* out) {
   SKIPRING_RETURN_IF_ERROR(check_header(hdr, Phase::kAllgather, E.chunk, E.seg, &scratch_set_));
   const uint32_t route = wire_route(hdr);
   if (route & kRouteRequest) {
-    if (E.race) {
-      // Our input had gone out: the owner has it or will; the final comes in the allgather.
-      lb_finish(e, now, out);
-      return Status::kOk;
+    // The owner merged our input (it had gone out before we learnt the mode): the final comes
+    // in the allgather. Without that race our input went only down the chain.
+    if (!E.race || !scratch_set_.contains(p_.rank)) {
+      return fail(fmt::format("late rank, chunk {} segment {}: owner merged set {} without us",
+                              E.chunk, E.seg, scratch_set_.to_string()));
     }
-    // Our input goes to the owner as a piece after all, paced like the late rank's others;
-    // the final comes on receive 1 once that send no longer reads our input.
-    const int piece = add_aux(AuxKind::kToOwnerSend, E.chunk, E.seg);
-    AuxOp& op = aux_[piece];
-    op.reads_input = true;
-    op.lb_entry = e;
-    op.hdr.assign(hdr_bytes_, 0);
-    ContributionSet mine(n_);
-    mine.add(p_.rank);
-    write_header(op.hdr.data(), Phase::kReduceScatter, E.chunk, E.seg, mine, kFlagToOwner,
-                 static_cast<uint32_t>(p_.rank + 1));
-    pace_piece(piece, E.chunk, E.seg, aux_[piece].hdr.data(), input_ptr(E.chunk, E.seg), now,
-               out);
+    lb_finish(e, now, out);
     return Status::kOk;
   }
   if (scratch_set_.count() != n_ - 1 || scratch_set_.contains(p_.rank)) {
@@ -241,17 +250,10 @@ Status RingAllreduce::lb_on_decision(int e, double now, ActionList* out) {
                                 E.chunk, E.seg));
       }
     }
+    lb_queue_bcast(e, now, out);
+    post_receives(now, out);
   }
-  ++stats_.bcast_segments;
-  E.send_needed = true;
-  E.hdr.assign(hdr_bytes_, 0);
-  ContributionSet mine(n_);
-  mine.add(p_.rank);
-  write_header(E.hdr.data(), Phase::kAllgather, E.chunk, E.seg, mine, 0,
-               kRouteBcast | (E.race ? kRouteComing : 0u) | static_cast<uint32_t>(p_.rank + 1));
-  lb_queue_.push_back(e);
-  lb_pump(now, out);
-  post_receives(now, out);
+  lb_try_final(e, now, out);
   return Status::kOk;
 }
 
@@ -275,8 +277,7 @@ void RingAllreduce::lb_pump(double now, ActionList* out) {
 
 Status RingAllreduce::lb_on_recv(size_t token_idx, size_t payload_bytes, double now,
                                  ActionList* out) {
-  const size_t e = token_idx / kLbSubs;
-  const size_t sub = token_idx % kLbSubs;
+  const size_t e = token_idx;
   if (e >= lb_.size() || lb_[e].done) return fail("completion for an unknown broadcast receive");
   LbEntry& E = lb_[e];
   const size_t expect = layout_.segment_count(E.chunk, E.seg) * layout_.elem_size();
@@ -286,24 +287,6 @@ Status RingAllreduce::lb_on_recv(size_t token_idx, size_t payload_bytes, double 
   }
   --pending_;
   ++stats_.messages_received;
-  if (sub == 1) {
-    // The final after a request (late rank).
-    // The allgather segment after a request: it stands for the allgather receive we never
-    // posted, and goes on as that one would (forwarded by its route; or, where our piece made
-    // the owner's set complete but for another late rank's input, a partial for that rank).
-    size_t ai = recvs_.size();
-    for (size_t i = 0; i < recvs_.size(); ++i) {
-      if (recvs_[i].phase == Phase::kAllgather && recvs_[i].seg_id == E.seg_id) ai = i;
-    }
-    if (ai == recvs_.size()) return fail("allgather segment after a request without a receive");
-    std::memcpy(recvs_[ai].header, slot_hdr(E.buf.get(), 0), hdr_bytes_);
-    E.final_done = true;
-    lb_finish(static_cast<int>(e), now, out);
-    recvs_[ai].state = OpState::kPosted;
-    ++ag_posted_;  // on_ag_segment counts it as a posted receive that arrived
-    recvs_[ai].state = OpState::kArrived;
-    return on_ag_segment(ai, now, out);
-  }
   E.recv_done = true;
   if (E.late_role) return lb_on_decision(static_cast<int>(e), now, out);
   // The late rank's input, from our ring predecessor.
@@ -386,9 +369,9 @@ void RingAllreduce::lb_finish(int e, double now, ActionList* out) {
   if (E.done) return;
   bool complete;
   if (E.late_role) {
-    // Request: race (the final came or comes in the allgather) or our piece went (final on
-    // receive 1); partial: our final is computed.
-    complete = E.reduced || (E.recv_done && !E.send_needed && (E.race || E.final_done));
+    // Partial: our final is computed; request (race: the owner merged our piece): the final
+    // comes in the allgather.
+    complete = E.reduced || (E.recv_done && !E.send_needed && E.race);
   } else {
     complete = E.reduced && (!E.send_needed || E.send_done);
   }
@@ -405,15 +388,4 @@ void RingAllreduce::lb_finish(int e, double now, ActionList* out) {
   (void)out;
 }
 
-void RingAllreduce::lb_post_final_recv(int e, double now, ActionList* out) {
-  LbEntry& E = lb_[e];
-  E.final_posted = true;
-  E.t = now;
-  out->push_back(message_action(
-      Action::Kind::kRecv, make_token(kTokLbRecv, kLbSubs * e + 1), kAnySourceOneSender,
-      tag_for(kTagAg, E.seg_id), slot_hdr(E.buf.get(), 0), hdr_bytes_,
-      seg_ptr(p_.recvbuf, E.chunk, E.seg),
-      layout_.segment_count(E.chunk, E.seg) * layout_.elem_size()));
-  ++pending_;
-}
 }  // namespace skipring

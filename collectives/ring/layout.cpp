@@ -72,7 +72,8 @@ size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
   // by one.
   const size_t n = std::max<size_t>(1, p.ring.size());
   // (the top 3 tags are the control channels)
-  const size_t max_segments = static_cast<size_t>(std::max(1, (p.tag_span - 4) / (2 * ring::kTagKinds)));
+  const size_t max_segments =
+      static_cast<size_t>(std::max(1, (p.tag_span - 4) / (2 * ring::kTagKinds)));
   const size_t elem = dtype_size(p.dtype);
   size_t seg = std::max(p.segment_bytes, elem);
   if (max_segments > n) {

@@ -42,7 +42,6 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
       std::find(o.named.begin(), o.named.end(), static_cast<int>(late - 1)) == o.named.end()) {
     // A bypassed piece in late-broadcast mode: its late rank waits for our decision.
     o.named.push_back(static_cast<int>(late - 1));
-    o.decided.push_back(false);
   }
   if (o.partial()) return lb_drop_late_piece(g, item, now, out);
   if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
@@ -96,7 +95,8 @@ Status RingAllreduce::on_owner_merged(int g, double now, ActionList* out) {
   } else {
     o.to_owner_posted = false;  // its slot is free again
   }
-  lb_owner_decide(g, now, out);  // late broadcast: partial, or requests to late ranks
+  // Late broadcast: the partial, or the request to a late rank whose input came after all.
+  SKIPRING_RETURN_IF_ERROR(lb_owner_decide(g, now, out));
   if (o.partial()) return Status::kOk;
   if (o.acc.full()) {
     // Chunk segment complete: its allgather starts now. Nothing more can come straight to

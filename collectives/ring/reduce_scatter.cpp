@@ -27,9 +27,11 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
   sends_.push_back(s);
   Action a = message_action(
       Action::Kind::kSend, make_token(kTokSend, sends_.size() - 1), peer >= 0 ? peer : succ_,
-      tag_for(tag_kind >= 0 ? tag_kind : phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id),
-      hdr, hdr_bytes_, payload,
-      layout_.segment_count(c, g) * layout_.elem_size());
+      tag_for(tag_kind >= 0                    ? tag_kind
+              : phase == Phase::kReduceScatter ? kTagRs
+                                               : kTagAg,
+              s.seg_id),
+      hdr, hdr_bytes_, payload, layout_.segment_count(c, g) * layout_.elem_size());
   a.phase = static_cast<int8_t>(phase);
   a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
   out->push_back(a);

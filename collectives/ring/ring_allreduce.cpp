@@ -35,13 +35,12 @@ int RingAllreduce::pos_of(int rank) const {
   return -1;
 }
 
+int ring_data_tag(uint32_t seq, int seg_id, int kind) {
+  return kTagKinds * (2 * seg_id + static_cast<int>(seq & 1)) + kind;
+}
+
 int RingAllreduce::tag_for(int kind, int seg_id) const {
-  // Consecutive collectives use disjoint data tags (the parity of the sequence number): with
-  // the late broadcast a healthy rank can finish a collective and send messages of the next
-  // one while an owner still has a receive from any source posted in this one (the late
-  // rank's piece that may still come). Ranks are never two collectives apart (finishing one
-  // takes every rank's input to it).
-  return kTagKinds * (2 * seg_id + static_cast<int>(p_.seq & 1)) + kind;
+  return ring_data_tag(p_.seq, seg_id, kind);
 }
 
 uint8_t* RingAllreduce::seg_ptr(void* base, int c, int g) const {
@@ -421,8 +420,8 @@ std::string RingAllreduce::describe() const {
   for (const ring::LbEntry& e : lb_) {
     if (e.done) continue;
     unsent += fmt::format(" LB{}:c{}g{}late{}{}{}{}{}", e.late_role ? "late" : "", e.chunk, e.seg,
-                          e.late, e.race ? "race" : "", e.recv_done ? "R" : "", e.send_needed ? "S" : "",
-                          e.send_done ? "s" : "");
+                          e.late, e.race ? "race" : "", e.recv_done ? "R" : "",
+                          e.send_needed ? "S" : "", e.send_done ? "s" : "");
   }
   for (size_t g = 0; g < owner_.size(); ++g) {
     const ring::OwnerPiece& o = owner_[g];
@@ -518,8 +517,8 @@ std::string RingAllreduce::describe_wait(double now) const {
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 || lb_open_ != 0 ||
-      !lb_queue_.empty() ||
-      next_post_ != recvs_.size() || awaiting_reduce_ != 0 || ctrl_.any_open()) {
+      !lb_queue_.empty() || next_post_ != recvs_.size() || awaiting_reduce_ != 0 ||
+      ctrl_.any_open()) {
     return;
   }
   for (const auto& o : owner_) {

@@ -102,8 +102,11 @@ void RingAllreduce::bypass_to_owner(int c, int g, uint8_t* hdr, const void* payl
   // Our successor is late (the rank after it asked): the piece goes straight to the owner
   // and the successor learns it has only its own input to send for (c, g).
   // The route word names the late rank: the owner routes its allgather around it.
-  // In late-broadcast mode (kRouteBcast) the owner may complete the segment without it.
-  const uint32_t bcast = lb_on() ? kRouteBcast : 0u;
+  // In late-broadcast mode (kRouteBcast) the owner completes the segment without it. Only
+  // when our piece holds every input from the chunk's start up to us: then no other rank was
+  // routed around upstream, so at most one rank per segment is (the owner's partial then lacks
+  // exactly one input, that late rank's, which can therefore send it down the chain at once).
+  const uint32_t bcast = lb_on() && lb_path_complete(c, set) ? kRouteBcast : 0u;
   write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagToOwner,
                static_cast<uint32_t>(succ_ + 1) | bcast);
   const int piece = add_aux(AuxKind::kToOwnerSend, c, g);
@@ -331,7 +334,6 @@ Status RingAllreduce::on_to_owner_sent(size_t idx, double now, ActionList* out) 
   const AuxOp& op = aux_[idx];
   const int recv_slot = op.recv_slot, send_slot = op.send_slot, seg_id = op.seg_id;
   const bool reads_input = op.reads_input;
-  const int lb_entry = op.lb_entry;
   if (op.paced) {
     --paced_in_flight_;
     send_paced(now, out);
@@ -342,7 +344,6 @@ Status RingAllreduce::on_to_owner_sent(size_t idx, double now, ActionList* out) 
   } else if (reads_input) {
     seg_[seg_id].on_input_released();
   }
-  if (lb_entry >= 0) lb_post_final_recv(lb_entry, now, out);
   post_receives(now, out);
   return start_reduces(now, out);
 }

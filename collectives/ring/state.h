@@ -46,7 +46,7 @@ struct SendOp {
   double t_posted = 0;
   bool reads_input = false;  // payload is our input: input may change once it completes
   int ag_peer = -1;          // an allgather send from a per-peer queue (ag_queue_): its peer
-  bool lb_read = false;  // reads a late-broadcast segment in recvbuf (SegmentState::out_reads)
+  bool lb_read = false;      // reads a late-broadcast segment in recvbuf (SegmentState::out_reads)
 };
 
 // An allgather send waiting for its turn on the link to `peer` (ag_queue_).
@@ -87,7 +87,6 @@ struct AuxOp {
   bool done = false;
   bool cancelled = false;
   bool paced = false;  // kToOwnerSend: one of the late rank's paced pieces
-  int lb_entry = -1;   // kToOwnerSend: a late rank's piece an owner requested (late_bcast.cpp)
   double t = 0;
   std::vector<uint8_t> hdr;  // header-only messages own their header here
 };
@@ -190,16 +189,16 @@ struct OwnerPiece {
   std::vector<OwnerItem> queue;  // arrived pieces, in arrival order
   OwnerItem merging_item;        // the piece being merged (while `merging`)
   double merge_t = 0;            // when that merge started
-  // Late broadcast (late_bcast.cpp). `named`: the late ranks that bypassed pieces named in
-  // late-broadcast mode; each gets exactly one decision from us on kTagPartial: the partial
-  // (we went `partial`: every other input is merged, its input comes down the chain) or a
-  // request (send your piece to me as before). `decided[i]` once named[i] got it.
+  // Late broadcast (late_bcast.cpp). `named`: the late rank a bypassed piece named in
+  // late-broadcast mode (at most one); it gets exactly one decision from us on kTagPartial:
+  // the partial (we went `partial`: every other input is merged, its input comes down the
+  // chain) or, where its input reached us first (a race), a request (`decided` once sent).
   // After going partial the late rank's own piece may still come (it had sent it before it
   // learnt the mode): `xl_known` once its input arrived down the chain, whose header says
   // whether such a piece is `coming`; `late_seen` once it came (dropped: its input is in the
   // chain).
   std::vector<int> named;
-  std::vector<bool> decided;
+  bool decided = false;
   int partial_for = -1;  // the late rank we went partial for
   bool xl_known = false;
   bool coming = false;
@@ -230,7 +229,6 @@ struct LbEntry {
   int ag_recv = -1;        // healthy non-owner: index of the allgather receive in recvs_
   std::unique_ptr<uint8_t[]> buf;
   bool recv_done = false;
-  bool final_posted = false, final_done = false;  // late rank, request: receive 1
   bool send_needed = false, send_done = false;
   bool reducing = false, reduced = false;
   bool done = false;

@@ -688,15 +688,17 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   ASSERT_NE(fold, nullptr);
   ActionList ring;
   ASSERT_EQ(d.core->on_reduce(fold->token, 2.0, &ring), Status::kOk);
-  // Ring tags are 4 * segment id + kind (0 reduce-scatter, 1 allgather); segment id = chunk.
-  const Action* rs_send = find_action(ring, Action::Kind::kSend, 2, 4);
-  const Action* rs_recv = find_action(ring, Action::Kind::kRecv, 2, 0);
+  // Ring tags (ring_data_tag): kind 0 reduce-scatter, 1 allgather; segment id = chunk.
+  const uint32_t seq = d.p.seq;
+  const Action* rs_send = find_action(ring, Action::Kind::kSend, 2, ring_data_tag(seq, 1, 0));
+  const Action* rs_recv = find_action(ring, Action::Kind::kRecv, 2, ring_data_tag(seq, 0, 0));
   ASSERT_NE(rs_send, nullptr) << "the ring started once block 0 was folded";
   ASSERT_NE(rs_recv, nullptr);
   ActionList after_send;
   ASSERT_EQ(d.core->on_send(rs_send->token, 3.0, &after_send), Status::kOk);
-  const Action* ag_recv = find_action(after_send, Action::Kind::kRecv, 2, 5);
-  if (ag_recv == nullptr) ag_recv = find_action(ring, Action::Kind::kRecv, 2, 5);
+  const int ag1 = ring_data_tag(seq, 1, 1);
+  const Action* ag_recv = find_action(after_send, Action::Kind::kRecv, 2, ag1);
+  if (ag_recv == nullptr) ag_recv = find_action(ring, Action::Kind::kRecv, 2, ag1);
   ASSERT_NE(ag_recv, nullptr);
   forge_header(rs_recv->header, 2, /*ring reduce-scatter*/ 0, 0, 0, {1});
   ActionList a2;
@@ -706,7 +708,7 @@ TEST(HierProtocol, LocalAllgatherStartsDuringTheRingsAllgather) {
   ASSERT_NE(merge, nullptr);
   ActionList a3;
   ASSERT_EQ(d.core->on_reduce(merge->token, 5.0, &a3), Status::kOk);
-  const Action* ring_ag_send = find_action(a3, Action::Kind::kSend, 2, 1);
+  const Action* ring_ag_send = find_action(a3, Action::Kind::kSend, 2, ring_data_tag(seq, 0, 1));
   ASSERT_NE(ring_ag_send, nullptr);
   EXPECT_EQ(find_action(a3, Action::Kind::kSend, 1), nullptr) << "half of block 0 is final";
   forge_header(ag_recv->header, 2, /*ring allgather*/ 1, 1, 0, {0, 1});
