@@ -98,9 +98,9 @@ struct RingParams {
   // Late broadcast (routed allgather only, n >= 3; collectives/ring/late_bcast.cpp): once a
   // rank bypasses its late successor, each owner completes those segments without the late
   // rank's input and allgathers the partial among the healthy ranks (and to the late rank);
-  // the late rank, once it arrives, sends its input down the chain of healthy ranks in ring
-  // order and every rank computes partial op input. After a late arrival the late rank's links
-  // then carry S each way with no dependency on an owner. Ignored without skip.
+  // the late rank, once it arrives, sends its input down two binary trees of healthy ranks
+  // (alternating by segment) and every rank computes partial op input. After a late arrival the
+  // late rank's links then carry S each way with no dependency on an owner. Ignored without skip.
   bool late_bcast = false;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
@@ -109,7 +109,7 @@ struct RingParams {
 };
 
 // The message tag of a ring all-reduce data message: kind 0 reduce-scatter piece, 1 allgather
-// segment, 2 piece to the owner, 3 redirect ack, 4 late rank's input down the chain, 5 owner's
+// segment, 2 piece to the owner, 3 redirect ack, 4 late rank's input down the trees, 5 owner's
 // partial or decision to the late rank (collectives/ring/internal.h). Consecutive collectives
 // (sequence numbers) use disjoint tags: with the late broadcast a healthy rank can finish a
 // collective and send messages of the next one while an owner still has a receive from any
@@ -284,15 +284,19 @@ class RingAllreduce final : public CoreBase {
   Status lb_on_reduce(size_t e, double now, ActionList* out);
   void lb_try_final(int e, double now, ActionList* out);
   void lb_finish(int e, double now, ActionList* out);
-  // Late rank: our input for entry e goes down the chain (kLbInFlight at a time).
+  // Late rank: our input for entry e goes down the trees (kLbInFlight at a time).
   void lb_queue_bcast(int e, double now, ActionList* out);
+  // The tree the late rank's input for segment seg_id goes down (two binary trees over the
+  // healthy ranks, alternating by segment): where it comes from (-1 at the late rank) and
+  // where it goes on (the late rank: the root).
+  void lb_tree(int late, int seg_id, int* from, int to[2], int* nto) const;
   // Whether `set` holds every input from chunk c's start up to us (no one routed around).
   bool lb_path_complete(int c, const ContributionSet& set) const;
   // A send reading late-broadcast segment seg_id completed.
   void lb_read_done(int seg_id, double now, ActionList* out);
   // Late rank: the owner's decision for entry e arrived.
   Status lb_on_decision(int e, double now, ActionList* out);
-  // A piece of a late-broadcast segment dropped by its owner (its input came down the chain).
+  // A piece of a late-broadcast segment dropped by its owner (its input came down the trees).
   Status lb_drop_late_piece(int g, const OwnerItem& item, double now, ActionList* out);
 
   // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
@@ -365,7 +369,7 @@ class RingAllreduce final : public CoreBase {
   std::vector<double> piece_waits_;
 
   // Late broadcast (late_bcast.cpp): its segments at this rank, and the late rank's inputs
-  // waiting to go down the chain (at most kLbInFlight in flight).
+  // waiting to go down the trees (at most kLbInFlight in flight).
   std::vector<ring::LbEntry> lb_;
   std::deque<int> lb_queue_;
   std::unique_ptr<uint8_t[]> lb_zero_;  // payload of the owner's requests (a segment of zeros)

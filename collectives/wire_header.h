@@ -41,7 +41,7 @@ constexpr uint32_t kRouteDirect = 1u << 30;
 // Late broadcast (collectives/ring/late_bcast.cpp). kRouteBcast: on a piece a rank sent to the
 // owner around its late successor, and on the "bypassed" control to that successor: the
 // segment completes without the late rank (the owner allgathers the partial, the late rank's
-// input goes down the chain of healthy ranks); on that input itself. kRouteBcastPass: on the
+// input goes down two trees of healthy ranks); on that input itself. kRouteBcastPass: on the
 // late rank's "bypassed" control to its successor: its input for the segment comes down the
 // chain, not on the ring (the successor is not late itself). kRouteComing: on the late rank's
 // input: "my piece for this segment also went to the owner before I learnt the mode".

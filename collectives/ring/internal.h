@@ -44,7 +44,7 @@ constexpr double kStepGrace = 0.5;
 constexpr int kPacedInFlight = 8;
 // Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
 constexpr int kAgInFlight = 2;
-// The late rank's inputs going down the broadcast chain in flight at once (late_bcast.cpp).
+// The late rank's inputs going down the broadcast trees in flight at once (late_bcast.cpp).
 constexpr int kLbInFlight = 4;
 // A skipped piece that still came on the ring within this many thresholds is a normal wait
 // for the threshold's learning (RingAllreduce::record_piece_waits).

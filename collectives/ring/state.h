@@ -104,7 +104,7 @@ enum class PieceState : uint8_t {
   kSentRing,     // sent to the successor on the ring
   kSentBypass,   // sent to the owner around our late successor (+ a "bypassed" message)
   kSentToOwner,  // sent to the owner after the successor's notice (+ a redirect ack)
-  kSentBcast,    // late broadcast: our input alone goes down the chain of healthy ranks
+  kSentBcast,    // late broadcast: our input alone goes down two trees of healthy ranks
                  // (+ a "bypassed" control to the successor); see late_bcast.cpp
 };
 
@@ -194,7 +194,7 @@ struct OwnerPiece {
   // the partial (we went `partial`: every other input is merged, its input comes down the
   // chain) or, where its input reached us first (a race), a request (`decided` once sent).
   // After going partial the late rank's own piece may still come (it had sent it before it
-  // learnt the mode): `xl_known` once its input arrived down the chain, whose header says
+  // learnt the mode): `xl_known` once its input arrived down the trees, whose header says
   // whether such a piece is `coming`; `late_seen` once it came (dropped: its input is in the
   // chain).
   std::vector<int> named;
@@ -230,6 +230,10 @@ struct LbEntry {
   std::unique_ptr<uint8_t[]> buf;
   bool recv_done = false;
   bool send_needed = false, send_done = false;
+  int from = -1;         // healthy rank: where the late rank's input comes from
+  int to[2] = {-1, -1};  // where it goes on (healthy: children in the tree; late: root)
+  int nto = 0;
+  int sends_left = 0;
   bool reducing = false, reduced = false;
   bool done = false;
   double t = 0;
