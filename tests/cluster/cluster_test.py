@@ -18,7 +18,7 @@ Usage: cluster_test.py --vcluster scripts/vcluster.sh [--rate 1gbit] SCENARIO [o
        --program pmpi_allreduce_c
       an unmodified MPI program with the PMPI library preloaded: exact results (the program
       checks them), one SKIPRING_REPORT line per rank with calls > 0 (skipring ran them)
-  late --hosts N --test mpi_straggler_test [--late-rank R] [--late-ms MS]
+  late --hosts N [--per-host K] --test mpi_straggler_test [--late-rank R] [--late-ms MS] [--bcast]
       one rank arrives late at every call: skips > 0, exact, and the allgather was routed
       (direct_segments == 0 on every rank: the direct allgather is for one host only)
   late ... --transport ucx
@@ -164,14 +164,23 @@ def test_late(cluster, a):
     if a.transport == "ucx":
         env.update({"SKIPRING_TRANSPORT": "ucx", "SKIPRING_LOG_LEVEL": "info"})
         mpirun_args = ["-x", "UCX_TLS=tcp,self"]
-    rc, out = cluster.run(1, mpirun_args + [a.test, "--expect-skips", "--expect-routed",
-                                            "--iters", "6"], env=env)
+    args = [a.test, "--expect-skips", "--expect-routed", "--iters", "6"]
+    if a.bcast:
+        # Small segments and 2 send slots: the late rank's predecessor parks 2 pieces with it and
+        # bypasses it for the rest, which is what the late broadcast takes over.
+        env.update({"SKIPRING_SEGMENT_BYTES": "32768", "SKIPRING_PIPELINE_DEPTH": "2"})
+        args = [a.test, "--expect-skips", "--expect-routed", "--expect-bcast", "--iters", "4"]
+    rc, out = cluster.run(a.per_host, mpirun_args + args, env=env)
     check(rc == 0, "mpi_straggler_test exited 0 (exact, skips > 0, direct_segments == 0)")
     if a.transport == "ucx":
         check(re.search(r"SKIPRING_TRANSPORT=ucx: UCX \d+\.\d+", out) is not None,
               "the UCX transport carried the collectives (its info line)")
     m = re.search(r"^skips=(\d+) late=(\d+)$", out, re.M)
     check(m is not None and int(m.group(1)) > 0, "the late rank made ranks skip ahead")
+    if a.bcast:
+        m = re.search(r"^bcast_segments=(\d+)$", out, re.M)
+        check(m is not None and int(m.group(1)) > 0,
+              "segments completed without the late rank, its input down the trees")
     check(re.search(r"^\d+ passed, 0 failed$", out, re.M) is not None, "0 failed")
 
 
@@ -187,6 +196,8 @@ def main():
     ap.add_argument("--check-report")
     ap.add_argument("--preload")
     ap.add_argument("--program")
+    ap.add_argument("--bcast", action="store_true",
+                    help="late: small segments, 2 slots, and the late broadcast asserted")
     ap.add_argument("--late-rank", type=int, default=1)
     ap.add_argument("--late-ms", type=float, default=50)
     ap.add_argument("--transport", choices=["mpi", "ucx"], default="mpi",

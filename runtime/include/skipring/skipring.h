@@ -107,6 +107,9 @@ typedef struct skipring_stats {
                                 "tree", "multitree", "hier" ("" before any all-reduce) */
   uint32_t direct_segments;  /* segments of its own chunk this rank sent straight to every
                                 rank after a straggler (SKIPRING_DIRECT_ALLGATHER) */
+  uint32_t bcast_segments;   /* late broadcast (SKIPRING_LATE_BCAST): segments of its own chunk
+                                this rank completed without a late rank's input, or, being
+                                late, whose input it sent down the trees of healthy ranks */
 } skipring_stats_t;
 
 SKIPRING_API int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
