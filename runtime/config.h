@@ -55,8 +55,9 @@ struct Config {
   // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
   int direct_allgather = -1;  // SKIPRING_DIRECT_ALLGATHER
-  // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md).
-  bool late_bcast = true;  // SKIPRING_LATE_BCAST
+  // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md). Off by default:
+  // faster under SimGrid, slower on the emulated TCP cluster (docs/skip_ahead.md).
+  bool late_bcast = false;  // SKIPRING_LATE_BCAST
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or

@@ -281,7 +281,8 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_LATE_BCAST", &Config::late_bcast, {}, "",
        "routed allgather only: owners complete the segments of a bypassed late rank without it "
        "and allgather the partials; the late rank's input then goes down two trees of healthy "
-       "ranks and every rank adds it ([docs/skip_ahead.md](docs/skip_ahead.md))"},
+       "ranks and every rank adds it (experimental: faster under SimGrid, slower over TCP; "
+       "[docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},

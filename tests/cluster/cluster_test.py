@@ -168,7 +168,8 @@ def test_late(cluster, a):
     if a.bcast:
         # Small segments and 2 send slots: the late rank's predecessor parks 2 pieces with it and
         # bypasses it for the rest, which is what the late broadcast takes over.
-        env.update({"SKIPRING_SEGMENT_BYTES": "32768", "SKIPRING_PIPELINE_DEPTH": "2"})
+        env.update({"SKIPRING_SEGMENT_BYTES": "32768", "SKIPRING_PIPELINE_DEPTH": "2",
+                    "SKIPRING_LATE_BCAST": "1"})
         args = [a.test, "--expect-skips", "--expect-routed", "--expect-bcast", "--iters", "4"]
     rc, out = cluster.run(a.per_host, mpirun_args + args, env=env)
     check(rc == 0, "mpi_straggler_test exited 0 (exact, skips > 0, direct_segments == 0)")
