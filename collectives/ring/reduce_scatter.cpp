@@ -63,8 +63,8 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
       a.payload = slot_payload(recv_slot_base(r.slot), 0);
     } else {
       if (seg_[r.seg_id].skip_ag) {
-        // The late rank's segment in late-broadcast mode: its final is computed here (or comes
-        // on the broadcast entry's own receive after a request).
+        // The late rank's segment in late-broadcast mode: its final is computed here from the
+        // owner's partial (late_bcast.cpp), nothing comes in the allgather.
         r.state = OpState::kFinished;
         r.t_posted = r.t_arrived = now;
         ++next_post_;
