@@ -183,6 +183,9 @@ class RingAllreduce final : public CoreBase {
 
   // --- reduce_scatter.cpp: the receive window, ring sends, reductions in receive order
   void post_receives(double now, ActionList* out);
+  // Posts allgather receive i if it is admitted (or finishes it unposted: the late rank's
+  // segment in late-broadcast mode); false if it must wait.
+  bool post_ag_recv(size_t i, double now, ActionList* out);
   // Posts the admitted allgather receives after next_post_ (unwindowed receives only).
   void post_ag_out_of_order(double now, ActionList* out);
   // A receive slot for the next ring piece (the window may grow), -1 when there is none.

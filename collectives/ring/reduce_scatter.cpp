@@ -42,54 +42,63 @@ void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hd
 void RingAllreduce::post_receives(double now, ActionList* out) {
   while (next_post_ < recvs_.size()) {
     RecvOp& r = recvs_[next_post_];
-    if (r.state != OpState::kWaiting) {  // an allgather receive posted out of order (below)
+    if (r.state != OpState::kWaiting) {  // an allgather receive posted out of order
       ++next_post_;
       continue;
     }
-    // Header and payload buffers are filled in below.
-    Action a = message_action(Action::Kind::kRecv, make_token(kTokRecv, next_post_), pred_,
-                              tag_for(r.phase == Phase::kReduceScatter ? kTagRs : kTagAg, r.seg_id),
-                              nullptr, hdr_bytes_, nullptr,
-                              layout_.segment_count(r.chunk, r.seg) * layout_.elem_size());
-    if (r.phase == Phase::kReduceScatter) {
-      if (seg_[r.seg_id].pred_bypassed) {
-        resolve_bypassed_unposted(now, out);
-        continue;
-      }
-      const int slot = take_recv_slot();
-      if (slot < 0) break;
-      r.slot = slot;
-      a.header = slot_hdr(recv_slot_base(r.slot), 0);
-      a.payload = slot_payload(recv_slot_base(r.slot), 0);
-    } else {
-      if (seg_[r.seg_id].skip_ag) {
-        // The late rank's segment in late-broadcast mode: its final is computed here from the
-        // owner's partial (late_bcast.cpp), nothing comes in the allgather.
-        r.state = OpState::kFinished;
-        r.t_posted = r.t_arrived = now;
-        ++next_post_;
-        continue;
-      }
-      if (!ag_recv_admitted(r)) {
+    if (r.phase == Phase::kAllgather) {
+      if (!post_ag_recv(next_post_, now, out)) {
         if (mode_.ag_unwindowed()) post_ag_out_of_order(now, out);
         break;
       }
-      // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
-      // exactly one message per segment reaches every rank, from whichever rank the route
-      // names, and its header says where it goes on.
-      if (mode_.side_channels) a.peer = kAnySourceOneSender;
-      ++ag_posted_;
-      a.header = r.header;
-      a.payload = seg_ptr(p_.recvbuf, r.chunk, r.seg);
+      ++next_post_;
+      continue;
     }
+    if (seg_[r.seg_id].pred_bypassed) {
+      resolve_bypassed_unposted(now, out);
+      continue;
+    }
+    const int slot = take_recv_slot();
+    if (slot < 0) break;
+    r.slot = slot;
+    out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, next_post_), pred_,
+                                  tag_for(kTagRs, r.seg_id), slot_hdr(recv_slot_base(r.slot), 0),
+                                  hdr_bytes_, slot_payload(recv_slot_base(r.slot), 0),
+                                  layout_.segment_count(r.chunk, r.seg) * layout_.elem_size()));
     StepRecord& rec = step_record(r);
     if (rec.t_start == 0) rec.t_start = now;
     r.state = OpState::kPosted;
     r.t_posted = now;
-    out->push_back(a);
     ++pending_;
     ++next_post_;
   }
+}
+
+bool RingAllreduce::post_ag_recv(size_t i, double now, ActionList* out) {
+  RecvOp& r = recvs_[i];
+  if (seg_[r.seg_id].skip_ag) {
+    // The late rank's segment in late-broadcast mode: its final is computed here from the
+    // owner's partial (late_bcast.cpp), nothing comes in the allgather.
+    r.state = OpState::kFinished;
+    r.t_posted = r.t_arrived = now;
+    return true;
+  }
+  if (!ag_recv_admitted(r)) return false;
+  // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
+  // exactly one message per segment reaches every rank, from whichever rank the route
+  // names, and its header says where it goes on.
+  out->push_back(message_action(Action::Kind::kRecv, make_token(kTokRecv, i),
+                                mode_.side_channels ? kAnySourceOneSender : pred_,
+                                tag_for(kTagAg, r.seg_id), r.header, hdr_bytes_,
+                                seg_ptr(p_.recvbuf, r.chunk, r.seg),
+                                layout_.segment_count(r.chunk, r.seg) * layout_.elem_size()));
+  ++ag_posted_;
+  StepRecord& rec = step_record(r);
+  if (rec.t_start == 0) rec.t_start = now;
+  r.state = OpState::kPosted;
+  r.t_posted = now;
+  ++pending_;
+  return true;
 }
 
 void RingAllreduce::post_ag_out_of_order(double now, ActionList* out) {
@@ -99,25 +108,9 @@ void RingAllreduce::post_ag_out_of_order(double now, ActionList* out) {
   // successor are parked, its predecessor, could otherwise post no allgather receive until
   // the late rank arrived, and every partial and final segment routed through it waited.)
   for (size_t i = next_post_ + 1; i < recvs_.size(); ++i) {
-    RecvOp& r = recvs_[i];
-    if (r.state != OpState::kWaiting || r.phase != Phase::kAllgather) continue;
-    if (seg_[r.seg_id].skip_ag) {
-      r.state = OpState::kFinished;
-      r.t_posted = r.t_arrived = now;
-      continue;
+    if (recvs_[i].state == OpState::kWaiting && recvs_[i].phase == Phase::kAllgather) {
+      post_ag_recv(i, now, out);
     }
-    if (!ag_recv_admitted(r)) continue;
-    Action a = message_action(Action::Kind::kRecv, make_token(kTokRecv, i), kAnySourceOneSender,
-                              tag_for(kTagAg, r.seg_id), r.header, hdr_bytes_,
-                              seg_ptr(p_.recvbuf, r.chunk, r.seg),
-                              layout_.segment_count(r.chunk, r.seg) * layout_.elem_size());
-    ++ag_posted_;
-    StepRecord& rec = step_record(r);
-    if (rec.t_start == 0) rec.t_start = now;
-    r.state = OpState::kPosted;
-    r.t_posted = now;
-    out->push_back(a);
-    ++pending_;
   }
 }
 

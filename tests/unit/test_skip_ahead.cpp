@@ -54,6 +54,18 @@ Outcome run_exact(const harness::Options& o, const std::string& what) {
   return out;
 }
 
+// The random schedules' common draws, in the order the schedules were drawn in: segment size,
+// depth, in place or not, collectives back to back, eager share, latency, threshold.
+void draw_geometry_and_timing(harness::Options* o, std::mt19937_64* rng) {
+  o->segment_bytes = 8 * (1 + (*rng)() % 8);
+  o->depth = 1 + static_cast<int>((*rng)() % 4);
+  o->in_place = (*rng)() & 1;
+  o->collectives = 1 + static_cast<int>((*rng)() % 2);
+  o->eager_probability = ((*rng)() % 3) / 2.0;
+  o->latency_max = 1e-6 * (1 + (*rng)() % 10);
+  o->skip_threshold_s = 1e-6 * (5 + (*rng)() % 40);
+}
+
 harness::Options base(int n, uint64_t seed) {
   harness::Options o;
   o.n = n;
@@ -172,13 +184,7 @@ TEST(SkipAhead, LateBroadcastSchedules) {
     o.count = rng() % (20 * n + 1);
     o.dtype = i % 3 == 0 ? DType::kInt32 : DType::kInt64;
     o.op = i % 5 == 0 ? ROp::kBxor : ROp::kSum;
-    o.segment_bytes = 8 * (1 + rng() % 8);
-    o.depth = 1 + static_cast<int>(rng() % 4);
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 2);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.latency_max = 1e-6 * (1 + rng() % 10);
-    o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
+    draw_geometry_and_timing(&o, &rng);
     o.links = rng() % 3 == 0;
     o.start_time.assign(n, 0.0);
     const int lates = 1 + static_cast<int>(rng() % 3);
@@ -250,13 +256,7 @@ TEST(SkipAhead, RandomSchedules) {
     o.count = rng() % (20 * n + 1);
     o.dtype = i % 4 == 0 ? DType::kInt32 : DType::kInt64;
     o.op = i % 7 == 0 ? ROp::kBxor : (i % 11 == 0 ? ROp::kMax : ROp::kSum);
-    o.segment_bytes = 8 * (1 + rng() % 8);
-    o.depth = 1 + static_cast<int>(rng() % 4);
-    o.in_place = rng() & 1;
-    o.collectives = 1 + static_cast<int>(rng() % 2);
-    o.eager_probability = (rng() % 3) / 2.0;
-    o.latency_max = 1e-6 * (1 + rng() % 10);
-    o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
+    draw_geometry_and_timing(&o, &rng);
     o.direct_allgather = i % 2 == 1;  // not drawn: the other draws stay as they were
     o.late_bcast = i % 4 == 0;
     o.quiet_polls = 1 + i % 4;
