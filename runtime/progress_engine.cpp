@@ -268,6 +268,12 @@ Status ProgressEngine::watchdog(double now) {
   timeout_message_ = fmt::format("no progress for {:.1f} s (SKIPRING_TIMEOUT={} s): {}", idle,
                                  options_.timeout_s, what);
   SKIPRING_LOG_ERROR("watchdog: {}", timeout_message_);
+  {
+    // What the collective still holds open (receives, sends, protocol messages): for a report.
+    std::string state = core_->describe();
+    if (state.size() > 4000) state = state.substr(0, 4000) + " ...";
+    SKIPRING_LOG_ERROR("watchdog: collective state: {}", state);
+  }
   if (options_.abort_on_timeout) {
     SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
     logger().flush();
