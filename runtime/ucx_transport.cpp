@@ -8,11 +8,14 @@
 #include <sched.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 namespace skipring {
 namespace {
@@ -104,6 +107,63 @@ bool progress_until_done(ucp_worker_h worker, void* req, double seconds) {
 bool ucx_transport_built() { return true; }
 
 struct UcxTransport::Impl {
+  // The background progress thread (`bg`). A request's completion only means its buffer may
+  // be reused: part of the protocol can still wait in this worker for this rank's progress
+  // (with the put rendezvous, the completion notice the receiver needs). A rank that has left
+  // the collective and blocks in MPI (a barrier, SKIPRING_CHECK's leftover check) then never
+  // sends it, and the receiver waits forever: mpi_allreduce_large_np4 over UCX hung about once
+  // in 30 runs on the loaded 2-core machine that way (the receivers' cancelled receives were
+  // "still receiving"; the sender's message log had the send complete). A worker flush at the
+  // end of each collective did not help (UCX's flush covers RMA, not the tag protocol). So
+  // while the caller has not used the worker for kIdleProgress and no receive is posted, `bg`
+  // progresses it; `mu` serialises the two (the worker is UCS_THREAD_MODE_SERIALIZED).
+  static constexpr std::chrono::microseconds kIdleProgress{1000};
+  std::mutex mu;
+  std::thread bg;
+  std::mutex bg_mu;  // guards stop_bg (with bg_cv)
+  std::condition_variable bg_cv;
+  bool stop_bg = false;
+  std::atomic<int64_t> last_use{0};  // steady_clock ticks of the caller's last call
+
+  static int64_t ticks() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+  void touch() { last_use.store(ticks(), std::memory_order_relaxed); }
+  void background() {
+    std::unique_lock<std::mutex> lk(bg_mu);
+    while (!stop_bg) {
+      bg_cv.wait_for(lk, kIdleProgress);
+      if (stop_bg) continue;
+      const auto idle = std::chrono::steady_clock::duration(ticks() - last_use.load());
+      if (idle < kIdleProgress) continue;  // the caller is progressing it
+      std::unique_lock<std::mutex> w(mu, std::try_to_lock);
+      if (!w.owns_lock() || receiving()) continue;
+      for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
+      }
+    }
+  }
+  // A receive is posted (a collective is under way, or one failed and left a matched receive
+  // behind): its buffer is the caller's, so only the caller progresses the worker.
+  bool receiving() const {
+    for (const Part& x : active) {
+      if (ops[x.op].is_recv) return true;
+    }
+    for (const Part& x : posted) {
+      if (ops[x.op].is_recv) return true;
+    }
+    return false;
+  }
+  void start_background() {
+    bg = std::thread([this] { background(); });
+  }
+  void stop_background() {
+    if (!bg.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lk(bg_mu);
+      stop_bg = true;
+    }
+    bg_cv.notify_all();
+    bg.join();
+  }
+
   // One transport message: one UCP message, or two (header, then payload) when the payload is
   // larger than kSplit: a contiguous payload then moves zero-copy (UCX's rendezvous takes
   // contiguous buffers only; an iov of header and payload went through bounce buffers, 1.5x
@@ -337,11 +397,14 @@ Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::st
   std::call_once(logged, [&] {
     if (rank == 0) SKIPRING_LOG_INFO("SKIPRING_TRANSPORT=ucx: {}", describe());
   });
+  (*out)->impl_->touch();
+  (*out)->impl_->start_background();
   return Status::kOk;
 }
 
 UcxTransport::~UcxTransport() {
   Impl& m = *impl_;
+  m.stop_background();
   if (m.worker == nullptr) return;
   // Sends still in flight (only after an error: the collective failed on this rank while the
   // peer may still be receiving) get a bounded chance to finish, so the peer sees the message
@@ -377,6 +440,8 @@ size_t UcxTransport::outstanding() const { return impl_->in_flight; }
 Status UcxTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.touch();
   if (peer < 0 || peer >= size_ || tag < 0 || tag >= tag_span()) return Status::kErrArg;
   const int id = m.new_op();
   Impl::Op& op = m.ops[id];
@@ -403,6 +468,8 @@ Status UcxTransport::post_send(int peer, int tag, const void* header, size_t hea
 Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                size_t payload_bytes, Token token) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.touch();
   if (peer >= size_ || (peer < 0 && peer != kAnySource && peer != kAnySourceOneSender) || tag < 0 ||
       tag >= tag_span()) {
     return Status::kErrArg;
@@ -438,6 +505,8 @@ Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_by
 
 Status UcxTransport::poll(std::vector<Completion>* done) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.touch();
   for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
   }
   Status out = Status::kOk;
@@ -470,6 +539,8 @@ Status UcxTransport::poll(std::vector<Completion>* done) {
 
 Status UcxTransport::cancel(Token token) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.touch();
   int id = -1;
   for (size_t i = 0; i < m.ops.size(); ++i) {
     if (m.ops[i].in_use && m.ops[i].is_recv && m.ops[i].token == token) id = static_cast<int>(i);
@@ -502,6 +573,8 @@ Status UcxTransport::cancel(Token token) {
 
 Status UcxTransport::unmatched_message_waiting(bool* waiting) {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.touch();
   for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
   }
   ucp_tag_recv_info_t info;
