@@ -117,18 +117,6 @@ struct RingParams {
 // rank's input to it).
 int ring_data_tag(uint32_t seq, int seg_id, int kind);
 
-// The ring's segment across hosts: at most `max_bytes` (SKIPRING_SEGMENT_BYTES), and small
-// enough that a chunk of `chunk_bytes` has at least kCrossHostMinSegments segments, but not
-// below kCrossHostSegmentFloor. The 2(n-1) hops of the ring fill its pipeline in about
-// 2 * segment / chunk of L = (n-1)/n * S / B after a late arrival, whatever n: with 256 KiB
-// segments a 1 MiB chunk (64 MiB at n = 64) has 4, so the plain ring took 2.60 L after a late
-// arrival under SimGrid, 2.09 L with 128 KiB (skip-ahead 1.80 -> 1.72 L). Chunks of 2 MiB and
-// more keep `max_bytes`: at n = 16, 64 MiB, halving the segment made skip-ahead slower (1.55 ->
-// 1.59 L after the arrival) for a ring gain of 0.1 L. One host keeps `max_bytes` throughout.
-constexpr size_t kCrossHostMinSegments = 8;
-constexpr size_t kCrossHostSegmentFloor = 128 * 1024;
-size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes);
-
 // Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
 // defined on the type, buffers are present when count > 0.
 Status validate_common(const RingParams& p, std::string* why);
