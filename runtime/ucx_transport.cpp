@@ -90,6 +90,12 @@ ucp_context_h get_context(const std::string& net_device, std::string* error) {
   return pc.context;
 }
 
+// Progresses the worker until a pass does nothing, at most 64 passes.
+void progress_some(ucp_worker_h worker) {
+  for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
+  }
+}
+
 // Completes a UCX request by progressing the worker: true when it finished in time.
 bool progress_until_done(ucp_worker_h worker, void* req, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -136,21 +142,23 @@ struct UcxTransport::Impl {
       if (idle < kIdleProgress) continue;  // the caller is progressing it
       std::unique_lock<std::mutex> w(mu, std::try_to_lock);
       if (!w.owns_lock() || receiving()) continue;
-      for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
-      }
+      progress_some(worker);
     }
   }
   // A receive is posted (a collective is under way, or one failed and left a matched receive
-  // behind): its buffer is the caller's, so only the caller progresses the worker.
+  // behind): its buffer is the caller's, so only the caller progresses the worker. (`posted`
+  // is empty outside poll, which holds `mu` while it fills and empties it.)
   bool receiving() const {
     for (const Part& x : active) {
       if (ops[x.op].is_recv) return true;
     }
-    for (const Part& x : posted) {
-      if (ops[x.op].is_recv) return true;
-    }
     return false;
   }
+  // The caller's hold on the worker for one transport call: `mu`, and the time of use.
+  struct Use {
+    explicit Use(Impl& m) : lock(m.mu) { m.touch(); }
+    std::lock_guard<std::mutex> lock;
+  };
   void start_background() {
     bg = std::thread([this] { background(); });
   }
@@ -460,8 +468,7 @@ size_t UcxTransport::outstanding() const { return impl_->in_flight; }
 Status UcxTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.touch();
+  const Impl::Use use(m);
   if (peer < 0 || peer >= size_ || tag < 0 || tag >= tag_span()) return Status::kErrArg;
   const int id = m.new_op();
   Impl::Op& op = m.ops[id];
@@ -488,8 +495,7 @@ Status UcxTransport::post_send(int peer, int tag, const void* header, size_t hea
 Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_bytes, void* payload,
                                size_t payload_bytes, Token token) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.touch();
+  const Impl::Use use(m);
   if (peer >= size_ || (peer < 0 && peer != kAnySource && peer != kAnySourceOneSender) || tag < 0 ||
       tag >= tag_span()) {
     return Status::kErrArg;
@@ -525,10 +531,8 @@ Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_by
 
 Status UcxTransport::poll(std::vector<Completion>* done) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.touch();
-  for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
-  }
+  const Impl::Use use(m);
+  progress_some(m.worker);
   Status out = Status::kOk;
   for (const Impl::Part& x : m.immediate) {
     const Status st = m.finish(x.op, x.part, UCS_OK, done);
@@ -559,8 +563,7 @@ Status UcxTransport::poll(std::vector<Completion>* done) {
 
 Status UcxTransport::cancel(Token token) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.touch();
+  const Impl::Use use(m);
   int id = -1;
   for (size_t i = 0; i < m.ops.size(); ++i) {
     if (m.ops[i].in_use && m.ops[i].is_recv && m.ops[i].token == token) id = static_cast<int>(i);
@@ -593,10 +596,8 @@ Status UcxTransport::cancel(Token token) {
 
 Status UcxTransport::unmatched_message_waiting(bool* waiting) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  m.touch();
-  for (int i = 0; i < 64 && ucp_worker_progress(m.worker) != 0; ++i) {
-  }
+  const Impl::Use use(m);
+  progress_some(m.worker);
   ucp_tag_recv_info_t info;
   *waiting = ucp_tag_probe_nb(m.worker, 0, 0, 0, &info) != nullptr;
   return Status::kOk;
