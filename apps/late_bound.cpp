@@ -11,12 +11,20 @@
 // but the transfers and the additions costs. Against it, in the same run: skipring's plain
 // ring (skipring_set_skip(0)) with every rank arriving together. The result is checked.
 //
+// With --schedule chain it times the other omniscient schedule of sim/late_schedules.cpp
+// instead: L's whole input goes down the healthy ranks in ring order (L+1, ..., K = L-1),
+// segment by segment, at most --inflight sends in flight per rank; every healthy rank adds it
+// to the others' sum it holds, and K sends each final segment to L. Every link carries S once
+// and L's two links S each: the floor S/B plus n-1 hops of one segment.
+//
 //   mpirun -np 4 late_bound -b 64M -n 12
+//   mpirun -np 4 late_bound -b 64M -n 12 --schedule chain --inflight 4
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,6 +123,57 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
   return MPI_Wtime() - t0;
 }
 
+// The chain schedule (see the top of the file); returns this rank's elapsed seconds.
+double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Comm comm,
+                   const std::vector<float>& input, const std::vector<float>& others_sum,
+                   std::vector<float>* piece, std::vector<float>* out) {
+  const int n = geo.n, succ = (rank + 1) % n, pred = (rank - 1 + n) % n;
+  const int last = (late - 1 + n) % n;  // K: sends the finals to L
+  const int nseg = n * geo.segs;
+  const int len = static_cast<int>(geo.seg);
+  std::deque<MPI_Request> in_flight;
+  auto send = [&](const float* p, int to, int tag) {
+    if (static_cast<int>(in_flight.size()) >= inflight) {
+      MPI_Wait(&in_flight.front(), MPI_STATUS_IGNORE);
+      in_flight.pop_front();
+    }
+    in_flight.emplace_back();
+    MPI_Isend(p, len, MPI_FLOAT, to, tag, comm, &in_flight.back());
+  };
+  // Every receive is posted at once: the senders' windows pace the links.
+  std::vector<MPI_Request> recvs(static_cast<size_t>(nseg));
+  MPI_Barrier(comm);
+  const double t0 = MPI_Wtime();
+  for (int g = 0; g < nseg; ++g) {
+    const size_t o = static_cast<size_t>(g) * geo.seg;
+    if (rank == late) {
+      MPI_Irecv(out->data() + o, len, MPI_FLOAT, last, g, comm, &recvs[g]);
+    } else {
+      MPI_Irecv(piece->data() + o, len, MPI_FLOAT, pred, g, comm, &recvs[g]);
+    }
+  }
+  if (rank == late) {
+    for (int g = 0; g < nseg; ++g) send(input.data() + static_cast<size_t>(g) * geo.seg, succ, g);
+    MPI_Waitall(nseg, recvs.data(), MPI_STATUSES_IGNORE);
+  } else {
+    for (int g = 0; g < nseg; ++g) {
+      MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
+      const size_t o = static_cast<size_t>(g) * geo.seg;
+      for (size_t i = 0; i < geo.seg; ++i) (*out)[o + i] = others_sum[o + i] + (*piece)[o + i];
+      if (rank == last) {
+        send(out->data() + o, late, g);
+      } else {
+        send(piece->data() + o, succ, g);
+      }
+    }
+  }
+  while (!in_flight.empty()) {
+    MPI_Wait(&in_flight.front(), MPI_STATUS_IGNORE);
+    in_flight.pop_front();
+  }
+  return MPI_Wtime() - t0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,12 +189,18 @@ int main(int argc, char** argv) {
   int iters = 12, warmup = 2, late = 1;
   size_t seg_bytes = 256 * 1024;
   bool ring_ag = false;
+  std::string schedule = "owners";
+  int inflight = 2;
   app.add_option("-b,--bytes", size_text, "message size (K/M/G suffixes)");
   app.add_option("-n,--iters", iters, "timed rounds")->check(CLI::Range(1, 100000));
   app.add_option("-w,--warmup", warmup, "untimed rounds")->check(CLI::Range(0, 100000));
   app.add_option("--late-rank", late, "the rank that arrives last")->check(CLI::NonNegativeNumber);
   app.add_option("--segment", seg_bytes, "segment bytes")->check(CLI::Range(4, 1 << 30));
   app.add_flag("--ring-allgather", ring_ag, "final segments around the ring, not direct");
+  app.add_option("--schedule", schedule, "owners (the late rank's pieces to the owners) or chain")
+      ->check(CLI::IsMember({"owners", "chain"}));
+  app.add_option("--inflight", inflight, "chain: sends in flight per rank")
+      ->check(CLI::Range(1, 1024));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -170,7 +235,10 @@ int main(int argc, char** argv) {
   std::vector<double> ideal, ring;
   long wrong = 0;
   for (int it = 0; it < warmup + iters; ++it) {
-    double t = ideal_round(geo, rank, late, ring_ag, comm, input, others, &piece, &out);
+    std::fill(out.begin(), out.end(), 0.0f);
+    double t = schedule == "chain"
+                   ? chain_round(geo, rank, late, inflight, comm, input, others, &piece, &out)
+                   : ideal_round(geo, rank, late, ring_ag, comm, input, others, &piece, &out);
     double tmax = 0;
     MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, comm);
     for (float v : out) wrong += v != total;
@@ -191,8 +259,13 @@ int main(int argc, char** argv) {
   long wrong_all = 0;
   MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, comm);
   if (rank == 0) {
-    std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, %s allgather, %d rounds\n", n,
-                count * sizeof(float), late, ring_ag ? "ring" : "direct", iters);
+    if (schedule == "chain") {
+      std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, chain, %d in flight, %d rounds\n",
+                  n, count * sizeof(float), late, inflight, iters);
+    } else {
+      std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, %s allgather, %d rounds\n", n,
+                  count * sizeof(float), late, ring_ag ? "ring" : "direct", iters);
+    }
     std::printf(
         "ideal after-arrival p50 %.1f ms, plain ring (all at once) p50 %.1f ms, "
         "ratio %.2f, wrong elements %ld\n",
