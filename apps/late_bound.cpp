@@ -260,8 +260,9 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, comm);
   if (rank == 0) {
     if (schedule == "chain") {
-      std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, chain, %d in flight, %d rounds\n",
-                  n, count * sizeof(float), late, inflight, iters);
+      std::printf(
+          "# late_bound: %d ranks, %zu bytes, late rank %d, chain, %d in flight, %d rounds\n", n,
+          count * sizeof(float), late, inflight, iters);
     } else {
       std::printf("# late_bound: %d ranks, %zu bytes, late rank %d, %s allgather, %d rounds\n", n,
                   count * sizeof(float), late, ring_ag ? "ring" : "direct", iters);
