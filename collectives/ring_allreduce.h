@@ -117,6 +117,18 @@ struct RingParams {
 // rank's input to it).
 int ring_data_tag(uint32_t seq, int seg_id, int kind);
 
+// The ring's segment across hosts: at most `max_bytes` (SKIPRING_SEGMENT_BYTES), and small
+// enough that a chunk of `chunk_bytes` has at least kCrossHostMinSegments segments, but not
+// below kCrossHostSegmentFloor. The 2(n-1) hops of the ring fill its pipeline in about
+// 2 * segment / chunk of L = (n-1)/n * S / B after a late arrival, whatever n: with 256 KiB
+// segments a 1 MiB chunk (64 MiB at n = 64) has 4, so the plain ring took 2.60 L after a late
+// arrival under SimGrid, 2.09 L with 128 KiB (skip-ahead 1.80 -> 1.72 L). Chunks of 2 MiB and
+// more keep `max_bytes`: at n = 16, 64 MiB, halving the segment made skip-ahead slower (1.55 ->
+// 1.59 L after the arrival) for a ring gain of 0.1 L. One host keeps `max_bytes` throughout.
+constexpr size_t kCrossHostMinSegments = 8;
+constexpr size_t kCrossHostSegmentFloor = 128 * 1024;
+size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes);
+
 // Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
 // defined on the type, buffers are present when count > 0.
 Status validate_common(const RingParams& p, std::string* why);
@@ -188,6 +200,12 @@ class RingAllreduce final : public CoreBase {
   bool post_ag_recv(size_t i, double now, ActionList* out);
   // Posts the admitted allgather receives after next_post_ (unwindowed receives only).
   void post_ag_out_of_order(double now, ActionList* out);
+  // Opens the allgather receive window (Mode::ag_open) once this rank is disturbed or its next
+  // allgather receive has waited ag_stall_deadline() for the window, and posts what it can.
+  void sync_ag_window(double now, ActionList* out);
+  // When a windowed allgather receive that is due stops waiting for the window (infinity when
+  // none waits or the window is open).
+  double ag_stall_deadline() const;
   // A receive slot for the next ring piece (the window may grow), -1 when there is none.
   int take_recv_slot();
   Status on_ring_piece(size_t idx, double now, ActionList* out);
@@ -334,9 +352,12 @@ class RingAllreduce final : public CoreBase {
   size_t next_post_ = 0;    // first receive not yet posted
   size_t wait_cursor_ = 0;  // first receive whose arrival is not yet accounted as wait
   double wait_clock_ = 0;
-  int ag_posted_ = 0;         // AG receives posted and not yet arrived
-  size_t reduce_cursor_ = 0;  // next ring piece to reduce, in receive-sequence order
-  int awaiting_reduce_ = 0;   // ring pieces arrived and not yet reduced
+  int ag_posted_ = 0;                // AG receives posted and not yet arrived
+  double ag_moved_ = 0;              // last time an AG receive was posted or arrived
+  size_t ag_blocked_at_ = SIZE_MAX;  // the AG receive post_receives last stopped at ...
+  double ag_blocked_since_ = 0;      // ... since when
+  size_t reduce_cursor_ = 0;         // next ring piece to reduce, in receive-sequence order
+  int awaiting_reduce_ = 0;          // ring pieces arrived and not yet reduced
   std::vector<SendOp> sends_;
 
   std::vector<AuxOp> aux_;

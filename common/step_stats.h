@@ -56,6 +56,10 @@ struct CollectiveStats {
   // the late rank's input (partials), or, being the late rank, whose input it sent down the
   // chain of healthy ranks.
   uint32_t bcast_segments = 0;
+  // Skip-ahead's allgather receive window (RingAllreduce::sync_ag_window): 0 kept throughout,
+  // 1 opened because a straggler was around (this rank disturbed, or a segment came on a
+  // route other than the ring), 2 opened by the stall timer.
+  uint8_t ag_window_opened = 0;
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   // Longest wait (from the timer's start: max(receive posted, previous piece from the
   // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the

@@ -902,9 +902,15 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.recvbuf = recvbuf;
   p.seq = static_cast<uint32_t>(seq_);
   const size_t bytes = count * dtype_size(dtype);
-  const size_t seg_bytes =
-      std::min(bytes / std::max(1, size_) + dtype_size(dtype), cfg_.segment_bytes);
   const Algo algo = choose_algo(bytes);
+  const size_t chunk_bytes = bytes / std::max(1, size_) + dtype_size(dtype);
+  // The ring's segment (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
+  // them at 128 KiB or more (cross_host_segment_bytes). Every rank derives it from the agreed
+  // count and topology.
+  p.segment_bytes = (algo == Algo::kRing || algo == Algo::kSkipRing) && topo_summary_.hosts > 1
+                        ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes)
+                        : cfg_.segment_bytes;
+  const size_t seg_bytes = std::min(chunk_bytes, p.segment_bytes);
   if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
   if (algo == Algo::kRd && bytes > static_cast<size_t>(INT32_MAX)) {
     // Recursive doubling sends the whole vector in one MPI message, whose count is an int.

@@ -156,9 +156,11 @@ Status Communicator::refuse_broken(const char* name) const {
 }
 
 namespace {
-RingParams params_for(const RingParams& base, uint64_t seq, size_t count, DType dtype, ROp op,
-                      const void* sendbuf, void* recvbuf) {
+// `segment_bytes`: SKIPRING_SEGMENT_BYTES (the all-reduce sets base.segment_bytes per call).
+RingParams params_for(const RingParams& base, size_t segment_bytes, uint64_t seq, size_t count,
+                      DType dtype, ROp op, const void* sendbuf, void* recvbuf) {
   RingParams p = base;
+  p.segment_bytes = segment_bytes;
   p.count = count;
   p.dtype = dtype;
   p.op = op;
@@ -190,7 +192,7 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
   CollParams c;
   c.result = recvbuf;
   // recvbuf is not used by the core when `result` is set; keep it non-null and distinct.
-  RingParams p = params_for(params_, seq_, count, dtype, op, sendbuf, nullptr);
+  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, op, sendbuf, nullptr);
   p.recvbuf = const_cast<void*>(sendbuf);
   if (p.recvbuf == nullptr) p.recvbuf = recvbuf;
   if (count == 0) {
@@ -210,8 +212,8 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
     std::memmove(static_cast<uint8_t*>(recvbuf) + static_cast<size_t>(rank_) * count * elem,
                  sendbuf, count * elem);
   }
-  RingParams p = params_for(params_, seq_, count * static_cast<size_t>(size_), dtype, ROp::kMax,
-                            recvbuf, recvbuf);
+  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count * static_cast<size_t>(size_),
+                            dtype, ROp::kMax, recvbuf, recvbuf);
   CollParams c;
   RingAllgather core(p, c, &scratch_);
   return run_collective(&core, "allgather");
@@ -220,7 +222,7 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
   if (broken_) return refuse_broken("bcast");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("bcast", count, dtype, -1, root));
-  RingParams p = params_for(params_, seq_, count, dtype, ROp::kMax, buf, buf);
+  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
   c.root = root;
   ChainBroadcast core(p, c, &scratch_);
@@ -236,7 +238,7 @@ Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DT
   }
   // recvbuf is only written at the root; elsewhere it may be null.
   void* out = rank_ == root ? recvbuf : const_cast<void*>(sendbuf);
-  RingParams p = params_for(params_, seq_, count, dtype, op, sendbuf, out);
+  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, op, sendbuf, out);
   CollParams c;
   c.root = root;
   ChainReduce core(p, c, &scratch_);

@@ -252,7 +252,8 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_REPORT", &Config::report, {}, "",
        "PMPI library: one report line per rank at `MPI_Finalize`"},
       {"SKIPRING_SEGMENT_BYTES", &Config::segment_bytes, {1024, 1 << 30}, "",
-       "pipelining unit: each chunk moves in segments of at most this size"},
+       "pipelining unit: each chunk moves in segments of at most this size (the ring across "
+       "hosts cuts a chunk into at least 8, down to 128 KiB)"},
       {"SKIPRING_PIPELINE_DEPTH", &Config::pipeline_depth, {1, 64}, "",
        "segments in flight per direction (receive slots / send slots)"},
       {"SKIPRING_POLL_SPINS", &Config::poll_spins, {0, 1000000}, "",

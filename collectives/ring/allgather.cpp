@@ -105,6 +105,10 @@ void RingAllreduce::send_own_segment(int g, double now, ActionList* out) {
 Status RingAllreduce::on_ag_segment(size_t idx, double now, ActionList* out) {
   RecvOp& r = recvs_[idx];
   SKIPRING_RETURN_IF_ERROR(check_header(r.header, r.phase, r.chunk, r.seg, &scratch_set_));
+  ag_moved_ = now;
+  // Routed around a rank or sent directly: a straggler is around, segments may come in any
+  // order from now on (sync_ag_window opens the window).
+  if (wire_route(r.header) & (kRouteAround | kRouteDirect)) mode_.ag_rerouted = true;
   if (!scratch_set_.full()) {
     // Late broadcast: a partial lacking exactly the rank it is routed around.
     const uint32_t route = wire_route(r.header);

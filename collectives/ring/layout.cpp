@@ -67,6 +67,11 @@ Status RingAllreduce::validate(const RingParams& p, std::string* why) {
   return Status::kOk;
 }
 
+size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes) {
+  const size_t want = (chunk_bytes + kCrossHostMinSegments - 1) / kCrossHostMinSegments;
+  return std::min(max_bytes, std::max(kCrossHostSegmentFloor, want));
+}
+
 size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
   // At most (tag_span - 4) / (2 * kTagKinds) segments in all (tag_for), each chunk rounding up
   // by one.

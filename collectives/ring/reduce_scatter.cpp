@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "collectives/ring/internal.h"
 
@@ -48,6 +49,10 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
     }
     if (r.phase == Phase::kAllgather) {
       if (!post_ag_recv(next_post_, now, out)) {
+        if (ag_blocked_at_ != next_post_) {
+          ag_blocked_at_ = next_post_;
+          ag_blocked_since_ = now;
+        }
         if (mode_.ag_unwindowed()) post_ag_out_of_order(now, out);
         break;
       }
@@ -93,6 +98,7 @@ bool RingAllreduce::post_ag_recv(size_t i, double now, ActionList* out) {
                                 seg_ptr(p_.recvbuf, r.chunk, r.seg),
                                 layout_.segment_count(r.chunk, r.seg) * layout_.elem_size()));
   ++ag_posted_;
+  ag_moved_ = now;
   StepRecord& rec = step_record(r);
   if (rec.t_start == 0) rec.t_start = now;
   r.state = OpState::kPosted;
@@ -112,6 +118,26 @@ void RingAllreduce::post_ag_out_of_order(double now, ActionList* out) {
       post_ag_recv(i, now, out);
     }
   }
+}
+
+double RingAllreduce::ag_stall_deadline() const {
+  if (!mode_.side_channels || mode_.ag_open || next_post_ >= recvs_.size() ||
+      ag_blocked_at_ != next_post_) {
+    return std::numeric_limits<double>::infinity();
+  }
+  // Without a straggler the allgather segments come at the ring's pace; none for a threshold
+  // while the window is shut, and a later one may be held by its sender (its per-peer queue)
+  // for a receive we have not posted.
+  return std::max(ag_moved_, ag_blocked_since_) + p_.skip_threshold_s;
+}
+
+void RingAllreduce::sync_ag_window(double now, ActionList* out) {
+  if (mode_.ag_open || !mode_.side_channels) return;
+  const bool straggler = mode_.disturbed || mode_.ag_rerouted;
+  if (!straggler && now < ag_stall_deadline()) return;
+  mode_.ag_open = true;
+  stats_.ag_window_opened = straggler ? 1 : 2;
+  post_receives(now, out);
 }
 
 int RingAllreduce::take_recv_slot() {

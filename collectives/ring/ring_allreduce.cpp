@@ -105,7 +105,7 @@ double RingAllreduce::next_deadline() const {
       t = std::min(t, r.t_posted + kBypassFactor * piece_threshold(r));
     }
   }
-  return t;
+  return std::min(t, ag_stall_deadline());
 }
 
 Status RingAllreduce::start(double now, ActionList* out) {
@@ -273,6 +273,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   if (token_kind(t) == kTokLbRecv) {
     SKIPRING_RETURN_IF_ERROR(lb_on_recv(token_index(t), payload_bytes, now, out));
     post_to_owner_recvs(now, out);
+    sync_ag_window(now, out);
     maybe_done(now, out);
     return Status::kOk;
   }
@@ -315,6 +316,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     SKIPRING_RETURN_IF_ERROR(on_ag_segment(idx, now, out));
   }
   post_to_owner_recvs(now, out);
+  sync_ag_window(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -339,6 +341,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
     SKIPRING_RETURN_IF_ERROR(on_piece_reduced(idx, now, out));
   }
   post_to_owner_recvs(now, out);
+  sync_ag_window(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -348,6 +351,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (token_kind(t) == kTokLbSend) {
     SKIPRING_RETURN_IF_ERROR(lb_on_send(token_index(t), now, out));
     post_to_owner_recvs(now, out);
+    sync_ag_window(now, out);
     maybe_done(now, out);
     return Status::kOk;
   }
@@ -377,6 +381,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
     seg_[sent.seg_id].on_input_released();
     post_receives(now, out);
   }
+  sync_ag_window(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -391,6 +396,7 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
   SKIPRING_RETURN_IF_ERROR(check_skips(now, out));
   post_receives(now, out);                            // each skip lends the receive window a slot
   SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));  // skipped pieces no longer hold up later ones
+  sync_ag_window(now, out);
   maybe_done(now, out);
   return Status::kOk;
 }

@@ -23,6 +23,9 @@ struct Outcome {
   uint64_t late = 0;
   uint64_t bypasses = 0;
   uint64_t bcast = 0;  // late-broadcast segments (owners' partials + the late rank's inputs)
+  // Ranks whose allgather receive window opened because of a straggler / by the stall timer.
+  uint64_t ag_open_straggler = 0;
+  uint64_t ag_open_stall = 0;
 };
 
 // Runs one schedule and checks exactness; returns the skip counters.
@@ -49,6 +52,8 @@ Outcome run_exact(const harness::Options& o, const std::string& what) {
       out.late += res.stats[c][r].late_pieces;
       out.bypasses += res.stats[c][r].bypass_requests;
       out.bcast += res.stats[c][r].bcast_segments;
+      out.ag_open_straggler += res.stats[c][r].ag_window_opened == 1;
+      out.ag_open_stall += res.stats[c][r].ag_window_opened == 2;
     }
   }
   return out;
@@ -91,6 +96,8 @@ TEST(SkipAhead, NoStragglerNoSkip) {
     const Outcome r = run_exact(o, "n=" + std::to_string(n));
     EXPECT_EQ(r.skips, 0u) << "n=" << n;
     EXPECT_EQ(r.late, 0u) << "n=" << n;
+    // Without a straggler the allgather receives keep their window of `depth`.
+    EXPECT_EQ(r.ag_open_straggler + r.ag_open_stall, 0u) << "n=" << n;
   }
 }
 
@@ -246,7 +253,7 @@ TEST(SkipAhead, ExhaustiveSmallRings) {
 // segment sizes, depths, in place or not, several collectives back to back.
 TEST(SkipAhead, RandomSchedules) {
   std::mt19937_64 rng(2026);
-  uint64_t total_skips = 0, total_late = 0;
+  uint64_t total_skips = 0, total_late = 0, ag_open_straggler = 0, ag_open_stall = 0;
   // SR_TEST_SCHEDULES=k runs only the first k (e.g. under sanitizers, which are slow).
   const char* limit = std::getenv("SR_TEST_SCHEDULES");
   const int kSchedules = limit != nullptr ? std::atoi(limit) : 10000;
@@ -284,6 +291,8 @@ TEST(SkipAhead, RandomSchedules) {
                " skew=" + std::to_string(!o.start_time.empty()));
     total_skips += r.skips;
     total_late += r.late;
+    ag_open_straggler += r.ag_open_straggler;
+    ag_open_stall += r.ag_open_stall;
     if (::testing::Test::HasFailure()) break;
   }
   // The random mix must exercise both protocol paths: predecessors redirected before sending
@@ -291,6 +300,10 @@ TEST(SkipAhead, RandomSchedules) {
   if (std::getenv("SR_TEST_SCHEDULE") == nullptr && kSchedules >= 10000) {
     EXPECT_GT(total_skips, 1000u);
     EXPECT_GT(total_late, 100u);
+    // Both ways the allgather receive window opens are taken (the stall timer is what keeps a
+    // rank that has not seen the straggler from holding up a sender's out-of-order queue).
+    EXPECT_GT(ag_open_straggler, 1000u);
+    EXPECT_GT(ag_open_stall, 100u);
   }
 }
 
