@@ -439,7 +439,12 @@ Status HierAllreduce::start_ring(double now, ActionList* out) {
   rp.dtype = p_.dtype;
   rp.op = p_.op;
   rp.sendbuf = rp.recvbuf = recv_ptr(local_, 0);
-  rp.segment_bytes = p_.segment_bytes;
+  // A ring across hosts: its segment follows the flat ring's rule (cross_host_segment_bytes),
+  // so with one rank per host this is the flat ring, to the message.
+  const size_t hosts = host_order_.size();
+  rp.segment_bytes =
+      hosts > 1 ? cross_host_segment_bytes(p_.segment_bytes, rp.count * elem_ / hosts + elem_)
+                : p_.segment_bytes;
   rp.depth = p_.depth;
   rp.seq = p_.seq;
   rp.skip = p_.skip;
