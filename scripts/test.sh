@@ -86,7 +86,7 @@ if [[ "${SKIPRING_MPICH:-1}" != 0 && $# -eq 0 ]]; then
       mpi_collectives_test mpi_agreement_test mpi_threads_test mpi_soak_test mpi_api_edges_test
       mpi_watchdog_test mpi_size_mismatch_test mpi_memtype_test mpi_staging_test pmpi_allreduce_c
       mpi_half_test auto_straggler_test rd_time_test osu_style_allreduce skipring_pmpi
-      skipring_info skipring_bench)
+      skipring_info skipring_bench late_bound)
     if [[ ${#mpich_fc[@]} -gt 0 ]]; then
       mpich_targets+=(pmpi_allreduce_f pmpi_allreduce_f08)
     fi
