@@ -102,6 +102,11 @@ struct RingParams {
   // (alternating by segment) and every rank computes partial op input. After a late arrival the
   // late rank's links then carry S each way with no dependency on an owner. Ignored without skip.
   bool late_bcast = false;
+  // Late chain (collectives/late_chain.h; not read by the ring itself): how long the census's
+  // coordinator waits for every rank to arrive before it takes the missing ones out, and how
+  // many chain messages each rank keeps in flight.
+  double late_wait_s = 0;
+  int late_inflight = 1;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.

@@ -28,6 +28,12 @@ constexpr uint8_t kTreePhaseBcast = 12;
 constexpr uint8_t kHierPhaseLocalRs = 13;  // an input segment to its block's local owner
 constexpr uint8_t kHierPhaseLocalAg = 14;  // a final block segment from its local owner
 
-constexpr uint8_t kNumWirePhases = 15;
+// The late chain's own messages (collectives/late_chain.h).
+constexpr uint8_t kLcPhaseArrive = 15;    // "I have arrived", to the census's coordinator
+constexpr uint8_t kLcPhaseDecision = 16;  // the coordinator's set of late ranks
+constexpr uint8_t kLcPhaseInput = 17;     // a late input (chunk: its index) or their sum D
+constexpr uint8_t kLcPhaseFinal = 18;     // a final segment from the chain's tail to a late rank
+
+constexpr uint8_t kNumWirePhases = 19;
 
 }  // namespace skipring

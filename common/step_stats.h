@@ -60,6 +60,8 @@ struct CollectiveStats {
   // 1 opened because a straggler was around (this rank disturbed, or a segment came on a
   // route other than the ring), 2 opened by the stall timer.
   uint8_t ag_window_opened = 0;
+  // Late chain (collectives/late_chain.h): ranks the census took out of the ring (0: none).
+  uint32_t late_excluded = 0;
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   // Longest wait (from the timer's start: max(receive posted, previous piece from the
   // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the

@@ -88,7 +88,11 @@ TEST(CommonPhases, DistinctAndBelowTheCount) {
                          kTreePhaseReduce,
                          kTreePhaseBcast,
                          kHierPhaseLocalRs,
-                         kHierPhaseLocalAg};
+                         kHierPhaseLocalAg,
+                         kLcPhaseArrive,
+                         kLcPhaseDecision,
+                         kLcPhaseInput,
+                         kLcPhaseFinal};
   std::set<uint8_t> seen;
   for (uint8_t id : ids) {
     EXPECT_LT(id, kNumWirePhases);

@@ -1,0 +1,585 @@
+// Late chain all-reduce: census, the ring of the healthy ranks, the chain of late inputs
+// (late_chain.h).
+#include "collectives/late_chain.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "collectives/wire_header.h"
+#include "common/phases.h"
+#include "common/token.h"
+
+namespace skipring {
+namespace {
+
+// Our tokens: kind 0 indexes ops_, kind 3 is the embedded ring's (NestedCore).
+constexpr uint32_t kTokOp = 0;
+constexpr uint32_t kTokRing = 3;
+// Message kinds (tags tag_span/2 + 2 * kind + parity).
+constexpr int kKindArrive = 0;
+constexpr int kKindDecision = 1;
+constexpr int kKindInput = 2;
+constexpr int kKindFinal = 3;
+constexpr int kOwnTags = 8;
+// The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
+constexpr int kMinRingSpan = 1024;
+
+}  // namespace
+
+Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
+  SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
+  if (p.late_inflight < 1) {
+    *why = fmt::format("late_inflight {} < 1", p.late_inflight);
+    return Status::kErrArg;
+  }
+  if (!(p.late_wait_s >= 0)) {
+    *why = fmt::format("late_wait_s {} is not >= 0", p.late_wait_s);
+    return Status::kErrArg;
+  }
+  if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
+    *why = fmt::format("tag_span {} leaves the embedded ring fewer than {} tags", p.tag_span,
+                       kMinRingSpan);
+    return Status::kErrArg;
+  }
+  return Status::kOk;
+}
+
+LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
+    : CoreBase(p.rank, p.seq),
+      p_(p),
+      ring_scratch_(scratch),
+      n_(static_cast<int>(p.ring.size())),
+      elem_(static_cast<int>(dtype_size(p.dtype))),
+      hdr_bytes_(wire_header_bytes(static_cast<int>(p.ring.size()))),
+      coord_(p.ring.empty() ? 0 : p.ring[0]),
+      late_set_(static_cast<int>(p.ring.size())),
+      ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
+  seg_elems_ = std::max<size_t>(1, p_.segment_bytes / static_cast<size_t>(elem_));
+  nseg_ = static_cast<int>((p_.count + seg_elems_ - 1) / seg_elems_);
+  window_ = p_.late_inflight;
+}
+
+int LateChainAllreduce::tag(int kind) const {
+  return p_.tag_span / 2 + 2 * kind + static_cast<int>(p_.seq & 1);
+}
+
+size_t LateChainAllreduce::seg_count(int s) const {
+  return std::min(seg_elems_, p_.count - seg_offset(s));
+}
+
+uint8_t* LateChainAllreduce::out_ptr(int s) const {
+  return static_cast<uint8_t*>(p_.recvbuf) + seg_offset(s) * elem_;
+}
+
+const uint8_t* LateChainAllreduce::in_ptr(int s) const {
+  return static_cast<const uint8_t*>(p_.sendbuf) + seg_offset(s) * elem_;
+}
+
+uint8_t* LateChainAllreduce::slot_ptr(int s, int j) {
+  const size_t m = cpos_ == 0 ? late_.size() : 1;
+  return buf_.data() + ((s % slots_) * m + j) * seg_elems_ * elem_;
+}
+
+Token LateChainAllreduce::add_op(Op op, int seg, int who) {
+  ops_.push_back(OpRec{op, seg, who, false});
+  ++pending_;
+  return pack_token(kTokOp, ops_.size() - 1);
+}
+
+void LateChainAllreduce::send(Token t, int peer, int kind, uint8_t* hdr, const void* payload,
+                              size_t bytes, ActionList* out) {
+  out->push_back(
+      message_action(Action::Kind::kSend, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+  ++stats_.messages_sent;
+}
+
+void LateChainAllreduce::recv(Token t, int peer, int kind, uint8_t* hdr, void* payload,
+                              size_t bytes, ActionList* out) {
+  out->push_back(
+      message_action(Action::Kind::kRecv, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+}
+
+Status LateChainAllreduce::start(double now, ActionList* out) {
+  if (started_) return fail("started twice");
+  started_ = true;
+  stats_.start = now;
+  if (p_.count == 0 || n_ == 1) {
+    // Nothing to agree on: every rank sees the same count and size.
+    if (p_.count > 0 && p_.sendbuf != p_.recvbuf) {
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
+    }
+    decided_ = true;
+    ring_done_ = phase2_done_ = true;
+    maybe_done(now, out);
+    return Status::kOk;
+  }
+  census_hdr_.assign(static_cast<size_t>(n_) * hdr_bytes_, 0);
+  if (p_.rank == coord_) {
+    arrived_.assign(n_, 0);
+    arrived_[coord_] = 1;
+    deadline_ = now + p_.late_wait_s;
+    for (int r = 0; r < n_; ++r) {
+      if (r == coord_) continue;
+      recv(add_op(Op::kArriveRecv, -1, r), r, kKindArrive, hdr_ptr(&census_hdr_, r), nullptr, 0,
+           out);
+    }
+    return Status::kOk;
+  }
+  ContributionSet me(n_);
+  me.add(p_.rank);
+  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0},
+                     me);
+  send(add_op(Op::kArriveSend, -1, coord_), coord_, kKindArrive, hdr_ptr(&census_hdr_, p_.rank),
+       nullptr, 0, out);
+  recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
+       nullptr, 0, out);
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::decide(double now, ActionList* out) {
+  decided_ = true;
+  for (int r = 0; r < n_; ++r) {
+    if (!arrived_[r]) late_set_.add(r);
+  }
+  encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
+                     late_set_);
+  for (int r = 0; r < n_; ++r) {
+    if (r == coord_) continue;
+    send(add_op(Op::kDecisionSend, -1, r), r, kKindDecision, hdr_ptr(&census_hdr_, coord_),
+         nullptr, 0, out);
+  }
+  return begin(now, out);
+}
+
+// E is known: the ring of the healthy ranks, or the late rank's chain.
+Status LateChainAllreduce::begin(double now, ActionList* out) {
+  for (int r : p_.ring) {
+    if (late_set_.contains(r)) {
+      if (r == p_.rank) late_idx_ = static_cast<int>(late_.size());
+      late_.push_back(r);
+    } else {
+      if (r == p_.rank) hpos_ = static_cast<int>(healthy_.size());
+      healthy_.push_back(r);
+    }
+  }
+  stats_.late_excluded = static_cast<uint32_t>(late_.size());
+  if (hpos_ < 0) {
+    ring_done_ = true;  // we take no part in it
+    return start_chain(now, out);
+  }
+  return start_ring(now, out);
+}
+
+Status LateChainAllreduce::start_ring(double now, ActionList* out) {
+  const int h = static_cast<int>(healthy_.size());
+  if (h == 1) {
+    if (p_.sendbuf != p_.recvbuf) {
+      out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
+    }
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  RingParams rp = p_;
+  rp.rank = hpos_;
+  rp.ring.resize(h);
+  std::iota(rp.ring.begin(), rp.ring.end(), 0);
+  rp.tag_span = p_.tag_span / 2;
+  std::string why;
+  const Status st = RingAllreduce::validate(rp, &why);
+  if (!ok(st)) {
+    fail("ring of the healthy ranks: " + why);
+    return st;
+  }
+  ActionList ring_out;
+  const Status rs = ring_.start(std::make_unique<RingAllreduce>(rp, ring_scratch_), now, &ring_out);
+  SKIPRING_RETURN_IF_ERROR(forward_ring(rs, &ring_out, out));
+  if (ring_.done()) {
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, ActionList* out) {
+  if (!ok(st)) {
+    failed_ = true;
+    error_ = fmt::format("rank {} seq {}: ring of the healthy ranks: {}", p_.rank, p_.seq,
+                         ring_.error());
+    return st;
+  }
+  for (Action a : *ring_out) {
+    if ((a.kind == Action::Kind::kSend || a.kind == Action::Kind::kRecv) && a.peer >= 0) {
+      a.peer = healthy_[a.peer];
+    }
+    out->push_back(a);
+  }
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::start_chain(double now, ActionList* out) {
+  if (late_.empty()) {
+    phase2_done_ = true;
+    maybe_done(now, out);
+    return Status::kOk;
+  }
+  // The chain: H in ring order from the first healthy rank after E's first member.
+  const int first_late_pos = static_cast<int>(
+      std::find(p_.ring.begin(), p_.ring.end(), late_[0]) - p_.ring.begin());
+  for (int d = 1; d <= n_; ++d) {
+    const int r = p_.ring[(first_late_pos + d) % n_];
+    if (!late_set_.contains(r)) chain_.push_back(r);
+  }
+  const size_t m = late_.size();
+  seg_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
+  if (hpos_ >= 0) {
+    cpos_ = static_cast<int>(std::find(chain_.begin(), chain_.end(), p_.rank) - chain_.begin());
+    slots_ = window_ + 1;
+    const size_t mm = cpos_ == 0 ? m : 1;
+    buf_.assign(static_cast<size_t>(slots_) * mm * seg_elems_ * elem_, 0);
+    in_hdr_.assign(static_cast<size_t>(nseg_) * mm * hdr_bytes_, 0);
+    recvs_left_.assign(nseg_, 0);
+    fold_next_.assign(nseg_, 1);
+    d_ready_.assign(nseg_, 0);
+    fwd_done_.assign(nseg_, 0);
+    fin_done_.assign(nseg_, 0);
+  } else {
+    in_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
+    input_sent_.assign(nseg_, 0);
+  }
+  pump(now, out);
+  maybe_done(now, out);
+  return Status::kOk;
+}
+
+// A segment's slot is free again: D went on (or there is no next rank) and P op D is done.
+bool LateChainAllreduce::seg_finished(int s) const {
+  const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
+  return fin_done_[s] && (last || fwd_done_[s]);
+}
+
+// Posts whatever the windows allow, in segment order.
+void LateChainAllreduce::pump(double now, ActionList* out) {
+  (void)now;
+  const int m = static_cast<int>(late_.size());
+  if (hpos_ < 0) {
+    // Late rank: input segments to the head, at most window_ in flight.
+    while (next_input_ < nseg_ && input_flight_ < window_) {
+      const int s = next_input_++;
+      ContributionSet me(n_);
+      me.add(p_.rank);
+      uint8_t* h = hdr_ptr(&seg_hdr_, s);
+      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
+                                       static_cast<uint32_t>(s)},
+                         me);
+      send(add_op(Op::kInputSend, s, late_idx_), chain_[0], kKindInput, h, in_ptr(s),
+           seg_count(s) * elem_, out);
+      ++input_flight_;
+    }
+    return;
+  }
+  const bool head = cpos_ == 0;
+  const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
+  // Receives into free slots.
+  while (next_recv_ < nseg_ && (next_recv_ < slots_ || seg_finished(next_recv_ - slots_))) {
+    const int s = next_recv_++;
+    const size_t bytes = seg_count(s) * elem_;
+    if (head) {
+      recvs_left_[s] = m;
+      for (int j = 0; j < m; ++j) {
+        recv(add_op(Op::kChainRecv, s, j), late_[j], kKindInput,
+             hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + j), slot_ptr(s, j), bytes, out);
+      }
+    } else {
+      recvs_left_[s] = 1;
+      recv(add_op(Op::kChainRecv, s, -1), chain_[cpos_ - 1], kKindInput, hdr_ptr(&in_hdr_, s),
+           slot_ptr(s, 0), bytes, out);
+    }
+  }
+  // D on to the next healthy rank, in order.
+  while (!last && next_fwd_ < nseg_ && d_ready_[next_fwd_] && fwd_flight_ < window_) {
+    const int s = next_fwd_++;
+    uint8_t* h = hdr_ptr(&seg_hdr_, s);
+    encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, 0, static_cast<uint32_t>(s)},
+                       late_set_);
+    send(add_op(Op::kChainSend, s, -1), chain_[cpos_ + 1], kKindInput, h, slot_ptr(s, 0),
+         seg_count(s) * elem_, out);
+    ++fwd_flight_;
+  }
+  // Final segments to the late ranks, in order.
+  while (last && next_final_ < nseg_ && fin_done_[next_final_] && final_flight_ < window_ * m) {
+    const int s = next_final_++;
+    ContributionSet all(n_);
+    for (int r = 0; r < n_; ++r) all.add(r);
+    uint8_t* h = hdr_ptr(&seg_hdr_, s);
+    encode_wire_header(h, WireExpect{p_.seq, kLcPhaseFinal, 0, static_cast<uint32_t>(s)}, all);
+    for (int j = 0; j < m; ++j) {
+      send(add_op(Op::kFinalSend, s, j), late_[j], kKindFinal, h, out_ptr(s),
+           seg_count(s) * elem_, out);
+      ++final_flight_;
+    }
+  }
+}
+
+Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
+  if (idx >= ops_.size() || ops_[idx].done) return fail("completion for an unknown operation");
+  OpRec& o = ops_[idx];
+  o.done = true;
+  --pending_;
+  const int m = static_cast<int>(late_.size());
+  std::string why;
+  ContributionSet set(n_);
+  switch (o.op) {
+    case Op::kArriveRecv: {
+      why = decode_wire_header(hdr_ptr(&census_hdr_, o.who), n_,
+                               WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, &set);
+      ContributionSet want(n_);
+      want.add(o.who);
+      if (why.empty() && set != want) why = "arrival with set " + set.to_string();
+      if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
+      ++stats_.messages_received;
+      arrived_[o.who] = 1;
+      if (!decided_ && std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; })) {
+        SKIPRING_RETURN_IF_ERROR(decide(now, out));
+      }
+      break;
+    }
+    case Op::kDecisionRecv: {
+      why = decode_wire_header(hdr_ptr(&census_hdr_, coord_), n_,
+                               WireExpect{p_.seq, kLcPhaseDecision, 0, 0}, &late_set_);
+      if (why.empty() && late_set_.contains(coord_)) why = "the coordinator is in it";
+      if (!why.empty()) return fail("decision: " + why);
+      ++stats_.messages_received;
+      decided_ = true;
+      SKIPRING_RETURN_IF_ERROR(begin(now, out));
+      break;
+    }
+    case Op::kArriveSend:
+    case Op::kDecisionSend:
+      break;
+    case Op::kInputSend:
+      --input_flight_;
+      input_sent_[o.seg] = 1;
+      // In place the final lands where the input was: receive it once the input has gone, and
+      // in segment order (the tail sends them in that order on one tag).
+      while (next_final_ < nseg_ && input_sent_[next_final_]) {
+        const int s = next_final_++;
+        recv(add_op(Op::kFinalRecv, s, -1), chain_.back(), kKindFinal, hdr_ptr(&in_hdr_, s),
+             out_ptr(s), seg_count(s) * elem_, out);
+      }
+      break;
+    case Op::kFinalRecv: {
+      ContributionSet all(n_);
+      for (int r = 0; r < n_; ++r) all.add(r);
+      why = decode_wire_header(hdr_ptr(&in_hdr_, o.seg), n_,
+                               WireExpect{p_.seq, kLcPhaseFinal, 0, static_cast<uint32_t>(o.seg)},
+                               &set);
+      if (why.empty() && set != all) why = "set " + set.to_string() + " is not every rank";
+      if (!why.empty()) return fail(fmt::format("final segment {}: {}", o.seg, why));
+      ++stats_.messages_received;
+      ++finals_in_;
+      break;
+    }
+    case Op::kChainRecv: {
+      const bool head = cpos_ == 0;
+      const int s = o.seg;
+      ContributionSet want(n_);
+      uint8_t* h;
+      if (head) {
+        want.add(late_[o.who]);
+        h = hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + o.who);
+      } else {
+        want = late_set_;
+        h = hdr_ptr(&in_hdr_, s);
+      }
+      why = decode_wire_header(
+          h, n_,
+          WireExpect{p_.seq, kLcPhaseInput, head ? static_cast<uint32_t>(o.who) : 0u,
+                     static_cast<uint32_t>(s)},
+          &set);
+      if (why.empty() && set != want) {
+        why = "set " + set.to_string() + ", expected " + want.to_string();
+      }
+      if (!why.empty()) return fail(fmt::format("late input segment {}: {}", s, why));
+      ++stats_.messages_received;
+      if (--recvs_left_[s] > 0) break;
+      if (head && m > 1) {
+        out->push_back(reduce_action(add_op(Op::kFold, s, 1), slot_ptr(s, 0), slot_ptr(s, 0),
+                                     slot_ptr(s, 1), seg_count(s), p_.dtype, p_.op));
+        break;
+      }
+      d_ready_[s] = 1;
+      out->push_back(reduce_action(add_op(Op::kFinish, s, -1), out_ptr(s), out_ptr(s),
+                                   slot_ptr(s, 0), seg_count(s), p_.dtype, p_.op));
+      break;
+    }
+    case Op::kFold: {
+      const int s = o.seg;
+      if (o.who + 1 < m) {
+        out->push_back(reduce_action(add_op(Op::kFold, s, o.who + 1), slot_ptr(s, 0),
+                                     slot_ptr(s, 0), slot_ptr(s, o.who + 1), seg_count(s),
+                                     p_.dtype, p_.op));
+        break;
+      }
+      d_ready_[s] = 1;
+      out->push_back(reduce_action(add_op(Op::kFinish, s, -1), out_ptr(s), out_ptr(s),
+                                   slot_ptr(s, 0), seg_count(s), p_.dtype, p_.op));
+      break;
+    }
+    case Op::kChainSend:
+      --fwd_flight_;
+      fwd_done_[o.seg] = 1;
+      break;
+    case Op::kFinish:
+      fin_done_[o.seg] = 1;
+      break;
+    case Op::kFinalSend:
+      --final_flight_;
+      break;
+  }
+  if (decided_ && ring_done_ && !late_.empty() && !chain_.empty()) pump(now, out);
+  maybe_done(now, out);
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  if (ring_.owns(t)) {
+    if (!ring_.started() || ring_done_) return fail("completion for an unknown ring receive");
+    ActionList ring_out;
+    const Status st = ring_.on_recv(t, payload_bytes, now, &ring_out);
+    SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
+  } else {
+    const size_t idx = token_index_of(t);
+    if (token_kind_of(t) != kTokOp) return fail("completion for an unknown receive");
+    const bool data = idx < ops_.size() &&
+                      (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
+    if (data && payload_bytes != seg_count(ops_[idx].seg) * elem_) {
+      return fail(fmt::format("segment {} of {} bytes, expected {}", ops_[idx].seg, payload_bytes,
+                              seg_count(ops_[idx].seg) * elem_));
+    }
+    return on_op(idx, now, out);
+  }
+  if (ring_.done() && !ring_done_) {
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::on_send(Token t, double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  if (!ring_.owns(t)) return on_op(token_index_of(t), now, out);
+  if (!ring_.started() || ring_done_) return fail("completion for an unknown ring send");
+  ActionList ring_out;
+  const Status st = ring_.on_send(t, now, &ring_out);
+  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
+  if (ring_.done() && !ring_done_) {
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::on_reduce(Token t, double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  if (!ring_.owns(t)) return on_op(token_index_of(t), now, out);
+  if (!ring_.started() || ring_done_) return fail("completion for an unknown ring reduction");
+  ActionList ring_out;
+  const Status st = ring_.on_reduce(t, now, &ring_out);
+  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
+  if (ring_.done() && !ring_done_) {
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  return Status::kOk;
+}
+
+Status LateChainAllreduce::on_time(double now, ActionList* out) {
+  if (failed_) return Status::kErrProtocol;
+  if (p_.rank == coord_ && started_ && !decided_ && now >= deadline_) return decide(now, out);
+  if (!ring_.started() || ring_done_) return Status::kOk;
+  ActionList ring_out;
+  const Status st = ring_.on_time(now, &ring_out);
+  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
+  if (ring_.done() && !ring_done_) {
+    ring_done_ = true;
+    return start_chain(now, out);
+  }
+  return Status::kOk;
+}
+
+double LateChainAllreduce::next_deadline() const {
+  if (failed_ || done_) return std::numeric_limits<double>::infinity();
+  if (p_.rank == coord_ && started_ && !decided_) return deadline_;
+  if (ring_.started() && !ring_done_) return ring_.next_deadline();
+  return std::numeric_limits<double>::infinity();
+}
+
+void LateChainAllreduce::maybe_done(double now, ActionList* out) {
+  if (done_ || failed_ || pending_ != 0 || !decided_ || !ring_done_) return;
+  if (!late_.empty()) {
+    if (hpos_ < 0) {
+      if (finals_in_ < nseg_) return;
+    } else {
+      const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
+      if (!fin_done_.empty() && !fin_done_[nseg_ - 1]) return;
+      for (int s = 0; s < nseg_; ++s) {
+        if (!seg_finished(s)) return;
+      }
+      if (last && next_final_ < nseg_) return;
+    }
+  }
+  phase2_done_ = true;
+  if (ring_.started()) {
+    const CollectiveStats& rs = ring_.core().stats();
+    for (StepRecord r : rs.steps) {
+      if (r.from >= 0) r.from = healthy_[r.from];
+      if (r.to >= 0) r.to = healthy_[r.to];
+      stats_.steps.push_back(r);
+    }
+    stats_.messages_sent += rs.messages_sent;
+    stats_.messages_received += rs.messages_received;
+    stats_.skips += rs.skips;
+    stats_.late_pieces += rs.late_pieces;
+    stats_.bypass_requests += rs.bypass_requests;
+    stats_.direct_segments += rs.direct_segments;
+    stats_.ag_window_opened = rs.ag_window_opened;
+    stats_.rs_piece_wait_max = rs.rs_piece_wait_max;
+    stats_.skip_threshold_s = rs.skip_threshold_s;
+  }
+  complete(now, out);
+}
+
+std::string LateChainAllreduce::describe() const {
+  std::string s = fmt::format(
+      "late chain rank {}: {}, pending {}, late {}", p_.rank,
+      !decided_ ? "census" : !ring_done_ ? "ring" : late_.empty() ? "done" : "chain", pending_,
+      late_set_.to_string());
+  if (decided_ && !late_.empty() && ring_done_) {
+    s += fmt::format(" chain pos {} recv {} fwd {} final {} inputs {} finals in {}/{}", cpos_,
+                     next_recv_, next_fwd_, next_final_, next_input_, finals_in_, nseg_);
+  }
+  if (ring_.started() && !ring_done_) s += "\n    ring: " + ring_.core().describe();
+  return s;
+}
+
+std::string LateChainAllreduce::describe_wait(double now) const {
+  if (!decided_) {
+    if (p_.rank != coord_) return fmt::format("waiting for the census decision from rank {}", coord_);
+    std::string missing;
+    for (int r = 0; r < n_; ++r) {
+      if (!arrived_[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    }
+    return "census: waiting for the arrival of ranks " + missing;
+  }
+  if (ring_.started() && !ring_done_) {
+    return "ring of the healthy ranks: " + ring_.core().describe_wait(now);
+  }
+  return describe();
+}
+
+}  // namespace skipring

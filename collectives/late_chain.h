@@ -1,0 +1,144 @@
+// Late chain all-reduce (issue 11, "late arrival in about L across hosts"): the ring all-reduce
+// behind a census that takes the ranks which have not arrived out of it, and a chain that adds
+// their inputs once they come. An I/O-free state machine like the ring (collective_core.h).
+//
+//  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
+//     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
+//     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
+//     from (usually empty). Every rank waits for that decision before it moves data, so all
+//     agree on E; a rank in E reads it whenever it arrives.
+//  2. The healthy ranks H (all but E, in ring order) run the skip-ahead ring (RingAllreduce,
+//     embedded unmodified through a NestedCore, virtual ranks = positions in H, the lower half
+//     of the tags) on their own inputs. With E empty this is the ring of every rank: the only
+//     cost of the census is one gather and one scatter of headers at the coordinator.
+//  3. Chain (E not empty). Each late rank sends its input, segment by segment with at most
+//     RingParams::late_inflight sends in flight, to the chain's head: the first healthy rank
+//     after E's first member in ring order. The chain visits H in ring order from there. The head
+//     folds the late inputs of a segment in E's order into D; every healthy rank passes D on to
+//     the next one (the same window) and computes P op D, where P is its result of phase 2; the
+//     tail (the last healthy rank) sends each final segment to every late rank. Every link
+//     carries S once; the late rank's uplink and downlink S each.
+//
+// Every rank ends with the same bits: P is the ring's result (identical on H), P op D is the
+// same expression with the same operands on every healthy rank, and the late ranks receive it.
+// Every input is summed once: the headers carry contribution sets (a late input {L}, D = E,
+// a final segment all ranks), checked on receipt. When a rank of E arrives in the middle of
+// phase 2 it waits for it; the chain pays off when the late rank comes after the healthy ranks
+// are done, and costs up to about S/B when it comes just after the decision
+// (docs/skip_ahead.md, "Tenth round").
+//
+// Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input and final use
+// tag_span/2 + 2 * kind + (seq & 1). Messages of one kind between two ranks are received in the
+// order they are sent (MPI's non-overtaking rule); each header names its segment, checked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_core.h"
+#include "collectives/contribution_set.h"
+#include "collectives/nested_core.h"
+#include "collectives/ring_allreduce.h"
+#include "common/status.h"
+
+namespace skipring {
+
+class LateChainAllreduce final : public CoreBase {
+ public:
+  // Checks the common parameters, late_inflight >= 1, late_wait_s >= 0 and that tag_span
+  // leaves the embedded ring its tags.
+  static Status validate(const RingParams& p, std::string* why);
+
+  // `scratch` is the embedded ring's (reused across collectives; must outlive this object).
+  LateChainAllreduce(const RingParams& p, std::vector<uint8_t>* scratch);
+
+  Status start(double now, ActionList* out) override;
+  Status on_recv(Token t, size_t payload_bytes, double now, ActionList* out) override;
+  Status on_send(Token t, double now, ActionList* out) override;
+  Status on_reduce(Token t, double now, ActionList* out) override;
+  Status on_time(double now, ActionList* out) override;
+  double next_deadline() const override;
+  std::string describe() const override;
+  std::string describe_wait(double now) const override;
+
+  // Communicator ranks the census took out (ring order); valid once decided.
+  const std::vector<int>& excluded() const { return late_; }
+  bool decided() const { return decided_; }
+
+ private:
+  enum class Op : uint8_t {
+    kArriveSend,
+    kArriveRecv,
+    kDecisionSend,
+    kDecisionRecv,
+    kInputSend,   // late rank: its input segment to the head
+    kFinalRecv,   // late rank: a final segment from the tail
+    kChainRecv,   // healthy: a late input (head) or D (others)
+    kChainSend,   // healthy: D to the next healthy rank
+    kFinalSend,   // tail: a final segment to a late rank
+    kFold,        // head: D op= the next late input
+    kFinish,      // healthy: P op D
+  };
+  struct OpRec {
+    Op op;
+    int seg = -1;
+    int who = -1;  // the peer's index: a rank (census), a late rank's index in late_ (chain)
+    bool done = false;
+  };
+
+  Token add_op(Op op, int seg, int who);
+  Status on_op(size_t idx, double now, ActionList* out);
+  Status decide(double now, ActionList* out);
+  Status begin(double now, ActionList* out);
+  Status start_ring(double now, ActionList* out);
+  Status forward_ring(Status st, ActionList* ring_out, ActionList* out);
+  Status start_chain(double now, ActionList* out);
+  void pump(double now, ActionList* out);
+  void maybe_done(double now, ActionList* out);
+  int tag(int kind) const;
+  size_t seg_count(int s) const;
+  size_t seg_offset(int s) const { return static_cast<size_t>(s) * seg_elems_; }
+  uint8_t* out_ptr(int s) const;
+  const uint8_t* in_ptr(int s) const;
+  uint8_t* slot_ptr(int s, int j);
+  uint8_t* hdr_ptr(std::vector<uint8_t>* v, size_t i) { return v->data() + i * hdr_bytes_; }
+  bool seg_finished(int s) const;
+  void send(Token t, int peer, int kind, uint8_t* hdr, const void* payload, size_t bytes,
+            ActionList* out);
+  void recv(Token t, int peer, int kind, uint8_t* hdr, void* payload, size_t bytes,
+            ActionList* out);
+
+  RingParams p_;
+  std::vector<uint8_t>* ring_scratch_;
+  int n_, elem_;
+  size_t hdr_bytes_;
+  int coord_;  // the coordinator's rank (ring position 0)
+  double deadline_ = 0;
+  bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
+  std::vector<char> arrived_;        // coordinator: by rank
+  std::vector<OpRec> ops_;
+  size_t pending_ = 0;               // our operations posted and not completed
+  std::vector<uint8_t> census_hdr_;  // one header per rank (arrival / decision)
+  ContributionSet late_set_;
+  std::vector<int> late_;     // E in ring order
+  std::vector<int> healthy_;  // H in ring order
+  int hpos_ = -1;             // our index in healthy_ (-1: late)
+  NestedCore ring_;
+  // The chain.
+  std::vector<int> chain_;  // H rotated to start at the head
+  int cpos_ = -1;           // our index in chain_
+  int late_idx_ = -1;       // our index in late_ (late ranks)
+  size_t seg_elems_ = 0;
+  int nseg_ = 0, slots_ = 0, window_ = 1;
+  std::vector<uint8_t> buf_;                  // slots_ x m segments (healthy)
+  std::vector<uint8_t> seg_hdr_, in_hdr_;     // per segment (x m at the head): send / receive
+  std::vector<int> recvs_left_, fold_next_;   // per segment
+  std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
+  int next_recv_ = 0, next_fwd_ = 0, next_final_ = 0, next_input_ = 0, finals_in_ = 0;
+  int fwd_flight_ = 0, final_flight_ = 0, input_flight_ = 0;
+};
+
+}  // namespace skipring

@@ -1,0 +1,215 @@
+// The late chain all-reduce (collectives/late_chain.h) under the in-process harness: the census
+// takes out exactly the ranks that had not arrived, every schedule is exact with identical bits
+// on every rank and nothing left in flight, and without a straggler it is the ring.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "collectives/late_chain.h"
+#include "collectives/reduce_kernels.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/test_data.h"
+
+namespace skipring {
+namespace {
+
+harness::Options base(int n, uint64_t seed) {
+  harness::Options o;
+  o.n = n;
+  o.count = 11 * n + 5;
+  o.dtype = DType::kInt64;
+  o.segment_bytes = 24;
+  o.seed = seed;
+  o.skip = true;
+  o.late_wait_s = 200e-6;
+  o.late_inflight = 2;
+  o.make_core = [](const RingParams& p, std::vector<uint8_t>* scratch) {
+    return std::make_unique<LateChainAllreduce>(p, scratch);
+  };
+  return o;
+}
+
+struct Seen {
+  uint64_t excluded = 0;  // sum over ranks and collectives of late_excluded
+  uint64_t skips = 0;
+  bool ok = false;
+};
+
+// Runs one schedule; checks exactness against the sequential sum, identical bits, nothing left.
+Seen run_exact(const harness::Options& o, const std::string& what, bool wide_floats = false) {
+  const testdata::Buffers in = testdata::make_inputs(o, o.seed * 37 + 11, wide_floats);
+  harness::Result res = harness::run(o, in);
+  Seen s;
+  EXPECT_EQ(res.status, Status::kOk) << what << ": " << res.error;
+  if (!ok(res.status)) return s;
+  EXPECT_FALSE(res.leftover_messages) << what << ": messages left in flight";
+  const size_t bytes = o.count * dtype_size(o.dtype);
+  for (int c = 0; c < o.collectives; ++c) {
+    std::vector<uint8_t> ref = in[c][0];
+    for (int r = 1; r < o.n; ++r) {
+      reduce(o.op, o.dtype, ref.data(), ref.data(), in[c][r].data(), o.count);
+    }
+    for (int r = 0; r < o.n; ++r) {
+      if (bytes > 0) {
+        const bool same = std::memcmp(res.outputs[c][r].data(), res.outputs[c][0].data(),
+                                      bytes) == 0;
+        EXPECT_TRUE(same) << what << ": rank " << r << " collective " << c
+                          << " differs from rank 0's bits";
+        if (!testdata::is_float(o.dtype)) {
+          EXPECT_EQ(0, std::memcmp(res.outputs[c][r].data(), ref.data(), bytes))
+              << what << ": rank " << r << " collective " << c << " differs from the sum";
+        }
+        if (::testing::Test::HasFailure()) return s;
+      }
+      s.excluded += res.stats[c][r].late_excluded;
+      s.skips += res.stats[c][r].skips;
+    }
+  }
+  s.ok = true;
+  return s;
+}
+
+TEST(LateChain, NoStragglerIsTheRing) {
+  for (int n : {2, 3, 4, 5, 8}) {
+    for (bool in_place : {false, true}) {
+      harness::Options o = base(n, 100 + n);
+      o.in_place = in_place;
+      o.collectives = 3;
+      o.late_wait_s = 1.0;  // every rank arrives within it
+      const Seen s = run_exact(o, "n=" + std::to_string(n));
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << "n=" << n;
+    }
+  }
+}
+
+// Every rank but the coordinator (ring position 0) late by far more than the wait: the census
+// takes it out on every rank; the coordinator late: nobody is taken out (every rank has
+// arrived by the time it counts).
+TEST(LateChain, EveryLateRank) {
+  for (int n : {2, 3, 4, 6, 9}) {
+    for (int late = 0; late < n; ++late) {
+      for (bool in_place : {false, true}) {
+        harness::Options o = base(n, 300 + 10 * n + late);
+        o.in_place = in_place;
+        o.collectives = 2;
+        o.ring.resize(n);
+        std::iota(o.ring.begin(), o.ring.end(), 0);
+        std::rotate(o.ring.begin(), o.ring.begin() + (n - 1), o.ring.end());  // coordinator n-1
+        o.start_time.assign(n, 0.0);
+        o.start_time[late] = 5e-3;
+        const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late) +
+                                 " in_place=" + std::to_string(in_place);
+        const Seen s = run_exact(o, what);
+        EXPECT_TRUE(s.ok) << what;
+        // Collective 0 excludes the late rank on all n ranks; collective 1 starts together.
+        EXPECT_EQ(s.excluded, late == n - 1 ? 0u : static_cast<uint64_t>(n)) << what;
+      }
+    }
+  }
+}
+
+// Float sums: the summation order differs from the ring's, but every rank has the same bits.
+TEST(LateChain, FloatBitsIdentical) {
+  for (int n : {3, 5, 8}) {
+    for (int lates = 1; lates <= 2; ++lates) {
+      harness::Options o = base(n, 700 + n * 3 + lates);
+      o.dtype = n == 5 ? DType::kDouble : DType::kFloat;
+      o.count = 257;
+      o.segment_bytes = 64;
+      o.start_time.assign(n, 0.0);
+      for (int k = 1; k <= lates; ++k) o.start_time[k] = 3e-3 * k;
+      const Seen s =
+          run_exact(o, "float n=" + std::to_string(n) + " lates=" + std::to_string(lates), true);
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n * lates)) << n;
+    }
+  }
+}
+
+// Random schedules: 0-3 ranks late by anything from nothing to far beyond the census's wait
+// (arriving before the decision, during the healthy ranks' ring, after it), random ring orders,
+// slow steps on top (skip-ahead inside the healthy ring), eager and rendezvous, links or not,
+// windows of 1-3, one or two collectives back to back, sums and xor.
+TEST(LateChain, RandomSchedules) {
+  std::mt19937_64 rng(4242);
+  const char* limit = std::getenv("SR_TEST_SCHEDULES");
+  const int kSchedules = limit != nullptr ? std::min(std::atoi(limit), 2000) : 2000;
+  uint64_t excluded_runs = 0, multi_excluded = 0, skips = 0;
+  for (int i = 0; i < kSchedules; ++i) {
+    const int n = 2 + static_cast<int>(rng() % 9);
+    harness::Options o = base(n, rng());
+    o.count = rng() % (15 * n + 1);
+    o.dtype = i % 3 == 0 ? DType::kInt32 : DType::kInt64;
+    o.op = i % 5 == 0 ? ROp::kBxor : ROp::kSum;
+    o.segment_bytes = 8 * (1 + rng() % 8);
+    o.depth = 1 + static_cast<int>(rng() % 4);
+    o.in_place = rng() & 1;
+    o.collectives = 1 + static_cast<int>(rng() % 2);
+    o.eager_probability = (rng() % 3) / 2.0;
+    o.latency_max = 1e-6 * (1 + rng() % 10);
+    o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
+    o.links = rng() % 3 == 0;
+    o.late_inflight = 1 + static_cast<int>(rng() % 3);
+    o.late_wait_s = 1e-6 * (rng() % 200);
+    o.ring.resize(n);
+    std::iota(o.ring.begin(), o.ring.end(), 0);
+    std::shuffle(o.ring.begin(), o.ring.end(), rng);
+    o.start_time.assign(n, 0.0);
+    const int lates = static_cast<int>(rng() % 4);
+    for (int k = 0; k < lates; ++k) o.start_time[rng() % n] = 1e-6 * (rng() % 2000);
+    if (rng() % 3 == 0) {
+      const uint64_t slow_mask = rng();
+      const double scale = o.skip_threshold_s * (0.5 + (rng() % 40) / 10.0);
+      o.step_delay = [slow_mask, scale](int rank, int, Phase ph, int step) {
+        return (slow_mask >> (rank % 64) & 1) && ((step + static_cast<int>(ph)) % 3 == 0) ? scale
+                                                                                          : 0.0;
+      };
+    }
+    const char* only = std::getenv("SR_TEST_SCHEDULE");
+    if (only != nullptr && std::atoi(only) != i) continue;
+    const Seen s = run_exact(o, "late-chain schedule " + std::to_string(i) + " n=" +
+                                    std::to_string(n) + " count=" + std::to_string(o.count) +
+                                    " lates=" + std::to_string(lates));
+    if (s.excluded > 0) ++excluded_runs;
+    if (s.excluded >= 2u * n) ++multi_excluded;
+    skips += s.skips;
+    if (::testing::Test::HasFailure()) break;
+  }
+  if (std::getenv("SR_TEST_SCHEDULE") == nullptr && kSchedules >= 2000) {
+    // The draws take every path: schedules with ranks taken out, with several, and skips.
+    EXPECT_GT(excluded_runs, 500u);
+    EXPECT_GT(multi_excluded, 50u);
+    EXPECT_GT(skips, 100u);
+  }
+}
+
+TEST(LateChain, RejectsBadParameters) {
+  RingParams p;
+  p.rank = 0;
+  p.ring = {0, 1};
+  p.count = 4;
+  int32_t buf[4] = {};
+  p.dtype = DType::kInt32;
+  p.sendbuf = p.recvbuf = buf;
+  std::string why;
+  EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kOk) << why;
+  p.late_inflight = 0;
+  EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
+  EXPECT_NE(why.find("late_inflight"), std::string::npos) << why;
+  p.late_inflight = 1;
+  p.late_wait_s = -1;
+  EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
+  p.late_wait_s = 0;
+  p.tag_span = 100;
+  EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
+  EXPECT_NE(why.find("tag_span"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace skipring
