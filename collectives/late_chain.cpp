@@ -107,6 +107,8 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   if (started_) return fail("started twice");
   started_ = true;
   stats_.start = now;
+  stats_.seq = p_.seq;
+  stats_.bytes = p_.count * elem_;
   if (p_.count == 0 || n_ == 1) {
     // Nothing to agree on: every rank sees the same count and size.
     if (p_.count > 0 && p_.sendbuf != p_.recvbuf) {
@@ -131,8 +133,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   }
   ContributionSet me(n_);
   me.add(p_.rank);
-  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0},
-                     me);
+  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me);
   send(add_op(Op::kArriveSend, -1, coord_), coord_, kKindArrive, hdr_ptr(&census_hdr_, p_.rank),
        nullptr, 0, out);
   recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
@@ -149,8 +150,8 @@ Status LateChainAllreduce::decide(double now, ActionList* out) {
                      late_set_);
   for (int r = 0; r < n_; ++r) {
     if (r == coord_) continue;
-    send(add_op(Op::kDecisionSend, -1, r), r, kKindDecision, hdr_ptr(&census_hdr_, coord_),
-         nullptr, 0, out);
+    send(add_op(Op::kDecisionSend, -1, r), r, kKindDecision, hdr_ptr(&census_hdr_, coord_), nullptr,
+         0, out);
   }
   return begin(now, out);
 }
@@ -227,8 +228,8 @@ Status LateChainAllreduce::start_chain(double now, ActionList* out) {
     return Status::kOk;
   }
   // The chain: H in ring order from the first healthy rank after E's first member.
-  const int first_late_pos = static_cast<int>(
-      std::find(p_.ring.begin(), p_.ring.end(), late_[0]) - p_.ring.begin());
+  const int first_late_pos =
+      static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), late_[0]) - p_.ring.begin());
   for (int d = 1; d <= n_; ++d) {
     const int r = p_.ring[(first_late_pos + d) % n_];
     if (!late_set_.contains(r)) chain_.push_back(r);
@@ -272,8 +273,9 @@ void LateChainAllreduce::pump(double now, ActionList* out) {
       ContributionSet me(n_);
       me.add(p_.rank);
       uint8_t* h = hdr_ptr(&seg_hdr_, s);
-      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
-                                       static_cast<uint32_t>(s)},
+      encode_wire_header(h,
+                         WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
+                                    static_cast<uint32_t>(s)},
                          me);
       send(add_op(Op::kInputSend, s, late_idx_), chain_[0], kKindInput, h, in_ptr(s),
            seg_count(s) * elem_, out);
@@ -317,8 +319,8 @@ void LateChainAllreduce::pump(double now, ActionList* out) {
     uint8_t* h = hdr_ptr(&seg_hdr_, s);
     encode_wire_header(h, WireExpect{p_.seq, kLcPhaseFinal, 0, static_cast<uint32_t>(s)}, all);
     for (int j = 0; j < m; ++j) {
-      send(add_op(Op::kFinalSend, s, j), late_[j], kKindFinal, h, out_ptr(s),
-           seg_count(s) * elem_, out);
+      send(add_op(Op::kFinalSend, s, j), late_[j], kKindFinal, h, out_ptr(s), seg_count(s) * elem_,
+           out);
       ++final_flight_;
     }
   }
@@ -420,8 +422,8 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       const int s = o.seg;
       if (o.who + 1 < m) {
         out->push_back(reduce_action(add_op(Op::kFold, s, o.who + 1), slot_ptr(s, 0),
-                                     slot_ptr(s, 0), slot_ptr(s, o.who + 1), seg_count(s),
-                                     p_.dtype, p_.op));
+                                     slot_ptr(s, 0), slot_ptr(s, o.who + 1), seg_count(s), p_.dtype,
+                                     p_.op));
         break;
       }
       d_ready_[s] = 1;
@@ -455,8 +457,8 @@ Status LateChainAllreduce::on_recv(Token t, size_t payload_bytes, double now, Ac
   } else {
     const size_t idx = token_index_of(t);
     if (token_kind_of(t) != kTokOp) return fail("completion for an unknown receive");
-    const bool data = idx < ops_.size() &&
-                      (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
+    const bool data =
+        idx < ops_.size() && (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
     if (data && payload_bytes != seg_count(ops_[idx].seg) * elem_) {
       return fail(fmt::format("segment {} of {} bytes, expected {}", ops_[idx].seg, payload_bytes,
                               seg_count(ops_[idx].seg) * elem_));
@@ -555,10 +557,12 @@ void LateChainAllreduce::maybe_done(double now, ActionList* out) {
 }
 
 std::string LateChainAllreduce::describe() const {
-  std::string s = fmt::format(
-      "late chain rank {}: {}, pending {}, late {}", p_.rank,
-      !decided_ ? "census" : !ring_done_ ? "ring" : late_.empty() ? "done" : "chain", pending_,
-      late_set_.to_string());
+  std::string s = fmt::format("late chain rank {}: {}, pending {}, late {}", p_.rank,
+                              !decided_       ? "census"
+                              : !ring_done_   ? "ring"
+                              : late_.empty() ? "done"
+                                              : "chain",
+                              pending_, late_set_.to_string());
   if (decided_ && !late_.empty() && ring_done_) {
     s += fmt::format(" chain pos {} recv {} fwd {} final {} inputs {} finals in {}/{}", cpos_,
                      next_recv_, next_fwd_, next_final_, next_input_, finals_in_, nseg_);
@@ -569,7 +573,8 @@ std::string LateChainAllreduce::describe() const {
 
 std::string LateChainAllreduce::describe_wait(double now) const {
   if (!decided_) {
-    if (p_.rank != coord_) return fmt::format("waiting for the census decision from rank {}", coord_);
+    if (p_.rank != coord_)
+      return fmt::format("waiting for the census decision from rank {}", coord_);
     std::string missing;
     for (int r = 0; r < n_; ++r) {
       if (!arrived_[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);

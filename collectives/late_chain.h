@@ -46,6 +46,10 @@
 
 namespace skipring {
 
+// Where the driver runs it by default (SKIPRING_LATE_CHAIN=auto): skip-ahead across hosts from
+// this size on.
+constexpr size_t kLateChainMinBytes = 1 << 20;
+
 class LateChainAllreduce final : public CoreBase {
  public:
   // Checks the common parameters, late_inflight >= 1, late_wait_s >= 0 and that tag_span
@@ -74,13 +78,13 @@ class LateChainAllreduce final : public CoreBase {
     kArriveRecv,
     kDecisionSend,
     kDecisionRecv,
-    kInputSend,   // late rank: its input segment to the head
-    kFinalRecv,   // late rank: a final segment from the tail
-    kChainRecv,   // healthy: a late input (head) or D (others)
-    kChainSend,   // healthy: D to the next healthy rank
-    kFinalSend,   // tail: a final segment to a late rank
-    kFold,        // head: D op= the next late input
-    kFinish,      // healthy: P op D
+    kInputSend,  // late rank: its input segment to the head
+    kFinalRecv,  // late rank: a final segment from the tail
+    kChainRecv,  // healthy: a late input (head) or D (others)
+    kChainSend,  // healthy: D to the next healthy rank
+    kFinalSend,  // tail: a final segment to a late rank
+    kFold,       // head: D op= the next late input
+    kFinish,     // healthy: P op D
   };
   struct OpRec {
     Op op;
@@ -118,7 +122,7 @@ class LateChainAllreduce final : public CoreBase {
   int coord_;  // the coordinator's rank (ring position 0)
   double deadline_ = 0;
   bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
-  std::vector<char> arrived_;        // coordinator: by rank
+  std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;
   size_t pending_ = 0;               // our operations posted and not completed
   std::vector<uint8_t> census_hdr_;  // one header per rank (arrival / decision)
@@ -133,9 +137,9 @@ class LateChainAllreduce final : public CoreBase {
   int late_idx_ = -1;       // our index in late_ (late ranks)
   size_t seg_elems_ = 0;
   int nseg_ = 0, slots_ = 0, window_ = 1;
-  std::vector<uint8_t> buf_;                  // slots_ x m segments (healthy)
-  std::vector<uint8_t> seg_hdr_, in_hdr_;     // per segment (x m at the head): send / receive
-  std::vector<int> recvs_left_, fold_next_;   // per segment
+  std::vector<uint8_t> buf_;                 // slots_ x m segments (healthy)
+  std::vector<uint8_t> seg_hdr_, in_hdr_;    // per segment (x m at the head): send / receive
+  std::vector<int> recvs_left_, fold_next_;  // per segment
   std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
   int next_recv_ = 0, next_fwd_ = 0, next_final_ = 0, next_input_ = 0, finals_in_ = 0;
   int fwd_flight_ = 0, final_flight_ = 0, input_flight_ = 0;

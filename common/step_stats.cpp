@@ -37,9 +37,9 @@ void CollectiveStats::summarise() {
 std::string CollectiveStats::to_string() const {
   std::string out = fmt::format(
       "seq={} bytes={} time={:.6f}s wait={:.6f}s reduce={:.6f}s transfer={:.6f}s sent={} "
-      "received={} skips={} late={} direct={} threshold={:.6f}s slowest={}",
+      "received={} skips={} late={} direct={} excluded={} threshold={:.6f}s slowest={}",
       seq, bytes, time_s(), wait_s, reduce_s, transfer_s, messages_sent, messages_received, skips,
-      late_pieces, direct_segments, skip_threshold_s, slowest_neighbour);
+      late_pieces, direct_segments, late_excluded, skip_threshold_s, slowest_neighbour);
   for (const auto& s : steps) {
     out += fmt::format(
         "\n  {} step {} chunk {} from {} to {} segs {} wait={:.6f} reduce={:.6f} "

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collectives/algorithms.h"
+#include "collectives/late_chain.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
@@ -886,6 +887,21 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
   }
 }
 
+// The census's wait (only the coordinator's counts): SKIPRING_LATE_WAIT_US, else a quarter of
+// the fastest time of this size seen here without a rank taken out (the cost model's time before
+// any), at least the skip threshold's floor. A rank later than that is taken out: the chain
+// costs up to about S/B when it comes just after, and saves up to (n-2)/n S/B when it comes
+// after the healthy ranks' ring (docs/skip_ahead.md, "Tenth round").
+double Communicator::late_wait_s(Algo algo, size_t bytes) const {
+  if (cfg_.late_wait_us > 0) return cfg_.late_wait_us * 1e-6;
+  const auto it = fastest_s_.find(bytes);
+  double t = it != fastest_s_.end()
+                 ? it->second
+                 : algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+  if (!std::isfinite(t)) t = 0;
+  return std::max(skip_floor_s_, 0.25 * t);
+}
+
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return refuse_broken("allreduce");
@@ -965,6 +981,16 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
   p.late_bcast = cfg_.late_bcast;
+  // The late chain (collectives/late_chain.h): skip-ahead behind a census, across hosts from
+  // kLateChainMinBytes by default. Every rank decides alike (agreed config, count, topology).
+  const bool late_chain =
+      p.skip && algo == Algo::kSkipRing &&
+      (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && bytes >= kLateChainMinBytes));
+  if (late_chain) {
+    p.late_inflight = cfg_.late_inflight;
+    p.late_wait_s = late_wait_s(algo, bytes);
+    SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
+  }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);
   // Straggler injection: late arrival here, slow steps through the engine.
@@ -984,7 +1010,12 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   // The algorithm table's factory (collectives/algorithms.h); choose_algo never returns auto.
   const AlgoFactory make = algo_row(algo).make;
   std::unique_ptr<CollectiveCore> core;
-  Status st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
+  Status st = Status::kOk;
+  if (late_chain) {
+    core = std::make_unique<LateChainAllreduce>(p, &scratch_);
+  } else {
+    st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
+  }
   if (!ok(st)) {
     const std::string why = fmt::format("allreduce #{}: building {} failed: {}", seq_,
                                         algo_name(algo), status_string(st));
@@ -995,6 +1026,10 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
+  if (late_chain && last_stats_.late_excluded == 0) {
+    auto it = fastest_s_.try_emplace(bytes, last_stats_.time_s()).first;
+    it->second = std::min(it->second, last_stats_.time_s());
+  }
   if (straggler_watch()) observe_lateness(algo, bytes, p.skip);
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,

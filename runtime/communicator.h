@@ -149,6 +149,7 @@ class Communicator {
   }
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
+  double late_wait_s(Algo algo, size_t bytes) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;
@@ -161,6 +162,8 @@ class Communicator {
   std::unique_ptr<Clock> clock_;
   WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;
+  // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
+  std::map<size_t, double> fastest_s_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from

@@ -58,6 +58,19 @@ struct Config {
   // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md). Off by default:
   // faster under SimGrid, slower on the emulated TCP cluster (docs/skip_ahead.md).
   bool late_bcast = false;  // SKIPRING_LATE_BCAST
+  // Late chain (collectives/late_chain.h; docs/skip_ahead.md "Tenth round"): -1 auto (skip-ahead
+  // across hosts from kLateChainMinBytes), 0 off, 1 whenever skip-ahead runs.
+  int late_chain = -1;      // SKIPRING_LATE_CHAIN
+  double late_wait_us = 0;  // SKIPRING_LATE_WAIT_US: the census's wait (0: derived)
+  // SKIPRING_LATE_INFLIGHT: chain sends in flight per rank. Over TCP 1 (0.70 of the plain ring
+  // after a late arrival at 4 hosts against 0.82 with 2: Open MPI's TCP BTL interleaves the
+  // fragments of messages in flight); under SimGrid, which leaves a link idle between
+  // back-to-back messages, 4 (1.34 L against 1.74 L with 1 at n = 8). docs/skip_ahead.md.
+#ifdef SKIPRING_SIMGRID
+  int late_inflight = 4;
+#else
+  int late_inflight = 1;
+#endif
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or

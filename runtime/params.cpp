@@ -119,6 +119,14 @@ bool parse_direct_allgather(const std::string& text, Config* c) {
   return true;
 }
 
+bool parse_late_chain(const std::string& text, Config* c) {
+  if (skipring::to_lower(text) == "auto") return c->late_chain = -1, true;
+  bool b = false;
+  if (!parse_bool(text, &b)) return false;
+  c->late_chain = b ? 1 : 0;
+  return true;
+}
+
 // "block:K" (K >= 1) or one non-empty label per rank separated by ','.
 bool parse_host_map(const std::string& text, Config* c) {
   if (text.rfind("block:", 0) == 0) {
@@ -170,6 +178,10 @@ const CustomParam kClock{
 const CustomParam kDirectAllgather{
     "enum", "auto, 0, 1", parse_direct_allgather, [](const Config& c) {
       return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
+    }};
+const CustomParam kLateChain{
+    "enum", "auto, 0, 1", parse_late_chain, [](const Config& c) {
+      return std::string(c.late_chain < 0 ? "auto" : c.late_chain ? "1" : "0");
     }};
 // What SKIPRING_ALGO accepts: the names of the algorithm table (collectives/algorithms.h).
 const char* algo_accepts() {
@@ -284,6 +296,17 @@ const std::vector<ParamDef>& param_table() {
        "and allgather the partials; the late rank's input then goes down two trees of healthy "
        "ranks and every rank adds it (experimental: faster under SimGrid, slower over TCP; "
        "[docs/skip_ahead.md](docs/skip_ahead.md))"},
+      {"SKIPRING_LATE_CHAIN", kLateChain, {}, "",
+       "skip-ahead with a census first: ranks that have not arrived within "
+       "`SKIPRING_LATE_WAIT_US` are taken out, the others run the ring, and the late inputs go "
+       "down a chain of healthy ranks once they come; auto = across hosts from 1 MiB "
+       "([docs/skip_ahead.md](docs/skip_ahead.md))"},
+      {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
+       "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
+       "seen on the communicator (the cost model's before any), at least the skip threshold's "
+       "floor"},
+      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
+       "late chain: messages each rank keeps in flight down the chain"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},

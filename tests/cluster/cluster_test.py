@@ -19,6 +19,7 @@ Usage: cluster_test.py --vcluster scripts/vcluster.sh [--rate 1gbit] SCENARIO [o
       an unmodified MPI program with the PMPI library preloaded: exact results (the program
       checks them), one SKIPRING_REPORT line per rank with calls > 0 (skipring ran them)
   late --hosts N [--per-host K] --test mpi_straggler_test [--late-rank R] [--late-ms MS] [--bcast]
+      [--chain]
       one rank arrives late at every call: skips > 0, exact, and the allgather was routed
       (direct_segments == 0 on every rank: the direct allgather is for one host only)
   late ... --transport ucx
@@ -165,6 +166,12 @@ def test_late(cluster, a):
         env.update({"SKIPRING_TRANSPORT": "ucx", "SKIPRING_LOG_LEVEL": "info"})
         mpirun_args = ["-x", "UCX_TLS=tcp,self"]
     args = [a.test, "--expect-skips", "--expect-routed", "--iters", "6"]
+    # The skip-ahead ring itself: the late chain (on by default across hosts) would take the late
+    # rank out before any skip.
+    env["SKIPRING_LATE_CHAIN"] = "0"
+    if a.chain:
+        env["SKIPRING_LATE_CHAIN"] = "1"
+        args = [a.test, "--expect-excluded", "--iters", "4"]
     if a.bcast:
         # Small segments and 2 send slots: the late rank's predecessor parks 2 pieces with it and
         # bypasses it for the rest, which is what the late broadcast takes over.
@@ -176,8 +183,13 @@ def test_late(cluster, a):
     if a.transport == "ucx":
         check(re.search(r"SKIPRING_TRANSPORT=ucx: UCX \d+\.\d+", out) is not None,
               "the UCX transport carried the collectives (its info line)")
-    m = re.search(r"^skips=(\d+) late=(\d+)$", out, re.M)
-    check(m is not None and int(m.group(1)) > 0, "the late rank made ranks skip ahead")
+    if a.chain:
+        m = re.search(r"^excluded=(\d+)$", out, re.M)
+        check(m is not None and int(m.group(1)) == a.hosts * a.per_host,
+              "the census took the late rank out on every rank")
+    else:
+        m = re.search(r"^skips=(\d+) late=(\d+)$", out, re.M)
+        check(m is not None and int(m.group(1)) > 0, "the late rank made ranks skip ahead")
     if a.bcast:
         m = re.search(r"^bcast_segments=(\d+)$", out, re.M)
         check(m is not None and int(m.group(1)) > 0,
@@ -197,6 +209,8 @@ def main():
     ap.add_argument("--check-report")
     ap.add_argument("--preload")
     ap.add_argument("--program")
+    ap.add_argument("--chain", action="store_true",
+                    help="late: the late chain (SKIPRING_LATE_CHAIN=1): the census takes it out")
     ap.add_argument("--bcast", action="store_true",
                     help="late: small segments, 2 slots, and the late broadcast asserted")
     ap.add_argument("--late-rank", type=int, default=1)

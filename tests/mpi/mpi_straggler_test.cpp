@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   check(skipring_set_algo("skipring") == MPI_SUCCESS, "skipring_set_algo");
   bool expect_skips = false, expect_none = false, expect_direct = false, expect_routed = false;
   bool expect_bcast = false;
+  bool expect_excluded = false;
   int iters = 12;
   size_t count = 1 << 17;  // 1 MiB of int64: the ring, several segments per chunk
   for (int i = 1; i < argc; ++i) {
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     expect_direct = expect_direct || a == "--expect-direct";
     expect_routed = expect_routed || a == "--expect-routed";
     expect_bcast = expect_bcast || a == "--expect-bcast";
+    expect_excluded = expect_excluded || a == "--expect-excluded";
     if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
   }
   std::vector<int64_t> in(count), out(count), ref(count);
@@ -99,6 +101,12 @@ int main(int argc, char** argv) {
   PMPI_Allreduce(&bcast_mine, &bcast_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   if (expect_bcast) check(bcast_all > 0, "segments completed without the late rank (broadcast)");
   if (expect_direct) check(bcast_all == 0, "no late broadcast with the direct allgather");
+  // The late chain (SKIPRING_LATE_CHAIN): the census took the late rank out on every rank.
+  uint64_t excluded_mine = st.late_excluded, excluded_all = 0;
+  PMPI_Allreduce(&excluded_mine, &excluded_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (expect_excluded) {
+    check(excluded_all == static_cast<uint64_t>(g_size), "every rank saw the late rank taken out");
+  }
   skipring_totals_t t;
   skipring_get_totals(&t);
   uint64_t mine[2] = {t.skips, t.late}, all[2] = {0, 0};
@@ -111,6 +119,7 @@ int main(int argc, char** argv) {
     std::printf("skips=%llu late=%llu\n", static_cast<unsigned long long>(all[0]),
                 static_cast<unsigned long long>(all[1]));
     std::printf("bcast_segments=%llu\n", static_cast<unsigned long long>(bcast_all));
+    std::printf("excluded=%llu\n", static_cast<unsigned long long>(excluded_all));
     std::printf("%ld passed, %ld failed\n", sums[0], sums[1]);
   }
   MPI_Finalize();

@@ -56,8 +56,8 @@ Seen run_exact(const harness::Options& o, const std::string& what, bool wide_flo
     }
     for (int r = 0; r < o.n; ++r) {
       if (bytes > 0) {
-        const bool same = std::memcmp(res.outputs[c][r].data(), res.outputs[c][0].data(),
-                                      bytes) == 0;
+        const bool same =
+            std::memcmp(res.outputs[c][r].data(), res.outputs[c][0].data(), bytes) == 0;
         EXPECT_TRUE(same) << what << ": rank " << r << " collective " << c
                           << " differs from rank 0's bits";
         if (!testdata::is_float(o.dtype)) {
@@ -173,9 +173,9 @@ TEST(LateChain, RandomSchedules) {
     }
     const char* only = std::getenv("SR_TEST_SCHEDULE");
     if (only != nullptr && std::atoi(only) != i) continue;
-    const Seen s = run_exact(o, "late-chain schedule " + std::to_string(i) + " n=" +
-                                    std::to_string(n) + " count=" + std::to_string(o.count) +
-                                    " lates=" + std::to_string(lates));
+    const Seen s =
+        run_exact(o, "late-chain schedule " + std::to_string(i) + " n=" + std::to_string(n) +
+                         " count=" + std::to_string(o.count) + " lates=" + std::to_string(lates));
     if (s.excluded > 0) ++excluded_runs;
     if (s.excluded >= 2u * n) ++multi_excluded;
     skips += s.skips;

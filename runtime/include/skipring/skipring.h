@@ -110,6 +110,8 @@ typedef struct skipring_stats {
   uint32_t bcast_segments;   /* late broadcast (SKIPRING_LATE_BCAST): segments of its own chunk
                                 this rank completed without a late rank's input, or, being
                                 late, whose input it sent down the trees of healthy ranks */
+  uint32_t late_excluded;    /* late chain (SKIPRING_LATE_CHAIN): ranks the census took out of
+                                the ring because they had not arrived (0: none) */
 } skipring_stats_t;
 
 SKIPRING_API int skipring_last_stats(MPI_Comm comm, skipring_stats_t* stats);
