@@ -58,7 +58,8 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       coord_(p.ring.empty() ? 0 : p.ring[0]),
       late_set_(static_cast<int>(p.ring.size())),
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
-  seg_elems_ = std::max<size_t>(1, p_.segment_bytes / static_cast<size_t>(elem_));
+  const size_t seg_bytes = p_.late_segment_bytes > 0 ? p_.late_segment_bytes : p_.segment_bytes;
+  seg_elems_ = std::max<size_t>(1, seg_bytes / static_cast<size_t>(elem_));
   nseg_ = static_cast<int>((p_.count + seg_elems_ - 1) / seg_elems_);
   window_ = p_.late_inflight;
 }

@@ -49,6 +49,8 @@ namespace skipring {
 // Where the driver runs it by default (SKIPRING_LATE_CHAIN=auto): skip-ahead across hosts from
 // this size on.
 constexpr size_t kLateChainMinBytes = 1 << 20;
+// ... and where the census costs at most this share of the ring's modelled time.
+constexpr double kLateChainMaxCensusShare = 0.01;
 
 class LateChainAllreduce final : public CoreBase {
  public:

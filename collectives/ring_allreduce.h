@@ -107,6 +107,7 @@ struct RingParams {
   // many chain messages each rank keeps in flight.
   double late_wait_s = 0;
   int late_inflight = 1;
+  size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.

@@ -902,6 +902,17 @@ double Communicator::late_wait_s(Algo algo, size_t bytes) const {
   return std::max(skip_floor_s_, 0.25 * t);
 }
 
+// SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
+// and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
+// at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
+// it cost 11 of 147 us. Every rank decides alike (agreed sizes, topology and cost model).
+bool Communicator::late_chain_pays(Algo algo, size_t bytes) const {
+  if (bytes < kLateChainMinBytes) return false;
+  const double census = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
+  const double ring = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+  return std::isfinite(ring) && census <= kLateChainMaxCensusShare * ring;
+}
+
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return refuse_broken("allreduce");
@@ -985,9 +996,12 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   // kLateChainMinBytes by default. Every rank decides alike (agreed config, count, topology).
   const bool late_chain =
       p.skip && algo == Algo::kSkipRing &&
-      (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && bytes >= kLateChainMinBytes));
+      (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && late_chain_pays(algo, bytes)));
   if (late_chain) {
     p.late_inflight = cfg_.late_inflight;
+    // The chain streams the whole vector: SKIPRING_SEGMENT_BYTES, not the ring's cross-host
+    // cut (its n - 1 hops fill in (n - 1) segments, whatever the chunk).
+    p.late_segment_bytes = cfg_.segment_bytes;
     p.late_wait_s = late_wait_s(algo, bytes);
     SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
   }

@@ -150,6 +150,7 @@ class Communicator {
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
   double late_wait_s(Algo algo, size_t bytes) const;
+  bool late_chain_pays(Algo algo, size_t bytes) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;

@@ -65,9 +65,10 @@ struct Config {
   // SKIPRING_LATE_INFLIGHT: chain sends in flight per rank. Over TCP 1 (0.70 of the plain ring
   // after a late arrival at 4 hosts against 0.82 with 2: Open MPI's TCP BTL interleaves the
   // fragments of messages in flight); under SimGrid, which leaves a link idle between
-  // back-to-back messages, 4 (1.34 L against 1.74 L with 1 at n = 8). docs/skip_ahead.md.
+  // back-to-back messages, 2 (n = 8 / 16, 64 MiB: 1.41 / 1.38 L with 2, 1.74 L / - with 1,
+  // 1.34 / 1.45 L with 4). docs/skip_ahead.md, "Tenth round".
 #ifdef SKIPRING_SIMGRID
-  int late_inflight = 4;
+  int late_inflight = 2;
 #else
   int late_inflight = 1;
 #endif
