@@ -40,6 +40,16 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
     *why = fmt::format("late_wait_s {} is not >= 0", p.late_wait_s);
     return Status::kErrArg;
   }
+  if (!(p.late_wait_suspect_s >= 0)) {
+    *why = fmt::format("late_wait_suspect_s {} is not >= 0", p.late_wait_suspect_s);
+    return Status::kErrArg;
+  }
+  for (int r : p.late_suspects) {
+    if (r < 0 || r >= static_cast<int>(p.ring.size())) {
+      *why = fmt::format("late suspect {} is not a rank of {}", r, p.ring.size());
+      return Status::kErrArg;
+    }
+  }
   if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
     *why = fmt::format("tag_span {} leaves the embedded ring fewer than {} tags", p.tag_span,
                        kMinRingSpan);
@@ -125,6 +135,11 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
     arrived_.assign(n_, 0);
     arrived_[coord_] = 1;
     deadline_ = now + p_.late_wait_s;
+    suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
+    suspect_.assign(n_, 0);
+    for (int r : p_.late_suspects) {
+      if (r >= 0 && r < n_ && r != coord_) suspect_[r] = 1;
+    }
     for (int r = 0; r < n_; ++r) {
       if (r == coord_) continue;
       recv(add_op(Op::kArriveRecv, -1, r), r, kKindArrive, hdr_ptr(&census_hdr_, r), nullptr, 0,
@@ -140,6 +155,13 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
        nullptr, 0, out);
   return Status::kOk;
+}
+
+double LateChainAllreduce::decision_time() const {
+  for (int r = 0; r < n_; ++r) {
+    if (!arrived_[r] && !suspect_[r]) return deadline_;
+  }
+  return suspect_deadline_;
 }
 
 Status LateChainAllreduce::decide(double now, ActionList* out) {
@@ -345,7 +367,8 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
       ++stats_.messages_received;
       arrived_[o.who] = 1;
-      if (!decided_ && std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; })) {
+      if (!decided_ && (now >= decision_time() ||
+                        std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
       }
       break;
@@ -503,7 +526,9 @@ Status LateChainAllreduce::on_reduce(Token t, double now, ActionList* out) {
 
 Status LateChainAllreduce::on_time(double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (p_.rank == coord_ && started_ && !decided_ && now >= deadline_) return decide(now, out);
+  if (p_.rank == coord_ && started_ && !decided_ && now >= decision_time()) {
+    return decide(now, out);
+  }
   if (!ring_.started() || ring_done_) return Status::kOk;
   ActionList ring_out;
   const Status st = ring_.on_time(now, &ring_out);
@@ -517,7 +542,7 @@ Status LateChainAllreduce::on_time(double now, ActionList* out) {
 
 double LateChainAllreduce::next_deadline() const {
   if (failed_ || done_) return std::numeric_limits<double>::infinity();
-  if (p_.rank == coord_ && started_ && !decided_) return deadline_;
+  if (p_.rank == coord_ && started_ && !decided_) return decision_time();
   if (ring_.started() && !ring_done_) return ring_.next_deadline();
   return std::numeric_limits<double>::infinity();
 }

@@ -5,8 +5,11 @@
 //  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
 //     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
 //     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
-//     from (usually empty). Every rank waits for that decision before it moves data, so all
-//     agree on E; a rank in E reads it whenever it arrives.
+//     from (usually empty). Ranks the previous census took out (RingParams::late_suspects, the
+//     driver's memory) get only late_wait_suspect_s once every other rank is in: a persistent
+//     straggler is taken out at once, a rank late once waits the full late_wait_s. Every rank
+//     waits for that decision before it moves data, so all agree on E; a rank in E reads it
+//     whenever it arrives.
 //  2. The healthy ranks H (all but E, in ring order) run the skip-ahead ring (RingAllreduce,
 //     embedded unmodified through a NestedCore, virtual ranks = positions in H, the lower half
 //     of the tags) on their own inputs. With E empty this is the ring of every rank: the only
@@ -98,6 +101,8 @@ class LateChainAllreduce final : public CoreBase {
   Token add_op(Op op, int seg, int who);
   Status on_op(size_t idx, double now, ActionList* out);
   Status decide(double now, ActionList* out);
+  // Coordinator: when the census decides if nobody else arrives (late_suspects_, deadlines).
+  double decision_time() const;
   Status begin(double now, ActionList* out);
   Status start_ring(double now, ActionList* out);
   Status forward_ring(Status st, ActionList* ring_out, ActionList* out);
@@ -122,7 +127,8 @@ class LateChainAllreduce final : public CoreBase {
   int n_, elem_;
   size_t hdr_bytes_;
   int coord_;  // the coordinator's rank (ring position 0)
-  double deadline_ = 0;
+  double deadline_ = 0, suspect_deadline_ = 0;
+  std::vector<char> suspect_;  // coordinator: by rank
   bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;

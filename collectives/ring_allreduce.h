@@ -108,6 +108,10 @@ struct RingParams {
   double late_wait_s = 0;
   int late_inflight = 1;
   size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
+  // Ranks the census took out last time (suspects): the coordinator waits only
+  // late_wait_suspect_s for them once everyone else has arrived.
+  std::vector<int> late_suspects;
+  double late_wait_suspect_s = 0;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.

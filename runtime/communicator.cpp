@@ -906,6 +906,21 @@ double Communicator::late_wait_s(Algo algo, size_t bytes) const {
 // and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
 // at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
 // it cost 11 of 147 us. Every rank decides alike (agreed sizes, topology and cost model).
+// The census's wait for the ranks it took out last time, once every other rank is in:
+// SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of the fastest time of this size (the cost model's
+// before any), at least the skip threshold's floor. A rank that was later than the full wait
+// last time is likely late again (a slow node): taking it out at once lets the healthy ranks'
+// ring run while it is away.
+double Communicator::late_wait_suspect_s(size_t bytes) const {
+  if (cfg_.late_wait_suspect_us > 0) return cfg_.late_wait_suspect_us * 1e-6;
+  const auto it = fastest_s_.find(bytes);
+  double t = it != fastest_s_.end()
+                 ? it->second
+                 : algo_cost(Algo::kSkipRing, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+  if (!std::isfinite(t)) t = 0;
+  return std::max(skip_floor_s_, 0.02 * t);
+}
+
 bool Communicator::late_chain_pays(Algo algo, size_t bytes) const {
   if (bytes < kLateChainMinBytes) return false;
   const double census = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
@@ -1003,6 +1018,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     // cut (its n - 1 hops fill in (n - 1) segments, whatever the chunk).
     p.late_segment_bytes = cfg_.segment_bytes;
     p.late_wait_s = late_wait_s(algo, bytes);
+    p.late_suspects = late_suspects_;
+    p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));
     SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
@@ -1025,8 +1042,11 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const AlgoFactory make = algo_row(algo).make;
   std::unique_ptr<CollectiveCore> core;
   Status st = Status::kOk;
+  const LateChainAllreduce* chain_core = nullptr;
   if (late_chain) {
-    core = std::make_unique<LateChainAllreduce>(p, &scratch_);
+    auto c = std::make_unique<LateChainAllreduce>(p, &scratch_);
+    chain_core = c.get();
+    core = std::move(c);
   } else {
     st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
   }
@@ -1040,9 +1060,13 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
-  if (late_chain && last_stats_.late_excluded == 0) {
-    auto it = fastest_s_.try_emplace(bytes, last_stats_.time_s()).first;
-    it->second = std::min(it->second, last_stats_.time_s());
+  if (late_chain) {
+    // Every rank read the same decision: the suspects of the next census.
+    late_suspects_ = chain_core->excluded();
+    if (last_stats_.late_excluded == 0) {
+      auto it = fastest_s_.try_emplace(bytes, last_stats_.time_s()).first;
+      it->second = std::min(it->second, last_stats_.time_s());
+    }
   }
   if (straggler_watch()) observe_lateness(algo, bytes, p.skip);
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {

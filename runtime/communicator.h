@@ -151,6 +151,7 @@ class Communicator {
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
   double late_wait_s(Algo algo, size_t bytes) const;
   bool late_chain_pays(Algo algo, size_t bytes) const;
+  double late_wait_suspect_s(size_t bytes) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;
@@ -165,6 +166,8 @@ class Communicator {
   std::vector<uint8_t> scratch_;
   // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
   std::map<size_t, double> fastest_s_;
+  // Late chain: the ranks the last census took out (the next census's suspects).
+  std::vector<int> late_suspects_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from

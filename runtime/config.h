@@ -60,8 +60,9 @@ struct Config {
   bool late_bcast = false;  // SKIPRING_LATE_BCAST
   // Late chain (collectives/late_chain.h; docs/skip_ahead.md "Tenth round"): -1 auto (skip-ahead
   // across hosts from kLateChainMinBytes), 0 off, 1 whenever skip-ahead runs.
-  int late_chain = -1;      // SKIPRING_LATE_CHAIN
-  double late_wait_us = 0;  // SKIPRING_LATE_WAIT_US: the census's wait (0: derived)
+  int late_chain = -1;              // SKIPRING_LATE_CHAIN
+  double late_wait_us = 0;          // SKIPRING_LATE_WAIT_US: the census's wait (0: derived)
+  double late_wait_suspect_us = 0;  // SKIPRING_LATE_WAIT_SUSPECT_US: for last time's late ranks
   // SKIPRING_LATE_INFLIGHT: chain sends in flight per rank. Over TCP 1 (0.70 of the plain ring
   // after a late arrival at 4 hosts against 0.82 with 2: Open MPI's TCP BTL interleaves the
   // fragments of messages in flight); under SimGrid, which leaves a link idle between

@@ -305,6 +305,10 @@ const std::vector<ParamDef>& param_table() {
        "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
        "seen on the communicator (the cost model's before any), at least the skip threshold's "
        "floor"},
+      {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
+       "the census's wait in µs for the ranks it took out last time, once every other rank is "
+       "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
+       "skip threshold's floor"},
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
        "late chain: messages each rank keeps in flight down the chain"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",

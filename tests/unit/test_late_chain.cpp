@@ -114,6 +114,36 @@ TEST(LateChain, EveryLateRank) {
   }
 }
 
+// Suspects (the ranks the last census took out): the coordinator waits only the short wait for
+// them once every other rank is in, the full wait for anyone else.
+TEST(LateChain, SuspectsGetTheShortWait) {
+  for (int n : {3, 5}) {
+    for (int late = 1; late < n; ++late) {
+      harness::Options o = base(n, 900 + n * 7 + late);
+      o.late_wait_s = 1.0;  // far beyond the 2 ms lateness: nobody is taken out on it
+      o.late_wait_suspect_s = 50e-6;
+      o.start_time.assign(n, 0.0);
+      o.start_time[late] = 2e-3;
+      const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late);
+      // Not a suspect: the census waits for it, nobody is taken out.
+      o.late_suspects = {};
+      Seen s = run_exact(o, what + " no suspects");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      // Another rank suspected (arrives on time): still nobody.
+      o.late_suspects = {late == 1 ? 2 % n : 1};
+      s = run_exact(o, what + " other suspect");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      // The late rank suspected: taken out after the short wait.
+      o.late_suspects = {late};
+      s = run_exact(o, what + " suspect");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n)) << what;
+    }
+  }
+}
+
 // Float sums: the summation order differs from the ring's, but every rank has the same bits.
 TEST(LateChain, FloatBitsIdentical) {
   for (int n : {3, 5, 8}) {
@@ -157,6 +187,8 @@ TEST(LateChain, RandomSchedules) {
     o.links = rng() % 3 == 0;
     o.late_inflight = 1 + static_cast<int>(rng() % 3);
     o.late_wait_s = 1e-6 * (rng() % 200);
+    o.late_wait_suspect_s = 1e-6 * (rng() % 50);
+    if (rng() % 2 == 0) o.late_suspects = {static_cast<int>(rng() % n)};
     o.ring.resize(n);
     std::iota(o.ring.begin(), o.ring.end(), 0);
     std::shuffle(o.ring.begin(), o.ring.end(), rng);
