@@ -134,6 +134,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   if (p_.rank == coord_) {
     arrived_.assign(n_, 0);
     arrived_[coord_] = 1;
+    arrival_s_.assign(n_, 0.0);
     deadline_ = now + p_.late_wait_s;
     suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
     suspect_.assign(n_, 0);
@@ -367,6 +368,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
       ++stats_.messages_received;
       arrived_[o.who] = 1;
+      arrival_s_[o.who] = now - stats_.start;
       if (!decided_ && (now >= decision_time() ||
                         std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));

@@ -5,9 +5,9 @@
 //  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
 //     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
 //     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
-//     from (usually empty). Ranks the previous census took out (RingParams::late_suspects, the
-//     driver's memory) get only late_wait_suspect_s once every other rank is in: a persistent
-//     straggler is taken out at once, a rank late once waits the full late_wait_s. Every rank
+//     from (usually empty). Ranks the driver predicts late (RingParams::late_suspects: late
+//     last time) get only late_wait_suspect_s once every other rank is in: a persistent
+//     straggler is taken out at once, any other rank waits the full late_wait_s. Every rank
 //     waits for that decision before it moves data, so all agree on E; a rank in E reads it
 //     whenever it arrives.
 //  2. The healthy ranks H (all but E, in ring order) run the skip-ahead ring (RingAllreduce,
@@ -54,6 +54,10 @@ namespace skipring {
 constexpr size_t kLateChainMinBytes = 1 << 20;
 // ... and where the census costs at most this share of the ring's modelled time.
 constexpr double kLateChainMaxCensusShare = 0.01;
+// The driver predicts a rank late again when it arrived later than this share of the
+// collective's own time last time (Communicator::plan_census): the chain (about S/B after the
+// arrival) then beats waiting for it (the ring's 2(n-1)/n S/B after it).
+constexpr double kLateChainPredictShare = 0.75;
 
 class LateChainAllreduce final : public CoreBase {
  public:
@@ -75,6 +79,9 @@ class LateChainAllreduce final : public CoreBase {
 
   // Communicator ranks the census took out (ring order); valid once decided.
   const std::vector<int>& excluded() const { return late_; }
+  // Coordinator: seconds from its start until each rank's arrival came in (0 for itself);
+  // complete once done. Empty on the other ranks.
+  const std::vector<double>& arrivals() const { return arrival_s_; }
   bool decided() const { return decided_; }
 
  private:
@@ -128,7 +135,8 @@ class LateChainAllreduce final : public CoreBase {
   size_t hdr_bytes_;
   int coord_;  // the coordinator's rank (ring position 0)
   double deadline_ = 0, suspect_deadline_ = 0;
-  std::vector<char> suspect_;  // coordinator: by rank
+  std::vector<char> suspect_;      // coordinator: by rank
+  std::vector<double> arrival_s_;  // coordinator: by rank
   bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;

@@ -302,13 +302,11 @@ const std::vector<ParamDef>& param_table() {
        "down a chain of healthy ranks once they come; auto = across hosts from 1 MiB "
        "([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
-       "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
-       "seen on the communicator (the cost model's before any), at least the skip threshold's "
-       "floor"},
+       "the census's wait in µs for a rank not predicted late; 0 = the collective's own time "
+       "for this size (last arrival to end, the fastest seen; the cost model's before any)"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
-       "the census's wait in µs for the ranks it took out last time, once every other rank is "
-       "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
-       "skip threshold's floor"},
+       "the census's wait in µs for a rank predicted late (it arrived later than 3/4 of the "
+       "collective's own time last time), once every other rank is in; 0 = 2 % of that time"},
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
        "late chain: messages each rank keeps in flight down the chain"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
