@@ -887,14 +887,16 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
   }
 }
 
-// The census's waits (only the coordinator's count; docs/skip_ahead.md, "Tenth round"). F is
-// the collective's own time for this size: the shortest, over calls here with nobody taken out,
-// from the last arrival to the end (the cost model's time before any). A rank the coordinator
-// saw arrive later than kLateChainPredictShare * F last time is predicted late again (a slow
-// node): it gets SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of F, and is then taken out so that the
-// healthy ranks' ring runs while it is away. Any other rank gets SKIPRING_LATE_WAIT_US, else F:
-// taking out a rank that comes just after the wait costs up to the chain's S/B, so only a rank
-// later than the whole collective is taken out unannounced. Both at least the skip floor.
+// The census's parameters (docs/skip_ahead.md, "Tenth round"). The suspects are the previous
+// call's prediction, which every rank received from the coordinator (the same list everywhere):
+// without any, nobody waits for the census. The waits and the prediction's threshold count only
+// on the coordinator. F is the collective's own time for this size there: the shortest, over
+// calls with nobody taken out, from the last arrival to the end (the cost model's time before
+// any). A rank arriving later than kLateChainPredictShare * F is predicted late for the next
+// call (a slow node): the next census then holds everyone up until the other ranks are in
+// (SKIPRING_LATE_WAIT_US at most, 0 = F) plus SKIPRING_LATE_WAIT_SUSPECT_US (0 = 2 % of F) for
+// it, and takes it out if it is still missing, so that the healthy ranks' ring runs while it is
+// away. Both waits at least the skip threshold's floor.
 void Communicator::plan_census(Algo algo, size_t bytes, RingParams* p) const {
   const auto it = own_time_s_.find(bytes);
   double f = it != own_time_s_.end()
@@ -905,18 +907,15 @@ void Communicator::plan_census(Algo algo, size_t bytes, RingParams* p) const {
   p->late_wait_suspect_s =
       std::min(p->late_wait_s, cfg_.late_wait_suspect_us > 0 ? cfg_.late_wait_suspect_us * 1e-6
                                                              : std::max(skip_floor_s_, 0.02 * f));
-  p->late_suspects.clear();
-  for (size_t r = 0; r < last_arrival_s_.size(); ++r) {
-    if (last_arrival_s_[r] > kLateChainPredictShare * f)
-      p->late_suspects.push_back(static_cast<int>(r));
-  }
+  p->late_predict_after_s = std::max(skip_floor_s_, kLateChainPredictShare * f);
+  p->late_suspects = late_suspects_;
 }
 
-// After a late-chain call, on the coordinator: when each rank arrived, and the collective's own
-// time when nobody was taken out.
+// After a late-chain call: the prediction for the next one (every rank), and on the
+// coordinator the collective's own time when nobody was taken out.
 void Communicator::learn_census(const LateChainAllreduce& core, size_t bytes) {
+  late_suspects_ = core.next_suspects();
   const std::vector<double>& arrivals = core.arrivals();
-  last_arrival_s_ = arrivals;
   if (arrivals.empty() || !core.excluded().empty()) return;
   const double last = *std::max_element(arrivals.begin(), arrivals.end());
   const double own = last_stats_.time_s() - last;

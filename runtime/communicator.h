@@ -166,10 +166,10 @@ class Communicator {
   std::unique_ptr<Clock> clock_;
   WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;
-  // Late chain, on the census's coordinator (plan_census): the collective's own time per size
-  // (last arrival to end, nobody taken out), and when each rank arrived in the last census.
+  // Late chain (plan_census): the coordinator's prediction from the last call (every rank), and
+  // on the coordinator the collective's own time per size (last arrival to end, nobody out).
+  std::vector<int> late_suspects_;
   std::map<size_t, double> own_time_s_;
-  std::vector<double> last_arrival_s_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
