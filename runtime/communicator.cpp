@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -889,14 +890,15 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
 
 // The census's parameters (docs/skip_ahead.md, "Tenth round"). The suspects are the previous
 // call's prediction, which every rank received from the coordinator (the same list everywhere):
-// without any, nobody waits for the census. The waits and the prediction's threshold count only
-// on the coordinator. F is the collective's own time for this size there: the shortest, over
-// calls with nobody taken out, from the last arrival to the end (the cost model's time before
-// any). A rank arriving later than kLateChainPredictShare * F is predicted late for the next
-// call (a slow node): the next census then holds everyone up until the other ranks are in
-// (SKIPRING_LATE_WAIT_US at most, 0 = F) plus SKIPRING_LATE_WAIT_SUSPECT_US (0 = 2 % of F) for
-// it, and takes it out if it is still missing, so that the healthy ranks' ring runs while it is
-// away. Both waits at least the skip threshold's floor.
+// without any, nobody waits for the census. The waits and the prediction count only on the
+// coordinator. F is the collective's own time for this size there: the shortest, over calls
+// with nobody taken out, from the last arrival to the end (the cost model's time before any).
+// A rank arriving later than kLateChainPredictShare * F is predicted late for the next call (a
+// slow node), unless taking a rank out was tried at this size and its time after the last
+// arrival was not below F (the chain lost: the healthy ranks' ring was not over when it came).
+// The next census then holds everyone up until the other ranks are in (SKIPRING_LATE_WAIT_US
+// at most, 0 = F) plus SKIPRING_LATE_WAIT_SUSPECT_US (0 = 2 % of F) for the suspect, and takes
+// it out if it is still missing. Both waits at least the skip threshold's floor.
 void Communicator::plan_census(Algo algo, size_t bytes, RingParams* p) const {
   const auto it = own_time_s_.find(bytes);
   double f = it != own_time_s_.end()
@@ -907,18 +909,26 @@ void Communicator::plan_census(Algo algo, size_t bytes, RingParams* p) const {
   p->late_wait_suspect_s =
       std::min(p->late_wait_s, cfg_.late_wait_suspect_us > 0 ? cfg_.late_wait_suspect_us * 1e-6
                                                              : std::max(skip_floor_s_, 0.02 * f));
-  p->late_predict_after_s = std::max(skip_floor_s_, kLateChainPredictShare * f);
+  const auto chain = chain_time_s_.find(bytes);
+  const bool chain_lost =
+      chain != chain_time_s_.end() && it != own_time_s_.end() && chain->second >= it->second;
+  p->late_predict_after_s = chain_lost ? std::numeric_limits<double>::infinity()
+                                       : std::max(skip_floor_s_, kLateChainPredictShare * f);
   p->late_suspects = late_suspects_;
 }
 
-// After a late-chain call: the prediction for the next one (every rank), and on the
-// coordinator the collective's own time when nobody was taken out.
+// After a late-chain call: the prediction for the next one (every rank); on the coordinator the
+// time from the last arrival to the end, as the collective's own time when nobody was taken out
+// (the shortest) or as the chain's when someone was (the latest).
 void Communicator::learn_census(const LateChainAllreduce& core, size_t bytes) {
   late_suspects_ = core.next_suspects();
   const std::vector<double>& arrivals = core.arrivals();
-  if (arrivals.empty() || !core.excluded().empty()) return;
-  const double last = *std::max_element(arrivals.begin(), arrivals.end());
-  const double own = last_stats_.time_s() - last;
+  if (arrivals.empty()) return;
+  const double own = last_stats_.time_s() - *std::max_element(arrivals.begin(), arrivals.end());
+  if (!core.excluded().empty()) {
+    chain_time_s_[bytes] = own;
+    return;
+  }
   auto it = own_time_s_.try_emplace(bytes, own).first;
   it->second = std::min(it->second, own);
 }

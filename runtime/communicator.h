@@ -170,6 +170,7 @@ class Communicator {
   // on the coordinator the collective's own time per size (last arrival to end, nobody out).
   std::vector<int> late_suspects_;
   std::map<size_t, double> own_time_s_;
+  std::map<size_t, double> chain_time_s_;   // ... and after the last call that took a rank out
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from

@@ -301,7 +301,7 @@ const std::vector<ParamDef>& param_table() {
        "late again, the others run the ring, and its input goes down a chain of healthy ranks "
        "once it comes; auto = across hosts from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
-       "once a rank is predicted late (it came later than 0.85 of the collective's own time in "
+       "once a rank is predicted late (it came later than half the collective's own time in "
        "the last call), the census's longest wait in µs for the other ranks; 0 = the "
        "collective's own time for this size (last arrival to end, the fastest seen)"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
