@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -25,8 +24,7 @@ constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
 constexpr int kKindInput = 2;
 constexpr int kKindFinal = 3;
-constexpr int kKindPredict = 4;
-constexpr int kOwnTags = 10;
+constexpr int kOwnTags = 8;
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
@@ -44,10 +42,6 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
   }
   if (!(p.late_wait_suspect_s >= 0)) {
     *why = fmt::format("late_wait_suspect_s {} is not >= 0", p.late_wait_suspect_s);
-    return Status::kErrArg;
-  }
-  if (std::isnan(p.late_predict_after_s)) {
-    *why = "late_predict_after_s is NaN";
     return Status::kErrArg;
   }
   for (int r : p.late_suspects) {
@@ -131,18 +125,15 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
     if (p_.count > 0 && p_.sendbuf != p_.recvbuf) {
       out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
     }
-    decided_ = predicted_ = true;
+    decided_ = true;
     ring_done_ = phase2_done_ = true;
     maybe_done(now, out);
     return Status::kOk;
   }
   census_hdr_.assign(static_cast<size_t>(n_) * hdr_bytes_, 0);
-  predict_hdr_.assign(hdr_bytes_, 0);
-  blocking_ = !p_.late_suspects.empty();
   if (p_.rank == coord_) {
     arrived_.assign(n_, 0);
     arrived_[coord_] = 1;
-    arrival_s_.assign(n_, 0.0);
     deadline_ = now + p_.late_wait_s;
     suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
     suspect_.assign(n_, 0);
@@ -154,7 +145,6 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
       recv(add_op(Op::kArriveRecv, -1, r), r, kKindArrive, hdr_ptr(&census_hdr_, r), nullptr, 0,
            out);
     }
-    if (!blocking_) return decide(now, out);  // nobody predicted late: E is empty, go
     return Status::kOk;
   }
   ContributionSet me(n_);
@@ -162,32 +152,9 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me);
   send(add_op(Op::kArriveSend, -1, coord_), coord_, kKindArrive, hdr_ptr(&census_hdr_, p_.rank),
        nullptr, 0, out);
-  recv(add_op(Op::kPredictRecv, -1, coord_), coord_, kKindPredict, predict_hdr_.data(), nullptr, 0,
-       out);
-  if (!blocking_) {
-    decided_ = true;  // E is empty; no decision message
-    return begin(now, out);
-  }
   recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
        nullptr, 0, out);
   return Status::kOk;
-}
-
-void LateChainAllreduce::predict(ActionList* out) {
-  predicted_ = true;
-  ContributionSet next(n_);
-  for (int r = 0; r < n_; ++r) {
-    if (r != coord_ && arrival_s_[r] > p_.late_predict_after_s) {
-      next.add(r);
-      next_suspects_.push_back(r);
-    }
-  }
-  stats_.late_predicted = static_cast<uint32_t>(next_suspects_.size());
-  encode_wire_header(predict_hdr_.data(), WireExpect{p_.seq, kLcPhasePredict, 0, 0}, next);
-  for (int r = 0; r < n_; ++r) {
-    if (r == coord_) continue;
-    send(add_op(Op::kPredictSend, -1, r), r, kKindPredict, predict_hdr_.data(), nullptr, 0, out);
-  }
 }
 
 double LateChainAllreduce::decision_time() const {
@@ -200,9 +167,8 @@ double LateChainAllreduce::decision_time() const {
 Status LateChainAllreduce::decide(double now, ActionList* out) {
   decided_ = true;
   for (int r = 0; r < n_; ++r) {
-    if (blocking_ && !arrived_[r]) late_set_.add(r);
+    if (!arrived_[r]) late_set_.add(r);
   }
-  if (!blocking_) return begin(now, out);  // nobody waits for a decision: E stays empty
   encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
                      late_set_);
   for (int r = 0; r < n_; ++r) {
@@ -401,12 +367,10 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
       ++stats_.messages_received;
       arrived_[o.who] = 1;
-      arrival_s_[o.who] = now - stats_.start;
-      const bool all = std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; });
-      if (!decided_ && (all || now >= decision_time())) {
+      if (!decided_ && (now >= decision_time() ||
+                        std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
       }
-      if (all && !predicted_) predict(out);
       break;
     }
     case Op::kDecisionRecv: {
@@ -419,23 +383,8 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       SKIPRING_RETURN_IF_ERROR(begin(now, out));
       break;
     }
-    case Op::kPredictRecv: {
-      ContributionSet next(n_);
-      why = decode_wire_header(predict_hdr_.data(), n_, WireExpect{p_.seq, kLcPhasePredict, 0, 0},
-                               &next);
-      if (why.empty() && next.contains(coord_)) why = "the coordinator is in it";
-      if (!why.empty()) return fail("prediction: " + why);
-      ++stats_.messages_received;
-      predicted_ = true;
-      for (int r = 0; r < n_; ++r) {
-        if (next.contains(r)) next_suspects_.push_back(r);
-      }
-      stats_.late_predicted = static_cast<uint32_t>(next_suspects_.size());
-      break;
-    }
     case Op::kArriveSend:
     case Op::kDecisionSend:
-    case Op::kPredictSend:
       break;
     case Op::kInputSend:
       --input_flight_;
@@ -599,7 +548,7 @@ double LateChainAllreduce::next_deadline() const {
 }
 
 void LateChainAllreduce::maybe_done(double now, ActionList* out) {
-  if (done_ || failed_ || pending_ != 0 || !decided_ || !ring_done_ || !predicted_) return;
+  if (done_ || failed_ || pending_ != 0 || !decided_ || !ring_done_) return;
   if (!late_.empty()) {
     if (hpos_ < 0) {
       if (finals_in_ < nseg_) return;

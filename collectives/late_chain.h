@@ -3,15 +3,13 @@
 // their inputs once they come. An I/O-free state machine like the ring (collective_core.h).
 //
 //  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
-//     only). Once all have, the coordinator sends every rank its prediction for the next call:
-//     the ranks that arrived later than RingParams::late_predict_after_s after it (a persistent
-//     straggler is late again). With nobody predicted late (RingParams::late_suspects empty, the
-//     previous call's prediction, the same on every rank) nobody waits for anything: E is empty
-//     and the ring starts at once, with skip-ahead for whoever is late. With suspects the
-//     coordinator waits for every other rank (at most late_wait_s after it arrived) and then
-//     late_wait_suspect_s for the suspects, and sends every rank the set E of ranks it had not
-//     heard from; every rank waits for that decision before it moves data, so all agree on E; a
-//     rank in E reads it whenever it arrives.
+//     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
+//     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
+//     from (usually empty). Ranks the previous census took out (RingParams::late_suspects, the
+//     driver's memory) get only late_wait_suspect_s once every other rank is in: a persistent
+//     straggler is taken out at once, a rank late once waits the full late_wait_s. Every rank
+//     waits for that decision before it moves data, so all agree on E; a rank in E reads it
+//     whenever it arrives.
 //  2. The healthy ranks H (all but E, in ring order) run the skip-ahead ring (RingAllreduce,
 //     embedded unmodified through a NestedCore, virtual ranks = positions in H, the lower half
 //     of the tags) on their own inputs. With E empty this is the ring of every rank: the only
@@ -56,14 +54,6 @@ namespace skipring {
 constexpr size_t kLateChainMinBytes = 1 << 20;
 // ... and where the census costs at most this share of the ring's modelled time.
 constexpr double kLateChainMaxCensusShare = 0.01;
-// The coordinator predicts a rank late again when it arrived later than this share of the
-// collective's own time F (Communicator::plan_census), unless taking a rank out was tried at
-// that size and was not faster than F after the last arrival. Taking it out costs the healthy
-// ranks' ring (about F) plus the chain (about S/B) from the decision; waiting costs its lateness
-// d plus the skip-ahead ring after it (about F): so it pays from d ~ S/B (n/(2(n-1)) F at the
-// line rate) on, more or less what each path loses to the network; hence a low gate and the
-// measured outcome as the judge (docs/skip_ahead.md, "Tenth round").
-constexpr double kLateChainPredictShare = 0.5;
 
 class LateChainAllreduce final : public CoreBase {
  public:
@@ -85,19 +75,12 @@ class LateChainAllreduce final : public CoreBase {
 
   // Communicator ranks the census took out (ring order); valid once decided.
   const std::vector<int>& excluded() const { return late_; }
-  // Coordinator: seconds from its start until each rank's arrival came in (0 for itself);
-  // complete once done. Empty on the other ranks.
-  const std::vector<double>& arrivals() const { return arrival_s_; }
   bool decided() const { return decided_; }
-  // The coordinator's prediction for the next call (every rank's copy); valid once done.
-  const std::vector<int>& next_suspects() const { return next_suspects_; }
 
  private:
   enum class Op : uint8_t {
     kArriveSend,
     kArriveRecv,
-    kPredictSend,
-    kPredictRecv,
     kDecisionSend,
     kDecisionRecv,
     kInputSend,  // late rank: its input segment to the head
@@ -118,8 +101,6 @@ class LateChainAllreduce final : public CoreBase {
   Token add_op(Op op, int seg, int who);
   Status on_op(size_t idx, double now, ActionList* out);
   Status decide(double now, ActionList* out);
-  // Coordinator, once every rank has arrived: the prediction to every rank.
-  void predict(ActionList* out);
   // Coordinator: when the census decides if nobody else arrives (late_suspects_, deadlines).
   double decision_time() const;
   Status begin(double now, ActionList* out);
@@ -147,12 +128,7 @@ class LateChainAllreduce final : public CoreBase {
   size_t hdr_bytes_;
   int coord_;  // the coordinator's rank (ring position 0)
   double deadline_ = 0, suspect_deadline_ = 0;
-  std::vector<char> suspect_;      // coordinator: by rank
-  std::vector<double> arrival_s_;  // coordinator: by rank
-  bool blocking_ = false;          // suspects: the decision holds everyone up
-  bool predicted_ = false;         // the prediction was sent (coordinator) or received
-  std::vector<uint8_t> predict_hdr_;
-  std::vector<int> next_suspects_;
+  std::vector<char> suspect_;  // coordinator: by rank
   bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;

@@ -108,15 +108,10 @@ struct RingParams {
   double late_wait_s = 0;
   int late_inflight = 1;
   size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
-  // Ranks predicted late (suspects; the same list on every rank: the previous call's
-  // prediction). Empty: the census does not hold anyone up (the ring starts at once, nobody is
-  // taken out). Else the coordinator waits for the others (at most late_wait_s) and only
-  // late_wait_suspect_s for the suspects, and takes out whoever is missing then.
+  // Ranks the census took out last time (suspects): the coordinator waits only
+  // late_wait_suspect_s for them once everyone else has arrived.
   std::vector<int> late_suspects;
   double late_wait_suspect_s = 0;
-  // The prediction for the next call (the coordinator's, sent to every rank): the ranks that
-  // arrived later than this after the coordinator.
-  double late_predict_after_s = std::numeric_limits<double>::infinity();
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.

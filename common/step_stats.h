@@ -62,8 +62,6 @@ struct CollectiveStats {
   uint8_t ag_window_opened = 0;
   // Late chain (collectives/late_chain.h): ranks the census took out of the ring (0: none).
   uint32_t late_excluded = 0;
-  // ... and ranks the census predicts late for the next call (the coordinator's prediction).
-  uint32_t late_predicted = 0;
   int slowest_neighbour = -1;  // rank waited for longest (-1: none)
   // Longest wait (from the timer's start: max(receive posted, previous piece from the
   // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the

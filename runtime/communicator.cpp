@@ -888,55 +888,40 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
   }
 }
 
-// The census's parameters (docs/skip_ahead.md, "Tenth round"). The suspects are the previous
-// call's prediction, which every rank received from the coordinator (the same list everywhere):
-// without any, nobody waits for the census. The waits and the prediction count only on the
-// coordinator. F is the collective's own time for this size there: the shortest, over calls
-// with nobody taken out, from the last arrival to the end (the cost model's time before any).
-// A rank arriving later than kLateChainPredictShare * F is predicted late for the next call (a
-// slow node), unless taking a rank out was tried at this size and its time after the last
-// arrival was not below F (the chain lost: the healthy ranks' ring was not over when it came).
-// The next census then holds everyone up until the other ranks are in (SKIPRING_LATE_WAIT_US
-// at most, 0 = F) plus SKIPRING_LATE_WAIT_SUSPECT_US (0 = 2 % of F) for the suspect, and takes
-// it out if it is still missing. Both waits at least the skip threshold's floor.
-void Communicator::plan_census(Algo algo, size_t bytes, RingParams* p) const {
-  const auto it = own_time_s_.find(bytes);
-  double f = it != own_time_s_.end()
+// The census's wait (only the coordinator's counts): SKIPRING_LATE_WAIT_US, else a quarter of
+// the fastest time of this size seen here without a rank taken out (the cost model's time before
+// any), at least the skip threshold's floor. A rank later than that is taken out: the chain
+// costs up to about S/B when it comes just after, and saves up to (n-2)/n S/B when it comes
+// after the healthy ranks' ring (docs/skip_ahead.md, "Tenth round").
+double Communicator::late_wait_s(Algo algo, size_t bytes) const {
+  if (cfg_.late_wait_us > 0) return cfg_.late_wait_us * 1e-6;
+  const auto it = fastest_s_.find(bytes);
+  double t = it != fastest_s_.end()
                  ? it->second
                  : algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
-  if (!std::isfinite(f)) f = 0;
-  p->late_wait_s = cfg_.late_wait_us > 0 ? cfg_.late_wait_us * 1e-6 : std::max(skip_floor_s_, f);
-  p->late_wait_suspect_s =
-      std::min(p->late_wait_s, cfg_.late_wait_suspect_us > 0 ? cfg_.late_wait_suspect_us * 1e-6
-                                                             : std::max(skip_floor_s_, 0.02 * f));
-  const auto chain = chain_time_s_.find(bytes);
-  const bool chain_lost =
-      chain != chain_time_s_.end() && it != own_time_s_.end() && chain->second >= it->second;
-  p->late_predict_after_s = chain_lost ? std::numeric_limits<double>::infinity()
-                                       : std::max(skip_floor_s_, kLateChainPredictShare * f);
-  p->late_suspects = late_suspects_;
-}
-
-// After a late-chain call: the prediction for the next one (every rank); on the coordinator the
-// time from the last arrival to the end, as the collective's own time when nobody was taken out
-// (the shortest) or as the chain's when someone was (the latest).
-void Communicator::learn_census(const LateChainAllreduce& core, size_t bytes) {
-  late_suspects_ = core.next_suspects();
-  const std::vector<double>& arrivals = core.arrivals();
-  if (arrivals.empty()) return;
-  const double own = last_stats_.time_s() - *std::max_element(arrivals.begin(), arrivals.end());
-  if (!core.excluded().empty()) {
-    chain_time_s_[bytes] = own;
-    return;
-  }
-  auto it = own_time_s_.try_emplace(bytes, own).first;
-  it->second = std::min(it->second, own);
+  if (!std::isfinite(t)) t = 0;
+  return std::max(skip_floor_s_, 0.25 * t);
 }
 
 // SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
 // and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
 // at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
 // it cost 11 of 147 us. Every rank decides alike (agreed sizes, topology and cost model).
+// The census's wait for the ranks it took out last time, once every other rank is in:
+// SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of the fastest time of this size (the cost model's
+// before any), at least the skip threshold's floor. A rank that was later than the full wait
+// last time is likely late again (a slow node): taking it out at once lets the healthy ranks'
+// ring run while it is away.
+double Communicator::late_wait_suspect_s(size_t bytes) const {
+  if (cfg_.late_wait_suspect_us > 0) return cfg_.late_wait_suspect_us * 1e-6;
+  const auto it = fastest_s_.find(bytes);
+  double t = it != fastest_s_.end()
+                 ? it->second
+                 : algo_cost(Algo::kSkipRing, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+  if (!std::isfinite(t)) t = 0;
+  return std::max(skip_floor_s_, 0.02 * t);
+}
+
 bool Communicator::late_chain_pays(Algo algo, size_t bytes) const {
   if (bytes < kLateChainMinBytes) return false;
   const double census = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
@@ -1033,7 +1018,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     // The chain streams the whole vector: SKIPRING_SEGMENT_BYTES, not the ring's cross-host
     // cut (its n - 1 hops fill in (n - 1) segments, whatever the chunk).
     p.late_segment_bytes = cfg_.segment_bytes;
-    plan_census(algo, bytes, &p);
+    p.late_wait_s = late_wait_s(algo, bytes);
+    p.late_suspects = late_suspects_;
+    p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));
     SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
@@ -1074,7 +1061,14 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   }
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
-  if (late_chain) learn_census(*chain_core, bytes);
+  if (late_chain) {
+    // Every rank read the same decision: the suspects of the next census.
+    late_suspects_ = chain_core->excluded();
+    if (last_stats_.late_excluded == 0) {
+      auto it = fastest_s_.try_emplace(bytes, last_stats_.time_s()).first;
+      it->second = std::min(it->second, last_stats_.time_s());
+    }
+  }
   if (straggler_watch()) observe_lateness(algo, bytes, p.skip);
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,

@@ -27,8 +27,6 @@
 
 namespace skipring {
 
-class LateChainAllreduce;
-
 class Communicator {
  public:
   // Collective over `user`: duplicates it. `inject` is the straggler-injection plan. Setup
@@ -151,9 +149,9 @@ class Communicator {
   }
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
-  void plan_census(Algo algo, size_t bytes, RingParams* p) const;
-  void learn_census(const LateChainAllreduce& core, size_t bytes);
+  double late_wait_s(Algo algo, size_t bytes) const;
   bool late_chain_pays(Algo algo, size_t bytes) const;
+  double late_wait_suspect_s(size_t bytes) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;
@@ -166,11 +164,10 @@ class Communicator {
   std::unique_ptr<Clock> clock_;
   WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;
-  // Late chain (plan_census): the coordinator's prediction from the last call (every rank), and
-  // on the coordinator the collective's own time per size (last arrival to end, nobody out).
+  // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
+  std::map<size_t, double> fastest_s_;
+  // Late chain: the ranks the last census took out (the next census's suspects).
   std::vector<int> late_suspects_;
-  std::map<size_t, double> own_time_s_;
-  std::map<size_t, double> chain_time_s_;   // ... and after the last call that took a rank out
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from

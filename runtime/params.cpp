@@ -297,16 +297,18 @@ const std::vector<ParamDef>& param_table() {
        "ranks and every rank adds it (experimental: faster under SimGrid, slower over TCP; "
        "[docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_CHAIN", kLateChain, {}, "",
-       "skip-ahead with a census: a rank that came late in the last call is taken out if it is "
-       "late again, the others run the ring, and its input goes down a chain of healthy ranks "
-       "once it comes; auto = across hosts from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
+       "skip-ahead with a census first: ranks that have not arrived within "
+       "`SKIPRING_LATE_WAIT_US` are taken out, the others run the ring, and the late inputs go "
+       "down a chain of healthy ranks once they come; auto = across hosts from 1 MiB "
+       "([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
-       "once a rank is predicted late (it came later than half the collective's own time in "
-       "the last call), the census's longest wait in µs for the other ranks; 0 = the "
-       "collective's own time for this size (last arrival to end, the fastest seen)"},
+       "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
+       "seen on the communicator (the cost model's before any), at least the skip threshold's "
+       "floor"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
-       "the census's wait in µs for a rank predicted late once every other rank is in, before "
-       "it is taken out; 0 = 2 % of the collective's own time"},
+       "the census's wait in µs for the ranks it took out last time, once every other rank is "
+       "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
+       "skip threshold's floor"},
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
        "late chain: messages each rank keeps in flight down the chain"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",

@@ -92,8 +92,7 @@ TEST(CommonPhases, DistinctAndBelowTheCount) {
                          kLcPhaseArrive,
                          kLcPhaseDecision,
                          kLcPhaseInput,
-                         kLcPhaseFinal,
-                         kLcPhasePredict};
+                         kLcPhaseFinal};
   std::set<uint8_t> seen;
   for (uint8_t id : ids) {
     EXPECT_LT(id, kNumWirePhases);
