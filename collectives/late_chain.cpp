@@ -220,15 +220,11 @@ Status LateChainAllreduce::start_ring(double now, ActionList* out) {
   }
   ActionList ring_out;
   const Status rs = ring_.start(std::make_unique<RingAllreduce>(rp, ring_scratch_), now, &ring_out);
-  SKIPRING_RETURN_IF_ERROR(forward_ring(rs, &ring_out, out));
-  if (ring_.done()) {
-    ring_done_ = true;
-    return start_chain(now, out);
-  }
-  return Status::kOk;
+  return forward_ring(rs, &ring_out, now, out);
 }
 
-Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, ActionList* out) {
+Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, double now,
+                                        ActionList* out) {
   if (!ok(st)) {
     failed_ = true;
     error_ = fmt::format("rank {} seq {}: ring of the healthy ranks: {}", p_.rank, p_.seq,
@@ -240,6 +236,11 @@ Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, ActionL
       a.peer = healthy_[a.peer];
     }
     out->push_back(a);
+  }
+  // The ring's completion: P is final on this rank, the chain can start.
+  if (ring_.done() && !ring_done_) {
+    ring_done_ = true;
+    return start_chain(now, out);
   }
   return Status::kOk;
 }
@@ -477,23 +478,17 @@ Status LateChainAllreduce::on_recv(Token t, size_t payload_bytes, double now, Ac
     if (!ring_.started() || ring_done_) return fail("completion for an unknown ring receive");
     ActionList ring_out;
     const Status st = ring_.on_recv(t, payload_bytes, now, &ring_out);
-    SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
-  } else {
-    const size_t idx = token_index_of(t);
-    if (token_kind_of(t) != kTokOp) return fail("completion for an unknown receive");
-    const bool data =
-        idx < ops_.size() && (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
-    if (data && payload_bytes != seg_count(ops_[idx].seg) * elem_) {
-      return fail(fmt::format("segment {} of {} bytes, expected {}", ops_[idx].seg, payload_bytes,
-                              seg_count(ops_[idx].seg) * elem_));
-    }
-    return on_op(idx, now, out);
+    return forward_ring(st, &ring_out, now, out);
   }
-  if (ring_.done() && !ring_done_) {
-    ring_done_ = true;
-    return start_chain(now, out);
+  const size_t idx = token_index_of(t);
+  if (token_kind_of(t) != kTokOp) return fail("completion for an unknown receive");
+  const bool data =
+      idx < ops_.size() && (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
+  if (data && payload_bytes != seg_count(ops_[idx].seg) * elem_) {
+    return fail(fmt::format("segment {} of {} bytes, expected {}", ops_[idx].seg, payload_bytes,
+                            seg_count(ops_[idx].seg) * elem_));
   }
-  return Status::kOk;
+  return on_op(idx, now, out);
 }
 
 Status LateChainAllreduce::on_send(Token t, double now, ActionList* out) {
@@ -501,13 +496,7 @@ Status LateChainAllreduce::on_send(Token t, double now, ActionList* out) {
   if (!ring_.owns(t)) return on_op(token_index_of(t), now, out);
   if (!ring_.started() || ring_done_) return fail("completion for an unknown ring send");
   ActionList ring_out;
-  const Status st = ring_.on_send(t, now, &ring_out);
-  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
-  if (ring_.done() && !ring_done_) {
-    ring_done_ = true;
-    return start_chain(now, out);
-  }
-  return Status::kOk;
+  return forward_ring(ring_.on_send(t, now, &ring_out), &ring_out, now, out);
 }
 
 Status LateChainAllreduce::on_reduce(Token t, double now, ActionList* out) {
@@ -515,13 +504,7 @@ Status LateChainAllreduce::on_reduce(Token t, double now, ActionList* out) {
   if (!ring_.owns(t)) return on_op(token_index_of(t), now, out);
   if (!ring_.started() || ring_done_) return fail("completion for an unknown ring reduction");
   ActionList ring_out;
-  const Status st = ring_.on_reduce(t, now, &ring_out);
-  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
-  if (ring_.done() && !ring_done_) {
-    ring_done_ = true;
-    return start_chain(now, out);
-  }
-  return Status::kOk;
+  return forward_ring(ring_.on_reduce(t, now, &ring_out), &ring_out, now, out);
 }
 
 Status LateChainAllreduce::on_time(double now, ActionList* out) {
@@ -531,13 +514,7 @@ Status LateChainAllreduce::on_time(double now, ActionList* out) {
   }
   if (!ring_.started() || ring_done_) return Status::kOk;
   ActionList ring_out;
-  const Status st = ring_.on_time(now, &ring_out);
-  SKIPRING_RETURN_IF_ERROR(forward_ring(st, &ring_out, out));
-  if (ring_.done() && !ring_done_) {
-    ring_done_ = true;
-    return start_chain(now, out);
-  }
-  return Status::kOk;
+  return forward_ring(ring_.on_time(now, &ring_out), &ring_out, now, out);
 }
 
 double LateChainAllreduce::next_deadline() const {

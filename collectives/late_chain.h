@@ -105,7 +105,8 @@ class LateChainAllreduce final : public CoreBase {
   double decision_time() const;
   Status begin(double now, ActionList* out);
   Status start_ring(double now, ActionList* out);
-  Status forward_ring(Status st, ActionList* ring_out, ActionList* out);
+  // Forwards the ring's actions (peers mapped to ranks); starts the chain once the ring is done.
+  Status forward_ring(Status st, ActionList* ring_out, double now, ActionList* out);
   Status start_chain(double now, ActionList* out);
   void pump(double now, ActionList* out);
   void maybe_done(double now, ActionList* out);
