@@ -310,7 +310,8 @@ const std::vector<ParamDef>& param_table() {
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
        "skip threshold's floor"},
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
-       "late chain: messages each rank keeps in flight down the chain"},
+       "late chain: messages each rank keeps in flight down the chain (2 in the SimGrid build: "
+       "docs/skip_ahead.md)"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},
