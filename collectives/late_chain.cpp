@@ -126,7 +126,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
       out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
     }
     decided_ = true;
-    ring_done_ = phase2_done_ = true;
+    ring_done_ = true;
     maybe_done(now, out);
     return Status::kOk;
   }
@@ -247,7 +247,6 @@ Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, double 
 
 Status LateChainAllreduce::start_chain(double now, ActionList* out) {
   if (late_.empty()) {
-    phase2_done_ = true;
     maybe_done(now, out);
     return Status::kOk;
   }
@@ -267,7 +266,6 @@ Status LateChainAllreduce::start_chain(double now, ActionList* out) {
     buf_.assign(static_cast<size_t>(slots_) * mm * seg_elems_ * elem_, 0);
     in_hdr_.assign(static_cast<size_t>(nseg_) * mm * hdr_bytes_, 0);
     recvs_left_.assign(nseg_, 0);
-    fold_next_.assign(nseg_, 1);
     d_ready_.assign(nseg_, 0);
     fwd_done_.assign(nseg_, 0);
     fin_done_.assign(nseg_, 0);
@@ -531,14 +529,12 @@ void LateChainAllreduce::maybe_done(double now, ActionList* out) {
       if (finals_in_ < nseg_) return;
     } else {
       const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
-      if (!fin_done_.empty() && !fin_done_[nseg_ - 1]) return;
       for (int s = 0; s < nseg_; ++s) {
         if (!seg_finished(s)) return;
       }
       if (last && next_final_ < nseg_) return;
     }
   }
-  phase2_done_ = true;
   if (ring_.started()) {
     const CollectiveStats& rs = ring_.core().stats();
     for (StepRecord r : rs.steps) {

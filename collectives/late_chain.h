@@ -130,7 +130,7 @@ class LateChainAllreduce final : public CoreBase {
   int coord_;  // the coordinator's rank (ring position 0)
   double deadline_ = 0, suspect_deadline_ = 0;
   std::vector<char> suspect_;  // coordinator: by rank
-  bool started_ = false, decided_ = false, ring_done_ = false, phase2_done_ = false;
+  bool started_ = false, decided_ = false, ring_done_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;
   size_t pending_ = 0;               // our operations posted and not completed
@@ -146,10 +146,12 @@ class LateChainAllreduce final : public CoreBase {
   int late_idx_ = -1;       // our index in late_ (late ranks)
   size_t seg_elems_ = 0;
   int nseg_ = 0, slots_ = 0, window_ = 1;
-  std::vector<uint8_t> buf_;                 // slots_ x m segments (healthy)
-  std::vector<uint8_t> seg_hdr_, in_hdr_;    // per segment (x m at the head): send / receive
-  std::vector<int> recvs_left_, fold_next_;  // per segment
+  std::vector<uint8_t> buf_;               // slots_ x m segments (healthy)
+  std::vector<uint8_t> seg_hdr_, in_hdr_;  // per segment (x m at the head): send / receive
+  std::vector<int> recvs_left_;            // per segment
   std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
+  // next_final_: the tail's next final send, or the late rank's next final receive (a rank is
+  // one or the other).
   int next_recv_ = 0, next_fwd_ = 0, next_final_ = 0, next_input_ = 0, finals_in_ = 0;
   int fwd_flight_ = 0, final_flight_ = 0, input_flight_ = 0;
 };

@@ -888,40 +888,38 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
   }
 }
 
-// The census's wait (only the coordinator's counts): SKIPRING_LATE_WAIT_US, else a quarter of
-// the fastest time of this size seen here without a rank taken out (the cost model's time before
-// any), at least the skip threshold's floor. A rank later than that is taken out: the chain
-// costs up to about S/B when it comes just after, and saves up to (n-2)/n S/B when it comes
-// after the healthy ranks' ring (docs/skip_ahead.md, "Tenth round").
-double Communicator::late_wait_s(Algo algo, size_t bytes) const {
-  if (cfg_.late_wait_us > 0) return cfg_.late_wait_us * 1e-6;
+// The late chain's reference time for a size: the fastest call of this size seen here with
+// nobody taken out, the cost model's time before any (0 where it has none).
+double Communicator::late_usual_time_s(size_t bytes) const {
   const auto it = fastest_s_.find(bytes);
-  double t = it != fastest_s_.end()
-                 ? it->second
-                 : algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
-  if (!std::isfinite(t)) t = 0;
-  return std::max(skip_floor_s_, 0.25 * t);
+  const double t = it != fastest_s_.end() ? it->second
+                                          : algo_cost(Algo::kSkipRing, bytes, topo_summary_, cost_,
+                                                      cfg_.segment_bytes);
+  return std::isfinite(t) ? t : 0;
+}
+
+// The census's wait (only the coordinator's counts): SKIPRING_LATE_WAIT_US, else a quarter of
+// the usual time, at least the skip threshold's floor. A rank later than that is taken out: the
+// chain costs up to about S/B when it comes just after, and saves up to (n-2)/n S/B when it
+// comes after the healthy ranks' ring (docs/skip_ahead.md, "Tenth round").
+double Communicator::late_wait_s(size_t bytes) const {
+  if (cfg_.late_wait_us > 0) return cfg_.late_wait_us * 1e-6;
+  return std::max(skip_floor_s_, 0.25 * late_usual_time_s(bytes));
+}
+
+// The census's wait for the ranks it took out last time, once every other rank is in:
+// SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of the usual time, at least the skip threshold's
+// floor. A rank that was later than the full wait last time is likely late again (a slow node):
+// taking it out at once lets the healthy ranks' ring run while it is away.
+double Communicator::late_wait_suspect_s(size_t bytes) const {
+  if (cfg_.late_wait_suspect_us > 0) return cfg_.late_wait_suspect_us * 1e-6;
+  return std::max(skip_floor_s_, 0.02 * late_usual_time_s(bytes));
 }
 
 // SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
 // and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
 // at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
 // it cost 11 of 147 us. Every rank decides alike (agreed sizes, topology and cost model).
-// The census's wait for the ranks it took out last time, once every other rank is in:
-// SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of the fastest time of this size (the cost model's
-// before any), at least the skip threshold's floor. A rank that was later than the full wait
-// last time is likely late again (a slow node): taking it out at once lets the healthy ranks'
-// ring run while it is away.
-double Communicator::late_wait_suspect_s(size_t bytes) const {
-  if (cfg_.late_wait_suspect_us > 0) return cfg_.late_wait_suspect_us * 1e-6;
-  const auto it = fastest_s_.find(bytes);
-  double t = it != fastest_s_.end()
-                 ? it->second
-                 : algo_cost(Algo::kSkipRing, bytes, topo_summary_, cost_, cfg_.segment_bytes);
-  if (!std::isfinite(t)) t = 0;
-  return std::max(skip_floor_s_, 0.02 * t);
-}
-
 bool Communicator::late_chain_pays(Algo algo, size_t bytes) const {
   if (bytes < kLateChainMinBytes) return false;
   const double census = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
@@ -1018,7 +1016,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     // The chain streams the whole vector: SKIPRING_SEGMENT_BYTES, not the ring's cross-host
     // cut (its n - 1 hops fill in (n - 1) segments, whatever the chunk).
     p.late_segment_bytes = cfg_.segment_bytes;
-    p.late_wait_s = late_wait_s(algo, bytes);
+    p.late_wait_s = late_wait_s(bytes);
     p.late_suspects = late_suspects_;
     p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));
     SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);

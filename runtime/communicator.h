@@ -149,7 +149,8 @@ class Communicator {
   }
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
-  double late_wait_s(Algo algo, size_t bytes) const;
+  double late_usual_time_s(size_t bytes) const;
+  double late_wait_s(size_t bytes) const;
   bool late_chain_pays(Algo algo, size_t bytes) const;
   double late_wait_suspect_s(size_t bytes) const;
   bool late_local_ = false;
