@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -24,7 +25,8 @@ constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
 constexpr int kKindInput = 2;
 constexpr int kKindFinal = 3;
-constexpr int kOwnTags = 8;
+constexpr int kKindGo = 4;
+constexpr int kOwnTags = 10;
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
@@ -44,11 +46,14 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
     *why = fmt::format("late_wait_suspect_s {} is not >= 0", p.late_wait_suspect_s);
     return Status::kErrArg;
   }
-  for (int r : p.late_suspects) {
-    if (r < 0 || r >= static_cast<int>(p.ring.size())) {
-      *why = fmt::format("late suspect {} is not a rank of {}", r, p.ring.size());
-      return Status::kErrArg;
-    }
+  if (!p.late_seen_s.empty() && p.late_seen_s.size() != p.ring.size()) {
+    *why =
+        fmt::format("late_seen_s has {} entries for {} ranks", p.late_seen_s.size(), p.ring.size());
+    return Status::kErrArg;
+  }
+  if (std::isnan(p.late_pays_after_s)) {
+    *why = "late_pays_after_s is not a number";
+    return Status::kErrArg;
   }
   if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
     *why = fmt::format("tag_span {} leaves the embedded ring fewer than {} tags", p.tag_span,
@@ -134,11 +139,18 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   if (p_.rank == coord_) {
     arrived_.assign(n_, 0);
     arrived_[coord_] = 1;
+    t0_ = now;
     deadline_ = now + p_.late_wait_s;
     suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
-    suspect_.assign(n_, 0);
-    for (int r : p_.late_suspects) {
-      if (r >= 0 && r < n_ && r != coord_) suspect_[r] = 1;
+    seen_.assign(n_, -1.0);
+    seen_[coord_] = 0;
+    seen_as_.assign(n_, Seen::kUsual);
+    if (p_.late_seen_s.size() == static_cast<size_t>(n_)) {
+      for (int r = 0; r < n_; ++r) {
+        const double was = p_.late_seen_s[r];
+        if (r == coord_ || !(was > p_.late_wait_s)) continue;
+        seen_as_[r] = was >= p_.late_pays_after_s ? Seen::kSuspect : Seen::kTooEarly;
+      }
     }
     for (int r = 0; r < n_; ++r) {
       if (r == coord_) continue;
@@ -157,17 +169,22 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
+// The usual ranks get the full wait, suspects the short one; ranks that came too early for the
+// chain to pay last time are not waited for (they stay in).
 double LateChainAllreduce::decision_time() const {
+  bool suspect_missing = false;
   for (int r = 0; r < n_; ++r) {
-    if (!arrived_[r] && !suspect_[r]) return deadline_;
+    if (arrived_[r]) continue;
+    if (seen_as_[r] == Seen::kUsual) return deadline_;
+    if (seen_as_[r] == Seen::kSuspect) suspect_missing = true;
   }
-  return suspect_deadline_;
+  return suspect_missing ? suspect_deadline_ : t0_;
 }
 
 Status LateChainAllreduce::decide(double now, ActionList* out) {
   decided_ = true;
   for (int r = 0; r < n_; ++r) {
-    if (!arrived_[r]) late_set_.add(r);
+    if (!arrived_[r] && seen_as_[r] != Seen::kTooEarly) late_set_.add(r);
   }
   encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
                      late_set_);
@@ -272,8 +289,19 @@ Status LateChainAllreduce::start_chain(double now, ActionList* out) {
   } else {
     in_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
     input_sent_.assign(nseg_, 0);
+    go_hdr_.assign(hdr_bytes_, 0);
+    recv(add_op(Op::kGoRecv, -1, late_idx_), chain_[0], kKindGo, go_hdr_.data(), nullptr, 0, out);
   }
   pump(now, out);
+  if (cpos_ == 0) {
+    // Our receives for the late inputs are posted: the late ranks may send.
+    go_hdr_.assign(m * hdr_bytes_, 0);
+    for (size_t j = 0; j < m; ++j) {
+      uint8_t* h = hdr_ptr(&go_hdr_, j);
+      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseGo, static_cast<uint32_t>(j), 0}, late_set_);
+      send(add_op(Op::kGoSend, -1, static_cast<int>(j)), late_[j], kKindGo, h, nullptr, 0, out);
+    }
+  }
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -289,8 +317,8 @@ void LateChainAllreduce::pump(double now, ActionList* out) {
   (void)now;
   const int m = static_cast<int>(late_.size());
   if (hpos_ < 0) {
-    // Late rank: input segments to the head, at most window_ in flight.
-    while (next_input_ < nseg_ && input_flight_ < window_) {
+    // Late rank: once the head said go, input segments to it, at most window_ in flight.
+    while (go_ && next_input_ < nseg_ && input_flight_ < window_) {
       const int s = next_input_++;
       ContributionSet me(n_);
       me.add(p_.rank);
@@ -366,6 +394,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
       ++stats_.messages_received;
       arrived_[o.who] = 1;
+      seen_[o.who] = std::max(0.0, now - t0_);
       if (!decided_ && (now >= decision_time() ||
                         std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
@@ -384,6 +413,18 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
     }
     case Op::kArriveSend:
     case Op::kDecisionSend:
+    case Op::kGoSend:
+      break;
+    case Op::kGoRecv:
+      why = decode_wire_header(go_hdr_.data(), n_,
+                               WireExpect{p_.seq, kLcPhaseGo, static_cast<uint32_t>(late_idx_), 0},
+                               &set);
+      if (why.empty() && set != late_set_) {
+        why = "set " + set.to_string() + ", expected " + late_set_.to_string();
+      }
+      if (!why.empty()) return fail("go from the chain's head: " + why);
+      ++stats_.messages_received;
+      go_ = true;
       break;
     case Op::kInputSend:
       --input_flight_;
@@ -563,8 +604,8 @@ std::string LateChainAllreduce::describe() const {
                                               : "chain",
                               pending_, late_set_.to_string());
   if (decided_ && !late_.empty() && ring_done_) {
-    s += fmt::format(" chain pos {} recv {} fwd {} final {} inputs {} finals in {}/{}", cpos_,
-                     next_recv_, next_fwd_, next_final_, next_input_, finals_in_, nseg_);
+    s += fmt::format(" chain pos {} recv {} fwd {} final {} go {} inputs {} finals in {}/{}", cpos_,
+                     next_recv_, next_fwd_, next_final_, go_, next_input_, finals_in_, nseg_);
   }
   if (ring_.started() && !ring_done_) s += "\n    ring: " + ring_.core().describe();
   return s;
@@ -582,6 +623,9 @@ std::string LateChainAllreduce::describe_wait(double now) const {
   }
   if (ring_.started() && !ring_done_) {
     return "ring of the healthy ranks: " + ring_.core().describe_wait(now);
+  }
+  if (hpos_ < 0 && !go_ && !chain_.empty()) {
+    return fmt::format("waiting for go from the chain's head, rank {}", chain_[0]);
   }
   return describe();
 }

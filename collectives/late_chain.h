@@ -5,22 +5,28 @@
 //  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
 //     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
 //     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
-//     from (usually empty). Ranks the previous census took out (RingParams::late_suspects, the
-//     driver's memory) get only late_wait_suspect_s once every other rank is in: a persistent
-//     straggler is taken out at once, a rank late once waits the full late_wait_s. Every rank
-//     waits for that decision before it moves data, so all agree on E; a rank in E reads it
+//     from (usually empty). The coordinator remembers how late each rank came last time
+//     (RingParams::late_seen_s, the driver's memory): a rank that came after late_wait_s and
+//     late enough for the chain to pay (late_pays_after_s) gets only late_wait_suspect_s once
+//     every other rank is in (a persistent straggler is taken out at once); one that came after
+//     late_wait_s but too early for the chain to pay is not waited for and stays in (the ring
+//     with skip-ahead is the better bet for it); any other rank gets the full late_wait_s. Every
+//     rank waits for the decision before it moves data, so all agree on E; a rank in E reads it
 //     whenever it arrives.
 //  2. The healthy ranks H (all but E, in ring order) run the skip-ahead ring (RingAllreduce,
 //     embedded unmodified through a NestedCore, virtual ranks = positions in H, the lower half
 //     of the tags) on their own inputs. With E empty this is the ring of every rank: the only
 //     cost of the census is one gather and one scatter of headers at the coordinator.
-//  3. Chain (E not empty). Each late rank sends its input, segment by segment with at most
-//     RingParams::late_inflight sends in flight, to the chain's head: the first healthy rank
-//     after E's first member in ring order. The chain visits H in ring order from there. The head
-//     folds the late inputs of a segment in E's order into D; every healthy rank passes D on to
-//     the next one (the same window) and computes P op D, where P is its result of phase 2; the
-//     tail (the last healthy rank) sends each final segment to every late rank. Every link
-//     carries S once; the late rank's uplink and downlink S each.
+//  3. Chain (E not empty). The chain's head, the first healthy rank after E's first member in
+//     ring order, tells each late rank "go" once its ring is done (a late rank that streamed
+//     its input earlier would fill the head's unexpected queue and slow the ring on the head's
+//     downlink). Each late rank then sends its input, segment by segment with at most
+//     RingParams::late_inflight sends in flight (RingParams::late_segment_bytes each), to it. The
+//     chain visits H in ring order from there. The head folds the late inputs of a segment in E's
+//     order into D; every healthy rank passes D on to the next one (the same window) and computes P
+//     op D, where P is its result of phase 2; the tail (the last healthy rank) sends each final
+//     segment to every late rank. Every link carries S once; the late rank's uplink and downlink S
+//     each.
 //
 // Every rank ends with the same bits: P is the ring's result (identical on H), P op D is the
 // same expression with the same operands on every healthy rank, and the late ranks receive it.
@@ -30,7 +36,7 @@
 // are done, and costs up to about S/B when it comes just after the decision
 // (docs/skip_ahead.md, "Tenth round").
 //
-// Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input and final use
+// Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input, final and go use
 // tag_span/2 + 2 * kind + (seq & 1). Messages of one kind between two ranks are received in the
 // order they are sent (MPI's non-overtaking rule); each header names its segment, checked.
 #pragma once
@@ -54,6 +60,22 @@ namespace skipring {
 constexpr size_t kLateChainMinBytes = 1 << 20;
 // ... and where the census costs at most this share of the ring's modelled time.
 constexpr double kLateChainMaxCensusShare = 0.01;
+// The chain's message size by default (SKIPRING_LATE_SEGMENT_BYTES=0): under Open MPI's TCP
+// BTL eager limit (64 KiB), so that one message in flight streams without a rendezvous round
+// trip per message (4 emulated hosts, 16 MiB, 400 ms late: 149 ms after the arrival against
+// 158-173 with 256 KiB). The SimGrid build keeps SKIPRING_SEGMENT_BYTES: its links idle
+// between messages, and 256 KiB beat 128 KiB at n = 64 (docs/skip_ahead.md).
+#ifdef SKIPRING_SIMGRID
+constexpr size_t kLateChainSegmentBytes = size_t{1} << 30;
+#else
+constexpr size_t kLateChainSegmentBytes = 60 * 1024;
+#endif
+// The share of the usual time the chain saves over the skip-ahead ring once the late rank is in
+// (Communicator::late_pays_after_s): the smaller of the two emulated-TCP measurements, 0.38 at
+// 4 hosts (236 ms against 149 after the arrival, usual time 227 ms) and about 0.18 at 8 (the
+// chain lost 43 ms to the skip-ahead ring with the rank 200 ms late, usual time 295 ms, healthy
+// ring modelled at 289 ms: 295 - 200 + 6 - 43 = 0.18 x 295).
+constexpr double kLateChainGain = 0.2;
 
 class LateChainAllreduce final : public CoreBase {
  public:
@@ -75,6 +97,9 @@ class LateChainAllreduce final : public CoreBase {
 
   // Communicator ranks the census took out (ring order); valid once decided.
   const std::vector<int>& excluded() const { return late_; }
+  // The coordinator: how late each rank arrived, in seconds after the coordinator itself (the
+  // next call's RingParams::late_seen_s); complete once the collective is. Empty elsewhere.
+  const std::vector<double>& lateness() const { return seen_; }
   bool decided() const { return decided_; }
 
  private:
@@ -90,7 +115,11 @@ class LateChainAllreduce final : public CoreBase {
     kFinalSend,  // tail: a final segment to a late rank
     kFold,       // head: D op= the next late input
     kFinish,     // healthy: P op D
+    kGoSend,     // head: "go" to a late rank
+    kGoRecv,     // late rank: "go" from the head
   };
+  // The coordinator's view of a rank from the last census (RingParams::late_seen_s).
+  enum class Seen : uint8_t { kUsual, kSuspect, kTooEarly };
   struct OpRec {
     Op op;
     int seg = -1;
@@ -101,7 +130,7 @@ class LateChainAllreduce final : public CoreBase {
   Token add_op(Op op, int seg, int who);
   Status on_op(size_t idx, double now, ActionList* out);
   Status decide(double now, ActionList* out);
-  // Coordinator: when the census decides if nobody else arrives (late_suspects_, deadlines).
+  // Coordinator: when the census decides if nobody else arrives (seen_as_, deadlines).
   double decision_time() const;
   Status begin(double now, ActionList* out);
   Status start_ring(double now, ActionList* out);
@@ -128,9 +157,10 @@ class LateChainAllreduce final : public CoreBase {
   int n_, elem_;
   size_t hdr_bytes_;
   int coord_;  // the coordinator's rank (ring position 0)
-  double deadline_ = 0, suspect_deadline_ = 0;
-  std::vector<char> suspect_;  // coordinator: by rank
-  bool started_ = false, decided_ = false, ring_done_ = false;
+  double t0_ = 0, deadline_ = 0, suspect_deadline_ = 0;
+  std::vector<Seen> seen_as_;  // coordinator: by rank
+  std::vector<double> seen_;   // coordinator: how late each rank arrived (-1: not yet)
+  bool started_ = false, decided_ = false, ring_done_ = false, go_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;
   size_t pending_ = 0;               // our operations posted and not completed
@@ -148,6 +178,7 @@ class LateChainAllreduce final : public CoreBase {
   int nseg_ = 0, slots_ = 0, window_ = 1;
   std::vector<uint8_t> buf_;               // slots_ x m segments (healthy)
   std::vector<uint8_t> seg_hdr_, in_hdr_;  // per segment (x m at the head): send / receive
+  std::vector<uint8_t> go_hdr_;            // the head: one per late rank; a late rank: one
   std::vector<int> recvs_left_;            // per segment
   std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
   // next_final_: the tail's next final send, or the late rank's next final receive (a rank is

@@ -108,9 +108,14 @@ struct RingParams {
   double late_wait_s = 0;
   int late_inflight = 1;
   size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
-  // Ranks the census took out last time (suspects): the coordinator waits only
-  // late_wait_suspect_s for them once everyone else has arrived.
-  std::vector<int> late_suspects;
+  // The coordinator's memory of the last census (the driver keeps it; other ranks ignore it):
+  // how late each rank arrived, in seconds after the coordinator itself (LateChainAllreduce::
+  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s and at least
+  // late_pays_after_s last time (a "suspect") is taken out after late_wait_suspect_s once every
+  // other rank is in; one that came later than late_wait_s but earlier than late_pays_after_s
+  // stays in without a wait (the chain would not pay for it); any other rank gets late_wait_s.
+  std::vector<double> late_seen_s;
+  double late_pays_after_s = 0;
   double late_wait_suspect_s = 0;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the

@@ -33,7 +33,8 @@ constexpr uint8_t kLcPhaseArrive = 15;    // "I have arrived", to the census's c
 constexpr uint8_t kLcPhaseDecision = 16;  // the coordinator's set of late ranks
 constexpr uint8_t kLcPhaseInput = 17;     // a late input (chunk: its index) or their sum D
 constexpr uint8_t kLcPhaseFinal = 18;     // a final segment from the chain's tail to a late rank
+constexpr uint8_t kLcPhaseGo = 19;        // the chain's head to a late rank: send your input
 
-constexpr uint8_t kNumWirePhases = 19;
+constexpr uint8_t kNumWirePhases = 20;
 
 }  // namespace skipring

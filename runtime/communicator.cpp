@@ -916,6 +916,18 @@ double Communicator::late_wait_suspect_s(size_t bytes) const {
   return std::max(skip_floor_s_, 0.02 * late_usual_time_s(bytes));
 }
 
+// How late a rank must have come last time for the census to take it out at once: when it comes
+// that late, the healthy ranks' ring (modelled as the usual time scaled from n to n - 1 ranks,
+// begun after the suspect's wait) is over, or so nearly that the chain still gains over the
+// skip-ahead ring (the chain saves about kLateChainGain of the usual time once the late rank is
+// in). Earlier than that the skip-ahead ring with it is the better bet.
+double Communicator::late_pays_after_s(size_t bytes, double wait_suspect_s) const {
+  const auto ring_share = [](int k) { return k > 1 ? (k - 1.0) / k : 0.0; };
+  const double healthy_ring =
+      late_usual_time_s(bytes) * ring_share(size_ - 1) / std::max(ring_share(size_), 1e-9);
+  return wait_suspect_s + healthy_ring - kLateChainGain * late_usual_time_s(bytes);
+}
+
 // SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
 // and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
 // at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
@@ -1013,12 +1025,16 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
       (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && late_chain_pays(algo, bytes)));
   if (late_chain) {
     p.late_inflight = cfg_.late_inflight;
-    // The chain streams the whole vector: SKIPRING_SEGMENT_BYTES, not the ring's cross-host
-    // cut (its n - 1 hops fill in (n - 1) segments, whatever the chunk).
-    p.late_segment_bytes = cfg_.segment_bytes;
+    // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
+    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), not the ring's cross-host cut (its
+    // n - 1 hops fill in (n - 1) segments, whatever the chunk).
+    p.late_segment_bytes = cfg_.late_segment_bytes > 0
+                               ? cfg_.late_segment_bytes
+                               : std::min(cfg_.segment_bytes, kLateChainSegmentBytes);
     p.late_wait_s = late_wait_s(bytes);
-    p.late_suspects = late_suspects_;
+    p.late_seen_s = late_seen_s_;
     p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));
+    p.late_pays_after_s = late_pays_after_s(bytes, p.late_wait_suspect_s);
     SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
@@ -1060,11 +1076,18 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
   if (late_chain) {
-    // Every rank read the same decision: the suspects of the next census.
-    late_suspects_ = chain_core->excluded();
+    // The coordinator's memory for the next census (empty on the other ranks).
+    late_seen_s_ = chain_core->lateness();
     if (last_stats_.late_excluded == 0) {
-      auto it = fastest_s_.try_emplace(bytes, last_stats_.time_s()).first;
-      it->second = std::min(it->second, last_stats_.time_s());
+      // The coordinator (the only rank whose waits count) times from the last arrival: a rank
+      // kept in and late must not make the usual time look longer (a first call slowed by
+      // connection setup neither: the minimum forgets it).
+      double t = last_stats_.time_s();
+      if (!late_seen_s_.empty()) {
+        t -= std::max(0.0, *std::max_element(late_seen_s_.begin(), late_seen_s_.end()));
+      }
+      auto it = fastest_s_.try_emplace(bytes, t).first;
+      it->second = std::min(it->second, t);
     }
   }
   if (straggler_watch()) observe_lateness(algo, bytes, p.skip);

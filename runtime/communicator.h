@@ -153,6 +153,7 @@ class Communicator {
   double late_wait_s(size_t bytes) const;
   bool late_chain_pays(Algo algo, size_t bytes) const;
   double late_wait_suspect_s(size_t bytes) const;
+  double late_pays_after_s(size_t bytes, double wait_suspect_s) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;
@@ -167,8 +168,9 @@ class Communicator {
   std::vector<uint8_t> scratch_;
   // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
   std::map<size_t, double> fastest_s_;
-  // Late chain: the ranks the last census took out (the next census's suspects).
-  std::vector<int> late_suspects_;
+  // Late chain, the coordinator: how late each rank came to the last census (RingParams::
+  // late_seen_s).
+  std::vector<double> late_seen_s_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from

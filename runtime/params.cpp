@@ -312,6 +312,8 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
        "late chain: messages each rank keeps in flight down the chain (2 in the SimGrid build: "
        "docs/skip_ahead.md)"},
+      {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
+       "(0: `SKIPRING_SEGMENT_BYTES`)", "late chain: the size of its messages"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},

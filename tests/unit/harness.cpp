@@ -410,6 +410,7 @@ Result run(const Options& opt, const std::vector<std::vector<std::vector<uint8_t
         if (rs.engine->finished()) {
           res.outputs[rs.next][r] = rs.recvbuf;
           res.stats[rs.next][r] = rs.core->stats();
+          if (opt.on_done) opt.on_done(r, rs.next, *rs.core);
           rs.core.reset();
           rs.next++;
           rs.start_at =

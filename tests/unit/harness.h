@@ -81,6 +81,8 @@ struct Options : RingParams {
   // Builds the algorithm under test from the per-rank parameters; empty = RingAllreduce.
   std::function<std::unique_ptr<CollectiveCore>(const RingParams&, std::vector<uint8_t>* scratch)>
       make_core;
+  // Called with each rank's core when its collective completes (before it is destroyed).
+  std::function<void(int rank, int collective, const CollectiveCore& core)> on_done;
 };
 
 struct Result {

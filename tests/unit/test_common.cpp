@@ -92,7 +92,8 @@ TEST(CommonPhases, DistinctAndBelowTheCount) {
                          kLcPhaseArrive,
                          kLcPhaseDecision,
                          kLcPhaseInput,
-                         kLcPhaseFinal};
+                         kLcPhaseFinal,
+                         kLcPhaseGo};
   std::set<uint8_t> seen;
   for (uint8_t id : ids) {
     EXPECT_LT(id, kNumWirePhases);

@@ -114,32 +114,82 @@ TEST(LateChain, EveryLateRank) {
   }
 }
 
-// Suspects (the ranks the last census took out): the coordinator waits only the short wait for
-// them once every other rank is in, the full wait for anyone else.
-TEST(LateChain, SuspectsGetTheShortWait) {
+// The coordinator's memory of the last census (RingParams::late_seen_s): a rank that came late
+// enough for the chain to pay gets only the short wait once every other rank is in; one that came
+// after the wait but too early for the chain to pay is not waited for and stays in; anyone else
+// gets the full wait.
+TEST(LateChain, LastLatenessDecides) {
   for (int n : {3, 5}) {
     for (int late = 1; late < n; ++late) {
       harness::Options o = base(n, 900 + n * 7 + late);
       o.late_wait_s = 1.0;  // far beyond the 2 ms lateness: nobody is taken out on it
       o.late_wait_suspect_s = 50e-6;
+      o.late_pays_after_s = 3.0;
       o.start_time.assign(n, 0.0);
       o.start_time[late] = 2e-3;
       const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late);
-      // Not a suspect: the census waits for it, nobody is taken out.
-      o.late_suspects = {};
-      Seen s = run_exact(o, what + " no suspects");
+      // Nothing known: the census waits for it, nobody is taken out.
+      o.late_seen_s = {};
+      Seen s = run_exact(o, what + " nothing known");
       EXPECT_TRUE(s.ok);
       EXPECT_EQ(s.excluded, 0u) << what;
-      // Another rank suspected (arrives on time): still nobody.
-      o.late_suspects = {late == 1 ? 2 % n : 1};
+      // Another rank came very late last time (and is on time now): still nobody.
+      o.late_seen_s.assign(n, 0.0);
+      o.late_seen_s[late == 1 ? 2 % n : 1] = 5.0;
       s = run_exact(o, what + " other suspect");
       EXPECT_TRUE(s.ok);
       EXPECT_EQ(s.excluded, 0u) << what;
-      // The late rank suspected: taken out after the short wait.
-      o.late_suspects = {late};
+      // The late rank came after the wait and late enough to pay: taken out after the short wait.
+      o.late_seen_s.assign(n, 0.0);
+      o.late_seen_s[late] = 5.0;
       s = run_exact(o, what + " suspect");
       EXPECT_TRUE(s.ok);
       EXPECT_EQ(s.excluded, static_cast<uint64_t>(n)) << what;
+      // It came late, but by less than the wait: the full wait again, nobody taken out.
+      o.late_seen_s[late] = 0.5;
+      s = run_exact(o, what + " within the wait");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      // A short wait that would take it out, but it came too early for the chain to pay last
+      // time: not waited for, it stays in.
+      o.late_wait_s = 100e-6;
+      o.late_seen_s[late] = 1e-3;
+      o.late_pays_after_s = 3e-3;
+      s = run_exact(o, what + " too early to pay");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      // ... and without that memory it is taken out.
+      o.late_seen_s = {};
+      s = run_exact(o, what + " too early, forgotten");
+      EXPECT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n)) << what;
+    }
+  }
+}
+
+// The coordinator measures how late each rank came (the next census's memory), in its own
+// time: the late rank about its start time, the others about nothing; nobody else reports any.
+TEST(LateChain, CoordinatorMeasuresLateness) {
+  for (int late_ms : {0, 3}) {
+    const int n = 4;
+    harness::Options o = base(n, 77 + late_ms);
+    o.start_time.assign(n, 0.0);
+    o.start_time[2] = late_ms * 1e-3;
+    std::vector<std::vector<double>> seen(n);
+    o.on_done = [&seen](int rank, int, const CollectiveCore& core) {
+      const auto* chain = dynamic_cast<const LateChainAllreduce*>(&core);
+      ASSERT_NE(chain, nullptr);
+      seen[rank] = chain->lateness();
+    };
+    const Seen s = run_exact(o, "late_ms=" + std::to_string(late_ms));
+    EXPECT_TRUE(s.ok);
+    EXPECT_EQ(s.excluded, late_ms > 0 ? static_cast<uint64_t>(n) : 0u);
+    ASSERT_EQ(seen[0].size(), static_cast<size_t>(n));  // rank 0: the coordinator
+    for (int r = 1; r < n; ++r) EXPECT_TRUE(seen[r].empty()) << r;
+    for (int r = 0; r < n; ++r) {
+      const double want = r == 2 ? late_ms * 1e-3 : 0.0;
+      EXPECT_GE(seen[0][r], want - 1e-4) << "rank " << r;
+      EXPECT_LE(seen[0][r], want + 1e-4) << "rank " << r;
     }
   }
 }
@@ -188,7 +238,11 @@ TEST(LateChain, RandomSchedules) {
     o.late_inflight = 1 + static_cast<int>(rng() % 3);
     o.late_wait_s = 1e-6 * (rng() % 200);
     o.late_wait_suspect_s = 1e-6 * (rng() % 50);
-    if (rng() % 2 == 0) o.late_suspects = {static_cast<int>(rng() % n)};
+    if (rng() % 2 == 0) {
+      o.late_seen_s.assign(n, 0.0);
+      o.late_seen_s[rng() % n] = 1e-6 * (rng() % 2000);
+      o.late_pays_after_s = 1e-6 * (rng() % 1000);
+    }
     o.ring.resize(n);
     std::iota(o.ring.begin(), o.ring.end(), 0);
     std::shuffle(o.ring.begin(), o.ring.end(), rng);
@@ -238,6 +292,11 @@ TEST(LateChain, RejectsBadParameters) {
   p.late_wait_s = -1;
   EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
   p.late_wait_s = 0;
+  p.late_seen_s = {0.0, 0.0, 0.0};
+  EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
+  EXPECT_NE(why.find("late_seen_s"), std::string::npos) << why;
+  p.late_seen_s = {0.0, 1.0};
+  EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kOk) << why;
   p.tag_span = 100;
   EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
   EXPECT_NE(why.find("tag_span"), std::string::npos) << why;
