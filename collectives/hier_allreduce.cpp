@@ -442,9 +442,8 @@ Status HierAllreduce::start_ring(double now, ActionList* out) {
   // A ring across hosts: its segment follows the flat ring's rule (cross_host_segment_bytes),
   // so with one rank per host this is the flat ring, to the message.
   const size_t hosts = host_order_.size();
-  rp.segment_bytes =
-      hosts > 1 ? cross_host_segment_bytes(p_.segment_bytes, rp.count * elem_ / hosts + elem_)
-                : p_.segment_bytes;
+  rp.segment_bytes = cross_host_segment_bytes(
+      p_.segment_bytes, rp.count * elem_ / std::max<size_t>(1, hosts) + elem_, hosts);
   rp.depth = p_.depth;
   rp.seq = p_.seq;
   rp.skip = p_.skip;

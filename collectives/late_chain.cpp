@@ -26,7 +26,8 @@ constexpr int kKindDecision = 1;
 constexpr int kKindInput = 2;
 constexpr int kKindFinal = 3;
 constexpr int kKindGo = 4;
-constexpr int kOwnTags = 10;
+constexpr int kKindInputTree1 = 5;  // late inputs and D down the second tree
+constexpr int kOwnTags = 12;
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
@@ -95,9 +96,11 @@ const uint8_t* LateChainAllreduce::in_ptr(int s) const {
   return static_cast<const uint8_t*>(p_.sendbuf) + seg_offset(s) * elem_;
 }
 
+// Slots: slots_ per tree, a segment's j-th in its tree in slot j % slots_ of the tree's.
 uint8_t* LateChainAllreduce::slot_ptr(int s, int j) {
-  const size_t m = cpos_ == 0 ? late_.size() : 1;
-  return buf_.data() + ((s % slots_) * m + j) * seg_elems_ * elem_;
+  const int t = tree_of(s), idx = trees_ ? s / 2 : s;
+  const size_t slot = static_cast<size_t>(t) * slots_ + idx % slots_;
+  return buf_.data() + (slot * late_.size() + j) * seg_elems_ * elem_;
 }
 
 Token LateChainAllreduce::add_op(Op op, int seg, int who) {
@@ -275,25 +278,30 @@ Status LateChainAllreduce::start_chain(double now, ActionList* out) {
     if (!late_set_.contains(r)) chain_.push_back(r);
   }
   const size_t m = late_.size();
+  trees_ = p_.late_trees && chain_.size() > 2;
   seg_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
   if (hpos_ >= 0) {
     cpos_ = static_cast<int>(std::find(chain_.begin(), chain_.end(), p_.rank) - chain_.begin());
     slots_ = window_ + 1;
-    const size_t mm = cpos_ == 0 ? m : 1;
-    buf_.assign(static_cast<size_t>(slots_) * mm * seg_elems_ * elem_, 0);
-    in_hdr_.assign(static_cast<size_t>(nseg_) * mm * hdr_bytes_, 0);
+    buf_.assign(static_cast<size_t>(trees_ ? 2 : 1) * slots_ * m * seg_elems_ * elem_, 0);
+    in_hdr_.assign(static_cast<size_t>(nseg_) * m * hdr_bytes_, 0);
     recvs_left_.assign(nseg_, 0);
+    fwd_left_.assign(nseg_, 0);
     d_ready_.assign(nseg_, 0);
     fwd_done_.assign(nseg_, 0);
     fin_done_.assign(nseg_, 0);
   } else {
     in_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
     input_sent_.assign(nseg_, 0);
-    go_hdr_.assign(hdr_bytes_, 0);
-    recv(add_op(Op::kGoRecv, -1, late_idx_), chain_[0], kKindGo, go_hdr_.data(), nullptr, 0, out);
+    go_hdr_.assign(static_cast<size_t>(go_count()) * hdr_bytes_, 0);
+    for (int t = 0; t < go_count(); ++t) {
+      recv(add_op(Op::kGoRecv, -1, t), rank_at(t, 0), kKindGo, hdr_ptr(&go_hdr_, t), nullptr, 0,
+           out);
+    }
   }
   pump(now, out);
-  if (cpos_ == 0) {
+  const bool root = hpos_ >= 0 && (node_of(0) == 0 || (go_count() == 2 && node_of(1) == 0));
+  if (root) {
     // Our receives for the late inputs are posted: the late ranks may send.
     go_hdr_.assign(m * hdr_bytes_, 0);
     for (size_t j = 0; j < m; ++j) {
@@ -306,64 +314,113 @@ Status LateChainAllreduce::start_chain(double now, ActionList* out) {
   return Status::kOk;
 }
 
-// A segment's slot is free again: D went on (or there is no next rank) and P op D is done.
-bool LateChainAllreduce::seg_finished(int s) const {
-  const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
-  return fin_done_[s] && (last || fwd_done_[s]);
+int LateChainAllreduce::input_kind(int t) const { return t == 0 ? kKindInput : kKindInputTree1; }
+
+int LateChainAllreduce::tree_segs(int t) const { return trees_ ? (nseg_ - t + 1) / 2 : nseg_; }
+
+int LateChainAllreduce::rank_at(int t, int k) const {
+  return chain_[t == 0 ? k : static_cast<int>(chain_.size()) - 1 - k];
 }
 
-// Posts whatever the windows allow, in segment order.
+int LateChainAllreduce::node_of(int t) const {
+  return t == 0 ? cpos_ : static_cast<int>(chain_.size()) - 1 - cpos_;
+}
+
+int LateChainAllreduce::kids_of(int k, int kid[2]) const {
+  const int h = static_cast<int>(chain_.size());
+  int nk = 0;
+  if (trees_) {
+    for (int c = 2 * k + 1; c <= 2 * k + 2 && c < h; ++c) kid[nk++] = c;
+  } else if (k + 1 < h) {
+    kid[nk++] = k + 1;
+  }
+  return nk;
+}
+
+int LateChainAllreduce::final_sender(int s) const {
+  const int h = static_cast<int>(chain_.size());
+  if (!trees_) return chain_.back();
+  // Leaves of a heap over h nodes: indices h/2 .. h - 1.
+  const int leaves = h - h / 2;
+  return rank_at(tree_of(s), h / 2 + (s >> 1) % leaves);
+}
+
+// A segment's slot is free again: D went on to our children (if any) and P op D is done.
+bool LateChainAllreduce::seg_finished(int s) const { return fin_done_[s] && fwd_done_[s]; }
+
+// Posts whatever the windows allow. Each tree is its own stream (its own tag, slots and
+// windows, its segments in order): a slow path down one tree does not hold the other's.
 void LateChainAllreduce::pump(double now, ActionList* out) {
   (void)now;
   const int m = static_cast<int>(late_.size());
+  const int ntrees = trees_ ? 2 : 1;
   if (hpos_ < 0) {
-    // Late rank: once the head said go, input segments to it, at most window_ in flight.
-    while (go_ && next_input_ < nseg_ && input_flight_ < window_) {
-      const int s = next_input_++;
-      ContributionSet me(n_);
-      me.add(p_.rank);
-      uint8_t* h = hdr_ptr(&seg_hdr_, s);
-      encode_wire_header(h,
-                         WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
-                                    static_cast<uint32_t>(s)},
-                         me);
-      send(add_op(Op::kInputSend, s, late_idx_), chain_[0], kKindInput, h, in_ptr(s),
-           seg_count(s) * elem_, out);
-      ++input_flight_;
+    // Late rank: once the roots said go, input segments to each, at most window_ in flight.
+    for (int t = 0; t < ntrees; ++t) {
+      while (go_ && next_input_[t] < tree_segs(t) && input_flight_[t] < window_) {
+        const int s = seg_at(t, next_input_[t]++);
+        ContributionSet me(n_);
+        me.add(p_.rank);
+        uint8_t* h = hdr_ptr(&seg_hdr_, s);
+        encode_wire_header(h,
+                           WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
+                                      static_cast<uint32_t>(s)},
+                           me);
+        send(add_op(Op::kInputSend, s, late_idx_), rank_at(t, 0), input_kind(t), h, in_ptr(s),
+             seg_count(s) * elem_, out);
+        ++input_flight_[t];
+      }
     }
     return;
   }
-  const bool head = cpos_ == 0;
-  const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
-  // Receives into free slots.
-  while (next_recv_ < nseg_ && (next_recv_ < slots_ || seg_finished(next_recv_ - slots_))) {
-    const int s = next_recv_++;
-    const size_t bytes = seg_count(s) * elem_;
-    if (head) {
-      recvs_left_[s] = m;
-      for (int j = 0; j < m; ++j) {
-        recv(add_op(Op::kChainRecv, s, j), late_[j], kKindInput,
-             hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + j), slot_ptr(s, j), bytes, out);
+  for (int t = 0; t < ntrees; ++t) {
+    const int k = node_of(t), segs = tree_segs(t);
+    // Receives into free slots: the late inputs at the root, D from the parent elsewhere.
+    while (next_recv_[t] < segs &&
+           (next_recv_[t] < slots_ || seg_finished(seg_at(t, next_recv_[t] - slots_)))) {
+      const int s = seg_at(t, next_recv_[t]++);
+      const size_t bytes = seg_count(s) * elem_;
+      if (k == 0) {
+        recvs_left_[s] = m;
+        for (int j = 0; j < m; ++j) {
+          recv(add_op(Op::kChainRecv, s, j), late_[j], input_kind(t),
+               hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + j), slot_ptr(s, j), bytes, out);
+        }
+      } else {
+        recvs_left_[s] = 1;
+        recv(add_op(Op::kChainRecv, s, -1), rank_at(t, parent_of(k)), input_kind(t),
+             hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m), slot_ptr(s, 0), bytes, out);
       }
-    } else {
-      recvs_left_[s] = 1;
-      recv(add_op(Op::kChainRecv, s, -1), chain_[cpos_ - 1], kKindInput, hdr_ptr(&in_hdr_, s),
-           slot_ptr(s, 0), bytes, out);
+    }
+    // D on to our children, in order, window_ segments in flight.
+    int kid[2];
+    const int nk = kids_of(k, kid);
+    while (next_fwd_[t] < segs && d_ready_[seg_at(t, next_fwd_[t])] && fwd_flight_[t] < window_) {
+      const int s = seg_at(t, next_fwd_[t]++);
+      if (nk == 0) {
+        fwd_done_[s] = 1;
+        continue;
+      }
+      uint8_t* h = hdr_ptr(&seg_hdr_, s);
+      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, 0, static_cast<uint32_t>(s)},
+                         late_set_);
+      fwd_left_[s] = nk;
+      for (int c = 0; c < nk; ++c) {
+        send(add_op(Op::kChainSend, s, -1), rank_at(t, kid[c]), input_kind(t), h, slot_ptr(s, 0),
+             seg_count(s) * elem_, out);
+      }
+      ++fwd_flight_[t];
     }
   }
-  // D on to the next healthy rank, in order.
-  while (!last && next_fwd_ < nseg_ && d_ready_[next_fwd_] && fwd_flight_ < window_) {
-    const int s = next_fwd_++;
-    uint8_t* h = hdr_ptr(&seg_hdr_, s);
-    encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, 0, static_cast<uint32_t>(s)},
-                       late_set_);
-    send(add_op(Op::kChainSend, s, -1), chain_[cpos_ + 1], kKindInput, h, slot_ptr(s, 0),
-         seg_count(s) * elem_, out);
-    ++fwd_flight_;
-  }
-  // Final segments to the late ranks, in order.
-  while (last && next_final_ < nseg_ && fin_done_[next_final_] && final_flight_ < window_ * m) {
-    const int s = next_final_++;
+  // The final segments we send to the late ranks, in order.
+  while (next_final_ < nseg_) {
+    const int s = next_final_;
+    if (final_sender(s) != p_.rank) {
+      ++next_final_;
+      continue;
+    }
+    if (!fin_done_[s] || final_flight_ >= window_ * m) break;
+    ++next_final_;
     ContributionSet all(n_);
     for (int r = 0; r < n_; ++r) all.add(r);
     uint8_t* h = hdr_ptr(&seg_hdr_, s);
@@ -416,7 +473,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
     case Op::kGoSend:
       break;
     case Op::kGoRecv:
-      why = decode_wire_header(go_hdr_.data(), n_,
+      why = decode_wire_header(hdr_ptr(&go_hdr_, o.who), n_,
                                WireExpect{p_.seq, kLcPhaseGo, static_cast<uint32_t>(late_idx_), 0},
                                &set);
       if (why.empty() && set != late_set_) {
@@ -424,16 +481,16 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       }
       if (!why.empty()) return fail("go from the chain's head: " + why);
       ++stats_.messages_received;
-      go_ = true;
+      go_ = ++go_in_ == go_count();
       break;
     case Op::kInputSend:
-      --input_flight_;
+      --input_flight_[tree_of(o.seg)];
       input_sent_[o.seg] = 1;
       // In place the final lands where the input was: receive it once the input has gone, and
       // in segment order (the tail sends them in that order on one tag).
       while (next_final_ < nseg_ && input_sent_[next_final_]) {
         const int s = next_final_++;
-        recv(add_op(Op::kFinalRecv, s, -1), chain_.back(), kKindFinal, hdr_ptr(&in_hdr_, s),
+        recv(add_op(Op::kFinalRecv, s, -1), final_sender(s), kKindFinal, hdr_ptr(&in_hdr_, s),
              out_ptr(s), seg_count(s) * elem_, out);
       }
       break;
@@ -450,8 +507,8 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       break;
     }
     case Op::kChainRecv: {
-      const bool head = cpos_ == 0;
       const int s = o.seg;
+      const bool head = node_of(tree_of(s)) == 0;
       ContributionSet want(n_);
       uint8_t* h;
       if (head) {
@@ -459,7 +516,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
         h = hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + o.who);
       } else {
         want = late_set_;
-        h = hdr_ptr(&in_hdr_, s);
+        h = hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m);
       }
       why = decode_wire_header(
           h, n_,
@@ -496,8 +553,10 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       break;
     }
     case Op::kChainSend:
-      --fwd_flight_;
-      fwd_done_[o.seg] = 1;
+      if (--fwd_left_[o.seg] == 0) {
+        --fwd_flight_[tree_of(o.seg)];
+        fwd_done_[o.seg] = 1;
+      }
       break;
     case Op::kFinish:
       fin_done_[o.seg] = 1;
@@ -569,11 +628,10 @@ void LateChainAllreduce::maybe_done(double now, ActionList* out) {
     if (hpos_ < 0) {
       if (finals_in_ < nseg_) return;
     } else {
-      const bool last = cpos_ == static_cast<int>(chain_.size()) - 1;
       for (int s = 0; s < nseg_; ++s) {
         if (!seg_finished(s)) return;
       }
-      if (last && next_final_ < nseg_) return;
+      if (next_final_ < nseg_) return;
     }
   }
   if (ring_.started()) {
@@ -605,7 +663,8 @@ std::string LateChainAllreduce::describe() const {
                               pending_, late_set_.to_string());
   if (decided_ && !late_.empty() && ring_done_) {
     s += fmt::format(" chain pos {} recv {} fwd {} final {} go {} inputs {} finals in {}/{}", cpos_,
-                     next_recv_, next_fwd_, next_final_, go_, next_input_, finals_in_, nseg_);
+                     next_recv_[0] + next_recv_[1], next_fwd_[0] + next_fwd_[1], next_final_, go_,
+                     next_input_[0] + next_input_[1], finals_in_, nseg_);
   }
   if (ring_.started() && !ring_done_) s += "\n    ring: " + ring_.core().describe();
   return s;
@@ -625,7 +684,9 @@ std::string LateChainAllreduce::describe_wait(double now) const {
     return "ring of the healthy ranks: " + ring_.core().describe_wait(now);
   }
   if (hpos_ < 0 && !go_ && !chain_.empty()) {
-    return fmt::format("waiting for go from the chain's head, rank {}", chain_[0]);
+    return fmt::format("waiting for go from the chain's head{} (rank {}{}), {} read",
+                       go_count() > 1 ? "s" : "", rank_at(0, 0),
+                       go_count() > 1 ? fmt::format(" and {}", rank_at(1, 0)) : "", go_in_);
   }
   return describe();
 }

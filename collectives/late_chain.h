@@ -70,6 +70,10 @@ constexpr size_t kLateChainSegmentBytes = size_t{1} << 30;
 #else
 constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 #endif
+// SKIPRING_LATE_TREES=auto: two trees from this many healthy ranks (n - 1), the chain below.
+// SimGrid, 64 MiB, one rank 20 ms late, us after the arrival, chain / trees: n = 8 6621 / 7168,
+// 16 6917 / 6997, 32 7579 / 8293, 48 8268 / 7604, 64 8866 / 8033 (docs/skip_ahead.md).
+constexpr int kLateTreesMinHealthy = 40;
 // The share of the usual time the chain saves over the skip-ahead ring once the late rank is in
 // (Communicator::late_pays_after_s): the smaller of the two emulated-TCP measurements, 0.38 at
 // 4 hosts (236 ms against 149 after the arrival, usual time 227 ms) and about 0.18 at 8 (the
@@ -137,6 +141,22 @@ class LateChainAllreduce final : public CoreBase {
   // Forwards the ring's actions (peers mapped to ranks); starts the chain once the ring is done.
   Status forward_ring(Status st, ActionList* ring_out, double now, ActionList* out);
   Status start_chain(double now, ActionList* out);
+  // The paths the late inputs take: the chain (each node's child is the next healthy rank in
+  // chain_) or two binary trees (RingParams::late_trees: segment s goes down tree s & 1; tree 0
+  // is the heap over chain_, tree 1 the heap over chain_ reversed, so the inner nodes of one are
+  // leaves of the other and every uplink carries about S). Indices k are positions in a tree.
+  int tree_of(int s) const { return trees_ ? (s & 1) : 0; }
+  int tree_segs(int t) const;                                        // segments down tree t
+  int seg_at(int t, int j) const { return trees_ ? t + 2 * j : j; }  // its j-th
+  int input_kind(int t) const;                                       // the message kind down tree t
+  int rank_at(int t, int k) const;
+  int node_of(int t) const;  // our index in tree t (healthy ranks)
+  int parent_of(int k) const { return k == 0 ? -1 : trees_ ? (k - 1) / 2 : k - 1; }
+  int kids_of(int k, int kid[2]) const;
+  // The healthy rank that sends segment s's final to the late ranks: the chain's tail, or a leaf
+  // of the segment's tree (spread over the leaves).
+  int final_sender(int s) const;
+  int go_count() const { return trees_ && chain_.size() > 1 ? 2 : 1; }
   void pump(double now, ActionList* out);
   void maybe_done(double now, ActionList* out);
   int tag(int kind) const;
@@ -160,7 +180,8 @@ class LateChainAllreduce final : public CoreBase {
   double t0_ = 0, deadline_ = 0, suspect_deadline_ = 0;
   std::vector<Seen> seen_as_;  // coordinator: by rank
   std::vector<double> seen_;   // coordinator: how late each rank arrived (-1: not yet)
-  bool started_ = false, decided_ = false, ring_done_ = false, go_ = false;
+  bool started_ = false, decided_ = false, ring_done_ = false, go_ = false, trees_ = false;
+  int go_in_ = 0;              // late rank: go messages read
   std::vector<char> arrived_;  // coordinator: by rank
   std::vector<OpRec> ops_;
   size_t pending_ = 0;               // our operations posted and not completed
@@ -176,15 +197,17 @@ class LateChainAllreduce final : public CoreBase {
   int late_idx_ = -1;       // our index in late_ (late ranks)
   size_t seg_elems_ = 0;
   int nseg_ = 0, slots_ = 0, window_ = 1;
-  std::vector<uint8_t> buf_;               // slots_ x m segments (healthy)
-  std::vector<uint8_t> seg_hdr_, in_hdr_;  // per segment (x m at the head): send / receive
-  std::vector<uint8_t> go_hdr_;            // the head: one per late rank; a late rank: one
-  std::vector<int> recvs_left_;            // per segment
+  std::vector<uint8_t> buf_;                // trees x slots_ x m segments (healthy)
+  std::vector<uint8_t> seg_hdr_, in_hdr_;   // per segment (x m at the head): send / receive
+  std::vector<uint8_t> go_hdr_;             // the head: one per late rank; a late rank: one
+  std::vector<int> recvs_left_, fwd_left_;  // per segment
   std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
   // next_final_: the tail's next final send, or the late rank's next final receive (a rank is
   // one or the other).
-  int next_recv_ = 0, next_fwd_ = 0, next_final_ = 0, next_input_ = 0, finals_in_ = 0;
-  int fwd_flight_ = 0, final_flight_ = 0, input_flight_ = 0;
+  // Per tree (index 0 only for the chain), counted in the tree's own segments.
+  int next_recv_[2] = {0, 0}, next_fwd_[2] = {0, 0}, next_input_[2] = {0, 0};
+  int fwd_flight_[2] = {0, 0}, input_flight_[2] = {0, 0};
+  int next_final_ = 0, finals_in_ = 0, final_flight_ = 0;
 };
 
 }  // namespace skipring

@@ -108,6 +108,7 @@ struct RingParams {
   double late_wait_s = 0;
   int late_inflight = 1;
   size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
+  bool late_trees = false;        // two binary trees of healthy ranks instead of the chain
   // The coordinator's memory of the last census (the driver keeps it; other ranks ignore it):
   // how late each rank arrived, in seconds after the coordinator itself (LateChainAllreduce::
   // lateness(); empty or < 0: not known). A rank that came later than late_wait_s and at least
@@ -139,10 +140,11 @@ int ring_data_tag(uint32_t seq, int seg_id, int kind);
 // segments a 1 MiB chunk (64 MiB at n = 64) has 4, so the plain ring took 2.60 L after a late
 // arrival under SimGrid, 2.09 L with 128 KiB (skip-ahead 1.80 -> 1.72 L). Chunks of 2 MiB and
 // more keep `max_bytes`: at n = 16, 64 MiB, halving the segment made skip-ahead slower (1.55 ->
-// 1.59 L after the arrival) for a ring gain of 0.1 L. One host keeps `max_bytes` throughout.
+// 1.59 L after the arrival) for a ring gain of 0.1 L. One host (`hosts` <= 1) keeps `max_bytes`
+// throughout.
 constexpr size_t kCrossHostMinSegments = 8;
 constexpr size_t kCrossHostSegmentFloor = 128 * 1024;
-size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes);
+size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hosts);
 
 // Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
 // defined on the type, buffers are present when count > 0.
@@ -197,6 +199,10 @@ class RingAllreduce final : public CoreBase {
                     uint8_t flags = 0, uint32_t route = 0);
   Status check_header(const uint8_t* hdr, Phase phase, int chunk, int seg, ContributionSet* set);
   void maybe_done(double now, ActionList* out);
+  // Every event handler's epilogue: the allgather window's state (sync_ag_window), then the
+  // completion check. Kept apart from maybe_done so that the completion check has no side
+  // effect of its own.
+  void finish_event(double now, ActionList* out);
   int pos_of(int rank) const;
   int tag_for(int kind, int seg_id) const;
   uint8_t* slot_hdr(uint8_t* base, int slot) const;

@@ -960,8 +960,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   // The ring's segment (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
   // them at 128 KiB or more (cross_host_segment_bytes). Every rank derives it from the agreed
   // count and topology.
-  p.segment_bytes = (algo == Algo::kRing || algo == Algo::kSkipRing) && topo_summary_.hosts > 1
-                        ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes)
+  p.segment_bytes = algo == Algo::kRing || algo == Algo::kSkipRing
+                        ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
+                                                   static_cast<size_t>(topo_summary_.hosts))
                         : cfg_.segment_bytes;
   const size_t seg_bytes = std::min(chunk_bytes, p.segment_bytes);
   if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
@@ -1031,6 +1032,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     p.late_segment_bytes = cfg_.late_segment_bytes > 0
                                ? cfg_.late_segment_bytes
                                : std::min(cfg_.segment_bytes, kLateChainSegmentBytes);
+    // Every rank decides alike (agreed config and size); the healthy ranks are about n - 1.
+    p.late_trees =
+        cfg_.late_trees == 1 || (cfg_.late_trees < 0 && size_ - 1 >= kLateTreesMinHealthy);
     p.late_wait_s = late_wait_s(bytes);
     p.late_seen_s = late_seen_s_;
     p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));

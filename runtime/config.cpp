@@ -90,6 +90,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_LATE_BCAST        whether owners complete a late rank's segments without it
   //   SKIPRING_LATE_CHAIN        the algorithm (the census and chain or the ring alone)
   //   SKIPRING_LATE_SEGMENT_BYTES  the chain's message sizes
+  //   SKIPRING_LATE_TREES        the chain's or the trees' messages
   //   SKIPRING_ALGO              the algorithm
   //   SKIPRING_HOST_MAP          hosts and ring order (gather_topology checks it too)
   //   SKIPRING_TREE_GRAPH        the trees (the file's contents are compared, not its path)
@@ -112,6 +113,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_SKIP_T_US",        "SKIPRING_GPU_STAGING",
       "SKIPRING_AUTO_STRAGGLER",   "SKIPRING_LATE_BCAST",
       "SKIPRING_LATE_CHAIN",       "SKIPRING_LATE_SEGMENT_BYTES",
+      "SKIPRING_LATE_TREES",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif

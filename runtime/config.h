@@ -68,6 +68,9 @@ struct Config {
   // fragments of messages in flight); under SimGrid, which leaves a link idle between
   // back-to-back messages, 2 (n = 8 / 16, 64 MiB: 1.41 / 1.38 L with 2, 1.74 L / - with 1,
   // 1.34 / 1.45 L with 4). docs/skip_ahead.md, "Tenth round".
+  // SKIPRING_LATE_TREES: -1 auto (from kLateTreesMinHealthy healthy ranks), 0 the chain, 1 two
+  // binary trees (RingParams::late_trees).
+  int late_trees = -1;
   // SKIPRING_LATE_SEGMENT_BYTES: the chain's message size; 0: SKIPRING_SEGMENT_BYTES.
   size_t late_segment_bytes = 0;
 #ifdef SKIPRING_SIMGRID

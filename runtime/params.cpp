@@ -119,12 +119,18 @@ bool parse_direct_allgather(const std::string& text, Config* c) {
   return true;
 }
 
-bool parse_late_chain(const std::string& text, Config* c) {
-  if (skipring::to_lower(text) == "auto") return c->late_chain = -1, true;
+// "auto" (-1) or a boolean (0 / 1).
+template <int Config::*F>
+bool parse_auto_bool(const std::string& text, Config* c) {
+  if (skipring::to_lower(text) == "auto") return c->*F = -1, true;
   bool b = false;
   if (!parse_bool(text, &b)) return false;
-  c->late_chain = b ? 1 : 0;
+  c->*F = b ? 1 : 0;
   return true;
+}
+template <int Config::*F>
+std::string print_auto_bool(const Config& c) {
+  return c.*F < 0 ? "auto" : c.*F ? "1" : "0";
 }
 
 // "block:K" (K >= 1) or one non-empty label per rank separated by ','.
@@ -179,10 +185,10 @@ const CustomParam kDirectAllgather{
     "enum", "auto, 0, 1", parse_direct_allgather, [](const Config& c) {
       return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
     }};
-const CustomParam kLateChain{
-    "enum", "auto, 0, 1", parse_late_chain, [](const Config& c) {
-      return std::string(c.late_chain < 0 ? "auto" : c.late_chain ? "1" : "0");
-    }};
+const CustomParam kLateChain{"enum", "auto, 0, 1", parse_auto_bool<&Config::late_chain>,
+                             print_auto_bool<&Config::late_chain>};
+const CustomParam kLateTrees{"enum", "auto, 0, 1", parse_auto_bool<&Config::late_trees>,
+                             print_auto_bool<&Config::late_trees>};
 // What SKIPRING_ALGO accepts: the names of the algorithm table (collectives/algorithms.h).
 const char* algo_accepts() {
   static const std::string names = algo_names(", ");
@@ -312,6 +318,9 @@ const std::vector<ParamDef>& param_table() {
       {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
        "late chain: messages each rank keeps in flight down the chain (2 in the SimGrid build: "
        "docs/skip_ahead.md)"},
+      {"SKIPRING_LATE_TREES", kLateTrees, {}, "",
+       "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
+       "chain; auto = from 40 healthy ranks (n >= 41)"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
        "(0: `SKIPRING_SEGMENT_BYTES`)", "late chain: the size of its messages"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",

@@ -273,8 +273,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
   if (token_kind(t) == kTokLbRecv) {
     SKIPRING_RETURN_IF_ERROR(lb_on_recv(token_index(t), payload_bytes, now, out));
     post_to_owner_recvs(now, out);
-    sync_ag_window(now, out);
-    maybe_done(now, out);
+    finish_event(now, out);
     return Status::kOk;
   }
   if (token_kind(t) == kTokAux) {
@@ -316,8 +315,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     SKIPRING_RETURN_IF_ERROR(on_ag_segment(idx, now, out));
   }
   post_to_owner_recvs(now, out);
-  sync_ag_window(now, out);
-  maybe_done(now, out);
+  finish_event(now, out);
   return Status::kOk;
 }
 
@@ -341,8 +339,7 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
     SKIPRING_RETURN_IF_ERROR(on_piece_reduced(idx, now, out));
   }
   post_to_owner_recvs(now, out);
-  sync_ag_window(now, out);
-  maybe_done(now, out);
+  finish_event(now, out);
   return Status::kOk;
 }
 
@@ -351,8 +348,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (token_kind(t) == kTokLbSend) {
     SKIPRING_RETURN_IF_ERROR(lb_on_send(token_index(t), now, out));
     post_to_owner_recvs(now, out);
-    sync_ag_window(now, out);
-    maybe_done(now, out);
+    finish_event(now, out);
     return Status::kOk;
   }
   if (token_kind(t) == kTokAux) {
@@ -381,8 +377,7 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
     seg_[sent.seg_id].on_input_released();
     post_receives(now, out);
   }
-  sync_ag_window(now, out);
-  maybe_done(now, out);
+  finish_event(now, out);
   return Status::kOk;
 }
 
@@ -396,8 +391,7 @@ Status RingAllreduce::on_time(double now, ActionList* out) {
   SKIPRING_RETURN_IF_ERROR(check_skips(now, out));
   post_receives(now, out);                            // each skip lends the receive window a slot
   SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));  // skipped pieces no longer hold up later ones
-  sync_ag_window(now, out);
-  maybe_done(now, out);
+  finish_event(now, out);
   return Status::kOk;
 }
 
@@ -519,6 +513,11 @@ std::string RingAllreduce::describe_wait(double now) const {
   }
   for (size_t i = 0; i < parts.size(); ++i) s += (i == 0 ? ": " : "; ") + parts[i];
   return s;
+}
+
+void RingAllreduce::finish_event(double now, ActionList* out) {
+  sync_ag_window(now, out);
+  maybe_done(now, out);
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {

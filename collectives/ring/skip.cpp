@@ -232,8 +232,7 @@ Status RingAllreduce::on_aux(size_t idx, size_t payload_bytes, double now, Actio
       break;
   }
   post_to_owner_recvs(now, out);
-  sync_ag_window(now, out);
-  maybe_done(now, out);
+  finish_event(now, out);
   return Status::kOk;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 
 #include "collectives/late_chain.h"
@@ -94,9 +95,11 @@ TEST(LateChain, NoStragglerIsTheRing) {
 TEST(LateChain, EveryLateRank) {
   for (int n : {2, 3, 4, 6, 9}) {
     for (int late = 0; late < n; ++late) {
-      for (bool in_place : {false, true}) {
-        harness::Options o = base(n, 300 + 10 * n + late);
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool in_place = variant & 1, trees = variant & 2;
+        harness::Options o = base(n, 300 + 10 * n + late + 1000 * variant);
         o.in_place = in_place;
+        o.late_trees = trees;
         o.collectives = 2;
         o.ring.resize(n);
         std::iota(o.ring.begin(), o.ring.end(), 0);
@@ -104,7 +107,8 @@ TEST(LateChain, EveryLateRank) {
         o.start_time.assign(n, 0.0);
         o.start_time[late] = 5e-3;
         const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late) +
-                                 " in_place=" + std::to_string(in_place);
+                                 " in_place=" + std::to_string(in_place) +
+                                 " trees=" + std::to_string(trees);
         const Seen s = run_exact(o, what);
         EXPECT_TRUE(s.ok) << what;
         // Collective 0 excludes the late rank on all n ranks; collective 1 starts together.
@@ -194,11 +198,54 @@ TEST(LateChain, CoordinatorMeasuresLateness) {
   }
 }
 
+// The late inputs' paths: down the chain the late rank sends every input segment to one rank and
+// reads every final from one (the tail); down two trees it sends to both roots and reads the
+// finals from the leaves, and every healthy rank's uplink carries about the vector once.
+TEST(LateChain, TreesSplitTheLateInput) {
+  const int n = 8, late = 3;
+  for (bool trees : {false, true}) {
+    harness::Options o = base(n, 55 + trees);
+    o.count = 400;
+    o.segment_bytes = 64;  // 50 segments of 8 int64
+    o.late_trees = trees;
+    o.start_time.assign(n, 0.0);
+    o.start_time[late] = 5e-3;
+    std::set<int> to, from;
+    std::vector<size_t> chain_bytes(n, 0);
+    const int chain_tag_lo = o.tag_span / 2;
+    o.tamper = [&](int src, int dst, int tag, std::vector<uint8_t>*,
+                   std::vector<uint8_t>* payload) {
+      if (!payload->empty() && src == late) to.insert(dst);
+      if (!payload->empty() && dst == late) from.insert(src);
+      if (!payload->empty() && tag >= chain_tag_lo && src != late) {
+        chain_bytes[src] += payload->size();
+      }
+      return 1;
+    };
+    const Seen s = run_exact(o, trees ? "trees" : "chain");
+    EXPECT_TRUE(s.ok);
+    EXPECT_EQ(s.excluded, static_cast<uint64_t>(n));
+    EXPECT_EQ(to.size(), trees ? 2u : 1u);
+    if (trees) {
+      EXPECT_GE(from.size(), 3u);  // the 4 leaves of each heap of 7 share the finals
+    } else {
+      EXPECT_EQ(from.size(), 1u);
+    }
+    // Each healthy rank sends at most the vector (two children of half the segments, or the
+    // finals of its share) plus one segment of rounding; the chain's tail sends it once.
+    const size_t vec = o.count * 8;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_LE(chain_bytes[r], vec + 2 * 64 * 4) << "rank " << r << " trees " << trees;
+    }
+  }
+}
+
 // Float sums: the summation order differs from the ring's, but every rank has the same bits.
 TEST(LateChain, FloatBitsIdentical) {
   for (int n : {3, 5, 8}) {
     for (int lates = 1; lates <= 2; ++lates) {
       harness::Options o = base(n, 700 + n * 3 + lates);
+      o.late_trees = (n + lates) % 2 == 0;
       o.dtype = n == 5 ? DType::kDouble : DType::kFloat;
       o.count = 257;
       o.segment_bytes = 64;
@@ -236,6 +283,7 @@ TEST(LateChain, RandomSchedules) {
     o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
     o.links = rng() % 3 == 0;
     o.late_inflight = 1 + static_cast<int>(rng() % 3);
+    o.late_trees = rng() % 2 == 0;
     o.late_wait_s = 1e-6 * (rng() % 200);
     o.late_wait_suspect_s = 1e-6 * (rng() % 50);
     if (rng() % 2 == 0) {

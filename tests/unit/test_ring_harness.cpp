@@ -155,21 +155,22 @@ TEST(RingRandom, ManySchedules) {
 // configured size (communicator.cpp applies it to the ring rows when the ranks span hosts).
 TEST(RingLayout, CrossHostSegments) {
   constexpr size_t K = 1024, M = 1024 * 1024;
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M), 128 * K);  // 64 MiB over 64 ranks
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2), 192 * K);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M), 256 * K);    // 8 already
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M), 256 * K);   // never above the setting
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 256 * K), 128 * K);  // the floor
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K), 128 * K);    // one segment still
-  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M), 64 * K);      // a smaller setting wins
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2), 128 * K);  // 64 MiB over 64 ranks
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2, 2), 192 * K);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2), 256 * K);    // 8 already
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 2), 256 * K);   // never above the setting
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 256 * K, 2), 128 * K);  // the floor
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2), 128 * K);    // one segment still
+  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2), 64 * K);      // a smaller setting wins
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1), 256 * K);    // one host: the setting
   // A chunk of 1 MiB + 8 bytes: still at most 8 segments (rounded up).
-  const size_t seg = cross_host_segment_bytes(256 * K, M + 8);
+  const size_t seg = cross_host_segment_bytes(256 * K, M + 8, 2);
   EXPECT_LE((M + 8 + seg - 1) / seg, 8u);
   // The segment it gives still runs exactly.
   harness::Options o;
   o.n = 5;
   o.count = 5 * 3000;
-  o.segment_bytes = cross_host_segment_bytes(8 * K, o.count / o.n * 4);
+  o.segment_bytes = cross_host_segment_bytes(8 * K, o.count / o.n * 4, 2);
   o.seed = 11;
   run_and_check(o);
 }
