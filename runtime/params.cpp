@@ -322,7 +322,8 @@ const std::vector<ParamDef>& param_table() {
        "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
        "chain; auto = from 40 healthy ranks (n >= 41)"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
-       "(0: `SKIPRING_SEGMENT_BYTES`)", "late chain: the size of its messages"},
+       "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`)",
+       "late chain: the size of its messages (the SimGrid build's 0: `SKIPRING_SEGMENT_BYTES`)"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},
