@@ -487,7 +487,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       --input_flight_[tree_of(o.seg)];
       input_sent_[o.seg] = 1;
       // In place the final lands where the input was: receive it once the input has gone, and
-      // in segment order (the tail sends them in that order on one tag).
+      // in segment order (each final sender sends its share in that order on one tag).
       while (next_final_ < nseg_ && input_sent_[next_final_]) {
         const int s = next_final_++;
         recv(add_op(Op::kFinalRecv, s, -1), final_sender(s), kKindFinal, hdr_ptr(&in_hdr_, s),

@@ -27,6 +27,13 @@
 //     op D, where P is its result of phase 2; the tail (the last healthy rank) sends each final
 //     segment to every late rank. Every link carries S once; the late rank's uplink and downlink S
 //     each.
+//  3'. Two trees (RingParams::late_trees, large n: the chain's h - 1 hops cost their fill).
+//     Segment s goes down tree s & 1: the binary heap over the chain's order (root: the head) or
+//     over its reverse (root: the tail), so the inner nodes of one are leaves of the other. The
+//     late ranks send each tree's segments to its root after a go from both roots; every healthy
+//     rank passes D to its children and computes P op D; the leaves of a segment's tree send its
+//     finals (spread over them). Each tree is its own stream: its own message kind, receive
+//     slots and windows. Every uplink carries about S.
 //
 // Every rank ends with the same bits: P is the ring's result (identical on H), P op D is the
 // same expression with the same operands on every healthy rank, and the late ranks receive it.
@@ -36,7 +43,8 @@
 // are done, and costs up to about S/B when it comes just after the decision
 // (docs/skip_ahead.md, "Tenth round").
 //
-// Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input, final and go use
+// Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input (per tree), final and
+// go use
 // tag_span/2 + 2 * kind + (seq & 1). Messages of one kind between two ranks are received in the
 // order they are sent (MPI's non-overtaking rule); each header names its segment, checked.
 #pragma once
