@@ -44,9 +44,8 @@
 // (docs/skip_ahead.md, "Tenth round").
 //
 // Tags: the ring keeps 0 .. tag_span/2 - 1; census, decision, late input (per tree), final and
-// go use
-// tag_span/2 + 2 * kind + (seq & 1). Messages of one kind between two ranks are received in the
-// order they are sent (MPI's non-overtaking rule); each header names its segment, checked.
+// go use tag_span/2 + 2 * kind + (seq & 1). Messages of one kind between two ranks are received
+// in the order they are sent (MPI's non-overtaking rule); each header names its segment, checked.
 #pragma once
 
 #include <cstddef>
