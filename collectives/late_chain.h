@@ -77,6 +77,20 @@ constexpr size_t kLateChainSegmentBytes = size_t{1} << 30;
 #else
 constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 #endif
+// Messages in flight per rank down the chain and down the trees (SKIPRING_LATE_INFLIGHT=0). Over
+// TCP 1 (0.70 of the plain ring after a late arrival at 4 hosts against 0.82 with 2: Open MPI's
+// TCP BTL interleaves the fragments of messages in flight); under SimGrid, which leaves a link
+// idle between back-to-back messages, 2 down the chain (n = 8 / 16, 64 MiB: 1.41 / 1.38 L with
+// 2, 1.74 L / - with 1, 1.34 / 1.45 L with 4) and 4 down the trees (n = 32 / 48 / 64: 7226 /
+// 7306 / 7259 us after the arrival against 8293 / 7604 / 8033 with 2). docs/skip_ahead.md,
+// "Tenth round" and "Eleventh round".
+#ifdef SKIPRING_SIMGRID
+constexpr int kLateChainInflight = 2;
+constexpr int kLateTreesInflight = 4;
+#else
+constexpr int kLateChainInflight = 1;
+constexpr int kLateTreesInflight = 1;
+#endif
 // SKIPRING_LATE_TREES=auto: two trees from this many healthy ranks (n - 1), the chain below.
 // SimGrid, 64 MiB, one rank 20 ms late, us after the arrival, chain / trees: n = 8 6621 / 7168,
 // 16 6917 / 6997, 32 7579 / 8293, 48 8268 / 7604, 64 8866 / 8033 (docs/skip_ahead.md).

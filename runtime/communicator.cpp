@@ -1025,7 +1025,6 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
       p.skip && algo == Algo::kSkipRing &&
       (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && late_chain_pays(algo, bytes)));
   if (late_chain) {
-    p.late_inflight = cfg_.late_inflight;
     // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
     // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), not the ring's cross-host cut (its
     // n - 1 hops fill in (n - 1) segments, whatever the chunk).
@@ -1035,6 +1034,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     // Every rank decides alike (agreed config and size); the healthy ranks are about n - 1.
     p.late_trees =
         cfg_.late_trees == 1 || (cfg_.late_trees < 0 && size_ - 1 >= kLateTreesMinHealthy);
+    p.late_inflight = cfg_.late_inflight > 0 ? cfg_.late_inflight
+                      : p.late_trees         ? kLateTreesInflight
+                                             : kLateChainInflight;
     p.late_wait_s = late_wait_s(bytes);
     p.late_seen_s = late_seen_s_;
     p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));

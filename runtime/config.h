@@ -63,21 +63,14 @@ struct Config {
   int late_chain = -1;              // SKIPRING_LATE_CHAIN
   double late_wait_us = 0;          // SKIPRING_LATE_WAIT_US: the census's wait (0: derived)
   double late_wait_suspect_us = 0;  // SKIPRING_LATE_WAIT_SUSPECT_US: for last time's late ranks
-  // SKIPRING_LATE_INFLIGHT: chain sends in flight per rank. Over TCP 1 (0.70 of the plain ring
-  // after a late arrival at 4 hosts against 0.82 with 2: Open MPI's TCP BTL interleaves the
-  // fragments of messages in flight); under SimGrid, which leaves a link idle between
-  // back-to-back messages, 2 (n = 8 / 16, 64 MiB: 1.41 / 1.38 L with 2, 1.74 L / - with 1,
-  // 1.34 / 1.45 L with 4). docs/skip_ahead.md, "Tenth round".
   // SKIPRING_LATE_TREES: -1 auto (from kLateTreesMinHealthy healthy ranks), 0 the chain, 1 two
   // binary trees (RingParams::late_trees).
   int late_trees = -1;
-  // SKIPRING_LATE_SEGMENT_BYTES: the chain's message size; 0: SKIPRING_SEGMENT_BYTES.
+  // SKIPRING_LATE_SEGMENT_BYTES: the chain's message size; 0: kLateChainSegmentBytes.
   size_t late_segment_bytes = 0;
-#ifdef SKIPRING_SIMGRID
-  int late_inflight = 2;
-#else
-  int late_inflight = 1;
-#endif
+  // SKIPRING_LATE_INFLIGHT: chain / tree sends in flight per rank; 0: kLateChainInflight or
+  // kLateTreesInflight (collectives/late_chain.h).
+  int late_inflight = 0;
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)
   // Rank -> host override: "" (hwloc/hostname), "block:K" (K consecutive ranks per host) or

@@ -315,9 +315,9 @@ const std::vector<ParamDef>& param_table() {
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
        "skip threshold's floor"},
-      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {1, 64}, "",
-       "late chain: messages each rank keeps in flight down the chain (2 in the SimGrid build: "
-       "docs/skip_ahead.md)"},
+      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: derived)",
+       "late chain: messages each rank keeps in flight down the chain or the trees; 0 = 1 (the "
+       "SimGrid build: 2 down the chain, 4 down the trees; docs/skip_ahead.md)"},
       {"SKIPRING_LATE_TREES", kLateTrees, {}, "",
        "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
        "chain; auto = from 40 healthy ranks (n >= 41)"},
