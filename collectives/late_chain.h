@@ -220,14 +220,14 @@ class LateChainAllreduce final : public CoreBase {
   int nseg_ = 0, slots_ = 0, window_ = 1;
   std::vector<uint8_t> buf_;                // trees x slots_ x m segments (healthy)
   std::vector<uint8_t> seg_hdr_, in_hdr_;   // per segment (x m at the head): send / receive
-  std::vector<uint8_t> go_hdr_;             // the head: one per late rank; a late rank: one
+  std::vector<uint8_t> go_hdr_;             // a root: one per late rank; a late rank: one per root
   std::vector<int> recvs_left_, fwd_left_;  // per segment
   std::vector<char> d_ready_, fwd_done_, fin_done_, input_sent_;
-  // next_final_: the tail's next final send, or the late rank's next final receive (a rank is
-  // one or the other).
   // Per tree (index 0 only for the chain), counted in the tree's own segments.
   int next_recv_[2] = {0, 0}, next_fwd_[2] = {0, 0}, next_input_[2] = {0, 0};
   int fwd_flight_[2] = {0, 0}, input_flight_[2] = {0, 0};
+  // next_final_: a healthy rank's next segment to check for a final it sends, or the late
+  // rank's next final receive (a rank is one or the other).
   int next_final_ = 0, finals_in_ = 0, final_flight_ = 0;
 };
 

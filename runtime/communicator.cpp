@@ -923,9 +923,9 @@ double Communicator::late_wait_suspect_s(size_t bytes) const {
 // in). Earlier than that the skip-ahead ring with it is the better bet.
 double Communicator::late_pays_after_s(size_t bytes, double wait_suspect_s) const {
   const auto ring_share = [](int k) { return k > 1 ? (k - 1.0) / k : 0.0; };
-  const double healthy_ring =
-      late_usual_time_s(bytes) * ring_share(size_ - 1) / std::max(ring_share(size_), 1e-9);
-  return wait_suspect_s + healthy_ring - kLateChainGain * late_usual_time_s(bytes);
+  const double usual = late_usual_time_s(bytes);
+  const double healthy_ring = usual * ring_share(size_ - 1) / std::max(ring_share(size_), 1e-9);
+  return wait_suspect_s + healthy_ring - kLateChainGain * usual;
 }
 
 // SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
