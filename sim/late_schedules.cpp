@@ -1,7 +1,7 @@
 // late_schedules: what an all-reduce could take after one late rank arrives, under SimGrid, for
-// two schedules skipring does not run yet (docs/skip_ahead.md, "Next: broadcast the late
-// rank's input"). A yardstick for issue 11's target of about L = (n-1)/n * S/B, in the spirit of
-// apps/late_bound.cpp (which times the owner schedule skipring runs today, under real MPI).
+// omniscient schedules (docs/skip_ahead.md, "What any schedule reaches in this model"). A yardstick
+// for issue 11's target of about L = (n-1)/n * S/B, in the spirit of apps/late_bound.cpp (which
+// times the owner schedule skipring runs today, under real MPI).
 //
 // Setting: every rank but the late one (rank `late`) already holds P, the reduction of all the
 // other inputs (the healthy ranks have run the whole all-reduce among themselves while waiting).
@@ -15,6 +15,9 @@
 //   tree   two binary trees over the healthy ranks, even segments down one and odd ones down
 //          the other; a rank is interior in at most one tree, so no uplink carries more than S;
 //          every healthy rank sends the late rank an equal share of P's segments.
+//   star   segment k goes to healthy index k % (n - 1) (one window for all the late rank's
+//          sends), which sends it to every other healthy rank; healthy index (k + 1) % (n - 1)
+//          sends P's segment k to the late rank (two hops at most, no fill).
 // Sends are synchronous (MPI_Issend): a send counts as in flight until its receiver has it, also
 // below SMPI's eager size (an eager MPI_Isend completes at once, so a window of them would let
 // every segment share the link at the same time and complete together).
@@ -33,6 +36,7 @@
 #include <cstring>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -97,11 +101,12 @@ Options parse(int argc, char** argv) {
 
 // One segment to send to `peer` from `buf`, queued behind the ones already going there.
 struct Link {
-  int peer = -1;
+  int peer = -1;          // < 0: segment k goes to owner[k % owners.size()] (one window for all)
   std::deque<int> queue;  // segment ids
   int in_flight = 0;
   const float* buf = nullptr;
   int kind = 0;  // 0: x, 1: P (tag kind * segments + segment)
+  std::vector<int> owners;
 };
 
 class Node {
@@ -119,8 +124,8 @@ class Node {
   int segs() const { return segs_; }
 
   // A FIFO link to `peer` reading from `buf`; returns its index.
-  int add_link(int peer, const float* buf, int kind) {
-    links_.push_back(Link{peer, {}, 0, buf, kind});
+  int add_link(int peer, const float* buf, int kind, std::vector<int> owners = {}) {
+    links_.push_back(Link{peer, {}, 0, buf, kind, std::move(owners)});
     return static_cast<int>(links_.size()) - 1;
   }
   void enqueue(int link, int k) {
@@ -169,8 +174,9 @@ class Node {
       const int k = l.queue.front();
       l.queue.pop_front();
       MPI_Request r;
-      MPI_Issend(l.buf + seg_off(k), seg_len(k), MPI_FLOAT, l.peer, l.kind * segs_ + k,
-                 MPI_COMM_WORLD, &r);
+      const int to = l.peer >= 0 ? l.peer : l.owners[k % l.owners.size()];
+      MPI_Issend(l.buf + seg_off(k), seg_len(k), MPI_FLOAT, to, l.kind * segs_ + k, MPI_COMM_WORLD,
+                 &r);
       reqs_.push_back(r);
       what_.push_back({link, k});
       l.in_flight++;
@@ -218,9 +224,11 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   const Options o = parse(argc, argv);
-  if (n < 3 || o.late < 0 || o.late >= n || (o.schedule != "chain" && o.schedule != "tree")) {
+  if (n < 3 || o.late < 0 || o.late >= n ||
+      (o.schedule != "chain" && o.schedule != "tree" && o.schedule != "star")) {
     if (rank == 0)
-      std::fprintf(stderr, "late_schedules: need n >= 3, a valid --late, --schedule chain|tree\n");
+      std::fprintf(stderr,
+                   "late_schedules: need n >= 3, a valid --late, --schedule chain|tree|star\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const size_t elems = o.bytes / sizeof(float);
@@ -263,6 +271,29 @@ int main(int argc, char** argv) {
       for (int k = 0; k < segs; ++k) node.post_recv(from, k, in.data(), 0);
       node.run([&](int k) {
         if (fwd >= 0) node.enqueue(fwd, k);
+        node.add(res.data(), in.data(), k);
+      });
+    }
+  } else if (o.schedule == "star") {
+    // Owner of segment k: healthy index k % m; it sends x's segment to every other healthy
+    // rank; healthy index (k + 1) % m sends P's segment k to the late rank.
+    if (rank == L) {
+      std::vector<int> owners;
+      for (int i = 0; i < m; ++i) owners.push_back(hrank(i));
+      const int to = node.add_link(-1, x.data(), 0, owners);
+      for (int k = 0; k < segs; ++k) node.post_recv(-1, k, pin.data(), 1);
+      for (int k = 0; k < segs; ++k) node.enqueue(to, k);
+      node.run([&](int k) { node.add(res.data(), pin.data(), k); });
+    } else {
+      const int i = hidx(rank);
+      std::vector<int> to;
+      for (int j = 1; j < m; ++j) to.push_back(node.add_link(hrank((i + j) % m), in.data(), 0));
+      const int back = node.add_link(L, p.data(), 1);
+      for (int k = (i + m - 1) % m; k < segs; k += m) node.enqueue(back, k);
+      for (int k = 0; k < segs; ++k) node.post_recv(-1, k, in.data(), 0);
+      node.run([&](int k) {
+        if (k % m == i)
+          for (int l : to) node.enqueue(l, k);
         node.add(res.data(), in.data(), k);
       });
     }
