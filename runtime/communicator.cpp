@@ -501,6 +501,13 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
     any_over = group.any_over;
     if (group.local_over) skip_floor_s_ = std::max(skip_floor_s_, kOversubscribedFloorS);
   } else {
+    // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
+    // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
+    std::string why;
+    if (Status st = gather_topology(internal_, cfg.host_map, wait_, &topology_, &why); !ok(st)) {
+      SKIPRING_LOG_ERROR("communicator setup: {}", why);
+      return st;
+    }
     bool oversubscribed = false;
 #ifndef SKIPRING_SIMGRID
     {
@@ -511,12 +518,16 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
         MPI_Comm_size(local, &local_size);
         MPI_Comm_free(&local);
       }
+      // Ranks under one kernel share its cores even when MPI sees them on different hosts
+      // (containers, network namespaces with their own hostname: scripts/vcluster.sh runs 4
+      // "hosts" on 2 cores, where a descheduled healthy rank was skipped 9-50 times a call).
+      local_size = std::max(local_size, ranks_sharing_kernel(topology_, rank_));
       const long cores = sysconf(_SC_NPROCESSORS_ONLN);
       oversubscribed = cores > 0 && local_size > cores;
       if (oversubscribed && !min_wait_given()) {
         if (rank_ == 0) {
           SKIPRING_LOG_INFO(
-              "{} ranks on a host with {} cores: skip threshold floor {} ms "
+              "{} ranks on a host (or under one kernel) with {} cores: skip threshold floor {} ms "
               "(set SKIPRING_SKIP_MIN_WAIT_US to override)",
               local_size, cores, kOversubscribedFloorS * 1e3);
         }
@@ -525,13 +536,6 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
 #endif
     if (oversubscribed && !min_wait_given()) {
       skip_floor_s_ = std::max(skip_floor_s_, kOversubscribedFloorS);
-    }
-    // Node-aware ring order from the gathered topology (one MPI_Allgather; every rank gets the
-    // same result, so a bad SKIPRING_HOST_MAP fails on all ranks alike).
-    std::string why;
-    if (Status st = gather_topology(internal_, cfg.host_map, wait_, &topology_, &why); !ok(st)) {
-      SKIPRING_LOG_ERROR("communicator setup: {}", why);
-      return st;
     }
     // The cost model's overlap must be the same on every rank (it picks the algorithm): the
     // communicator is oversubscribed when any of its hosts is. Second all-reduce: that flag

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <string>
 
 #include "topology/affinity.h"
 #include "topology/ring_order.h"
@@ -18,7 +20,8 @@
 namespace skipring {
 
 namespace {
-constexpr uint32_t kRecordMagic = 0x32525453;  // "STR2" (STR1: no PCI locality, no SKIPRING_GPU)
+// "STR3" (STR2: no kernel_hash; STR1: no PCI locality, no SKIPRING_GPU)
+constexpr uint32_t kRecordMagic = 0x33525453;
 
 class Writer {
  public:
@@ -80,6 +83,7 @@ size_t encode_record(const RankRecord& rec, uint8_t* out) {
   w.put(rec.host_hash);
   w.put_chars(rec.host, RankRecord::kHostChars);
   w.put(rec.host_map_hash);
+  w.put(rec.kernel_hash);
   w.put(rec.package);
   w.put(rec.numa);
   w.put(rec.num_cores);
@@ -123,6 +127,7 @@ bool decode_record(const uint8_t* in, size_t bytes, RankRecord* out, std::string
   r.get(&rec.host_hash);
   r.get_chars(rec.host, RankRecord::kHostChars);
   r.get(&rec.host_map_hash);
+  r.get(&rec.kernel_hash);
   r.get(&rec.package);
   r.get(&rec.numa);
   r.get(&rec.num_cores);
@@ -180,6 +185,16 @@ int Topology::ring_position(int rank) const {
     if (ring[i] == rank) return static_cast<int>(i);
   }
   return -1;
+}
+
+int ranks_sharing_kernel(const Topology& topo, int rank) {
+  if (rank < 0 || rank >= topo.size()) return 0;
+  const int on_host = static_cast<int>(topo.host_ranks[topo.host_of(rank)].size());
+  const uint64_t mine = topo.records[rank].kernel_hash;
+  if (mine == 0) return on_host;
+  int same = 0;
+  for (const RankRecord& rec : topo.records) same += rec.kernel_hash == mine ? 1 : 0;
+  return std::max(same, on_host);
 }
 
 Status build_topology(std::vector<RankRecord> records, const std::string& host_map, Topology* out,
@@ -395,10 +410,19 @@ void add_device(hwloc_topology_t topo, hwloc_obj_t osdev, RankRecord* rec) {
   }
 }
 
+// FNV-1a of the running kernel's boot id; 0 when it cannot be read.
+uint64_t kernel_boot_hash() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!std::getline(in, id) || id.empty()) return 0;
+  return fnv1a64(id);
+}
+
 RankRecord discover_with_hwloc(const std::string& hostname) {
   RankRecord rec;
   rec.host_hash = fnv1a64(hostname);
   copy_fixed(hostname, rec.host, RankRecord::kHostChars);
+  rec.kernel_hash = kernel_boot_hash();
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return rec;
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);

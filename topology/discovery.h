@@ -64,7 +64,11 @@ struct RankRecord {
   int32_t rank = 0;
   uint64_t host_hash = 0;  // FNV-1a of the whole hostname (names longer than 63 chars)
   char host[kHostChars] = {};
-  uint64_t host_map_hash = 0;      // hash of SKIPRING_HOST_MAP: all ranks must use the same map
+  uint64_t host_map_hash = 0;  // hash of SKIPRING_HOST_MAP: all ranks must use the same map
+  // FNV-1a of the kernel's boot id (/proc/sys/kernel/random/boot_id); 0 unknown. Ranks with the
+  // same one share a kernel and its cores whatever their hostnames say (containers, network
+  // namespaces with their own UTS name): ranks_sharing_kernel.
+  uint64_t kernel_hash = 0;
   int32_t package = kTopoUnknown;  // package (socket) holding the bound cpuset (os index)
   int32_t numa = kTopoUnknown;     // NUMA node holding the bound cpuset (os index)
   int32_t num_cores = -1;          // cores the rank is bound to (any of their PUs); -1 unknown
@@ -85,7 +89,7 @@ struct RankRecord {
 
 // Encoded size of a RankRecord (native byte order: all ranks of one job share it).
 constexpr size_t kRecordBytes =
-    4 /*magic*/ + 4 /*rank*/ + 8 + RankRecord::kHostChars + 8 + 4 * 6 +
+    4 /*magic*/ + 4 /*rank*/ + 8 + RankRecord::kHostChars + 8 + 8 + 4 * 6 +
     8 * RankRecord::kCoreMaskWords + 4 /*gpu_request*/ + 4 * 2 +
     RankRecord::kMaxDevices * (4 * 5 + TopoDevice::kNameChars * 2 + TopoDevice::kBusChars * 3);
 
@@ -125,6 +129,11 @@ struct Topology {
 // kErrInternal on inconsistent records.
 Status build_topology(std::vector<RankRecord> records, const std::string& host_map, Topology* out,
                       std::string* error);
+
+// How many ranks of `topo` share `rank`'s kernel (the same kernel_hash), at least the ranks of
+// its host; its host's ranks when the boot id is unknown. 4 ranks in 4 network namespaces of one
+// 2-core machine are 4 hosts to MPI but 4 ranks on 2 cores to the scheduler.
+int ranks_sharing_kernel(const Topology& topo, int rank);
 
 // This process's record (rank 0, no map hash): hwloc discovery, run once per process and
 // cached (SimGrid build: the host name only, every call).

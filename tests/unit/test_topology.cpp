@@ -203,6 +203,7 @@ RankRecord sample_record(int rank, const std::string& host) {
   rec.host_hash = fnv1a64(host);
   copy_fixed(host, rec.host, RankRecord::kHostChars);
   rec.host_map_hash = fnv1a64("");
+  rec.kernel_hash = fnv1a64("5ec619bf-113f-4edc-965f-2b6b0cbba83d");
   rec.package = 1;
   rec.numa = kTopoSeveral;
   rec.num_cores = 3;
@@ -235,6 +236,8 @@ TEST(TopologyRecord, EncodeDecodeRoundTrip) {
   EXPECT_EQ(out.host_name(), "node-017.cluster.example");
   EXPECT_EQ(out.host_hash, in.host_hash);
   EXPECT_EQ(out.host_map_hash, in.host_map_hash);
+  EXPECT_EQ(out.kernel_hash, in.kernel_hash);
+  EXPECT_NE(out.kernel_hash, 0u);
   EXPECT_EQ(out.package, 1);
   EXPECT_EQ(out.numa, kTopoSeveral);
   EXPECT_EQ(out.num_cores, 3);
@@ -252,6 +255,37 @@ TEST(TopologyRecord, EncodeDecodeRoundTrip) {
   EXPECT_EQ(out.devices[0].numa, 1);
   EXPECT_EQ(device_string(out.devices[0]), "gpu card0/cuda0@0000:3b:00.0(pkg 0, numa 1)");
   EXPECT_EQ(device_string(out.devices[1]), "nic mlx5_0/ib0(pkg ?, numa ?)");
+}
+
+// Network namespaces or containers with their own hostnames on one machine: separate hosts to
+// MPI and to the ring order, one kernel (and one set of cores) to the oversubscription check.
+TEST(TopologyRecord, RanksSharingAKernel) {
+  std::vector<RankRecord> recs;
+  for (int r = 0; r < 6; ++r) {
+    RankRecord rec = sample_record(r, "ns" + std::to_string(r / 2));  // 3 hosts x 2 ranks
+    rec.kernel_hash = r < 4 ? 0x1111 : 0x2222;  // hosts 0 and 1 share a kernel, host 2 its own
+    recs.push_back(rec);
+  }
+  Topology t;
+  std::string err;
+  ASSERT_EQ(build_topology(recs, "", &t, &err), Status::kOk) << err;
+  EXPECT_EQ(t.num_hosts(), 3);
+  EXPECT_EQ(ranks_sharing_kernel(t, 0), 4);
+  EXPECT_EQ(ranks_sharing_kernel(t, 3), 4);
+  EXPECT_EQ(ranks_sharing_kernel(t, 5), 2);
+  EXPECT_EQ(ranks_sharing_kernel(t, 6), 0);  // no such rank
+  // Unknown boot ids count the host's ranks only.
+  for (RankRecord& rec : recs) rec.kernel_hash = 0;
+  ASSERT_EQ(build_topology(recs, "", &t, &err), Status::kOk) << err;
+  EXPECT_EQ(ranks_sharing_kernel(t, 0), 2);
+  // A host map that splits one machine's ranks into two "hosts" does not hide the kernel.
+  for (RankRecord& rec : recs) {
+    rec.kernel_hash = 0x1111;
+    rec.host_map_hash = fnv1a64("m0,m0,m0,m1,m1,m1");
+  }
+  ASSERT_EQ(build_topology(recs, "m0,m0,m0,m1,m1,m1", &t, &err), Status::kOk) << err;
+  EXPECT_EQ(t.num_hosts(), 2);
+  EXPECT_EQ(ranks_sharing_kernel(t, 4), 6);
 }
 
 TEST(TopologyRecord, LongHostnameTruncatedButHashed) {
