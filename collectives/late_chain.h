@@ -77,6 +77,20 @@ constexpr size_t kLateChainSegmentBytes = size_t{1} << 30;
 #else
 constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 #endif
+// The pipeline's fill: the last segment reaches the end of a path one segment time per hop after
+// the late rank sent it, so by default (SKIPRING_LATE_SEGMENT_BYTES=0) a segment is at most
+// 1/kLateChainFillShare of a path's stream divided by its hops, and never below
+// kLateChainMinSegmentBytes (late_segment_bytes). Only small vectors or many ranks feel it:
+// SimGrid, n = 256, 8 MiB, two trees of depth 7, one rank 20 ms late: 2011.7 us after the arrival
+// with 256 KiB segments, 1430.4 with 64 KiB (docs/skip_ahead.md, "Twelfth round").
+constexpr size_t kLateChainFillShare = 8;
+constexpr size_t kLateChainMinSegmentBytes = 16 * 1024;
+// The late path's segment for `bytes` on `n` ranks (one of them late), at most `cap`
+// (SKIPRING_SEGMENT_BYTES, kLateChainSegmentBytes): the chain has n hops (late rank, n - 1
+// healthy ones, back), each tree floor(log2(n - 1)) + 2 and half the stream. A multiple of 4 KiB
+// below the cap (whole elements of any type), the cap itself otherwise.
+size_t late_segment_bytes(size_t cap, size_t bytes, int n, bool trees);
+
 // Messages in flight per rank down the chain and down the trees (SKIPRING_LATE_INFLIGHT=0). Over
 // TCP 1 (0.70 of the plain ring after a late arrival at 4 hosts against 0.82 with 2: Open MPI's
 // TCP BTL interleaves the fragments of messages in flight); under SimGrid, which leaves a link

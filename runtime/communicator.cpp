@@ -1029,15 +1029,18 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
       p.skip && algo == Algo::kSkipRing &&
       (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && late_chain_pays(algo, bytes)));
   if (late_chain) {
-    // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
-    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), not the ring's cross-host cut (its
-    // n - 1 hops fill in (n - 1) segments, whatever the chunk).
-    p.late_segment_bytes = cfg_.late_segment_bytes > 0
-                               ? cfg_.late_segment_bytes
-                               : std::min(cfg_.segment_bytes, kLateChainSegmentBytes);
     // Every rank decides alike (agreed config and size); the healthy ranks are about n - 1.
     p.late_trees =
         cfg_.late_trees == 1 || (cfg_.late_trees < 0 && size_ - 1 >= kLateTreesMinHealthy);
+    // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
+    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), smaller where the path's fill
+    // would cost more than 1/kLateChainFillShare (late_segment_bytes); not the ring's cross-host
+    // cut (the path fills in segments, whatever the chunk).
+    p.late_segment_bytes =
+        cfg_.late_segment_bytes > 0
+            ? cfg_.late_segment_bytes
+            : late_segment_bytes(std::min(cfg_.segment_bytes, kLateChainSegmentBytes), bytes, size_,
+                                 p.late_trees);
     p.late_inflight = cfg_.late_inflight > 0 ? cfg_.late_inflight
                       : p.late_trees         ? kLateTreesInflight
                                              : kLateChainInflight;
