@@ -82,7 +82,8 @@ constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 // 1/kLateChainFillShare of a path's stream divided by its hops, and never below
 // kLateChainMinSegmentBytes (late_segment_bytes). Only small vectors or many ranks feel it:
 // SimGrid, n = 256, 8 MiB, two trees of depth 7, one rank 20 ms late: 2011.7 us after the arrival
-// with 256 KiB segments, 1430.4 with 64 KiB (docs/skip_ahead.md, "Twelfth round").
+// with 256 KiB segments, 1430.4 with 64 KiB, 1395.9 with this rule's 56 KiB, 1369.0 with 32 KiB
+// (docs/skip_ahead.md, "Twelfth round").
 constexpr size_t kLateChainFillShare = 8;
 constexpr size_t kLateChainMinSegmentBytes = 16 * 1024;
 // The late path's segment for `bytes` on `n` ranks (one of them late), at most `cap`

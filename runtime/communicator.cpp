@@ -519,8 +519,8 @@ Status Communicator::setup_shared_state(MPI_Comm user, const Config& cfg) {
         MPI_Comm_free(&local);
       }
       // Ranks under one kernel share its cores even when MPI sees them on different hosts
-      // (containers, network namespaces with their own hostname: scripts/vcluster.sh runs 4
-      // "hosts" on 2 cores, where a descheduled healthy rank was skipped 9-50 times a call).
+      // (containers, network namespaces with their own hostname: scripts/vcluster.sh runs 4 or 8
+      // "hosts" on 2 cores).
       local_size = std::max(local_size, ranks_sharing_kernel(topology_, rank_));
       const long cores = sysconf(_SC_NPROCESSORS_ONLN);
       oversubscribed = cores > 0 && local_size > cores;
