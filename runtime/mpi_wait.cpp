@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "runtime/log.h"
@@ -35,6 +36,14 @@ std::string WaitWhat::describe() const {
   return out;
 }
 
+void abort_job_after_log() {
+  SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
+  logger().flush();
+  std::this_thread::sleep_for(std::chrono::duration<double>(kAbortLogGraceS));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; if an implementation does, end the process anyway
+}
+
 namespace {
 
 // MPI_Test for one request (cheaper than MPI_Testall: the direct recursive doubling's waits on
@@ -51,11 +60,7 @@ Status give_up(Requests r, const WaitPolicy& policy, const WaitWhat& what, doubl
   const std::string text = fmt::format("no progress for {:.1f} s (SKIPRING_TIMEOUT={} s): {}", idle,
                                        policy.timeout_s, what.describe());
   SKIPRING_LOG_ERROR("watchdog: {}", text);
-  if (policy.abort_on_timeout) {
-    SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
-    logger().flush();
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  if (policy.abort_on_timeout) abort_job_after_log();
   if (r.recvs >= 0) {
     for (int i = 0; i < r.n; ++i) {
       if (r.reqs[i] == MPI_REQUEST_NULL) continue;

@@ -68,6 +68,14 @@ struct Requests {
 Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what,
                 std::string* message = nullptr);
 
+// SKIPRING_ON_TIMEOUT=abort: logs that it calls MPI_Abort, flushes the log, gives the launcher
+// kAbortLogGraceS to forward it (MPICH's Hydra tears the job down at the first MPI_Abort and
+// dropped the tail of the aborting rank's stderr, the watchdog's state dump and this line, once
+// in 28 runs of mpi_watchdog_abort_np3, during a fresh-clone CI run), then calls
+// MPI_Abort(MPI_COMM_WORLD, 1). Does not return.
+constexpr double kAbortLogGraceS = 0.2;
+[[noreturn]] void abort_job_after_log();
+
 // One point-to-point message of `bytes` bytes to or from `peer`, posted and waited for.
 Status send_watched(const void* buf, size_t bytes, int peer, int tag, MPI_Comm comm,
                     const WaitPolicy& policy, const WaitWhat& what, std::string* message = nullptr);

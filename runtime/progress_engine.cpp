@@ -274,11 +274,7 @@ Status ProgressEngine::watchdog(double now) {
     if (state.size() > 4000) state = state.substr(0, 4000) + " ...";
     SKIPRING_LOG_ERROR("watchdog: collective state: {}", state);
   }
-  if (options_.abort_on_timeout) {
-    SKIPRING_LOG_ERROR("watchdog: SKIPRING_ON_TIMEOUT=abort: calling MPI_Abort");
-    logger().flush();
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  if (options_.abort_on_timeout) abort_job_after_log();
   // This rank's receives of the collective are no longer wanted: a late message must not land
   // in the caller's buffers after the error. Tokens of receives that completed or were
   // cancelled already are refused by the transport (ignored here); sends cannot be cancelled.
