@@ -34,14 +34,11 @@ constexpr int kMinRingSpan = 1024;
 }  // namespace
 
 size_t late_segment_bytes(size_t cap, size_t bytes, int n, bool trees) {
-  size_t hops = static_cast<size_t>(std::max(n, 2));
-  if (trees) {
-    size_t depth = 0;
-    for (size_t h = static_cast<size_t>(std::max(n - 1, 1)); h > 1; h /= 2) ++depth;
-    hops = depth + 2;
-  }
-  const size_t stream = trees ? bytes / 2 : bytes;
-  size_t seg = stream / (kLateChainFillShare * hops);
+  if (!trees) return cap;
+  size_t depth = 0;
+  for (size_t h = static_cast<size_t>(std::max(n - 1, 1)); h > 1; h /= 2) ++depth;
+  const size_t hops = depth + 2;
+  size_t seg = bytes / 2 / (kLateChainFillShare * hops);
   seg = std::max(seg - seg % 4096, kLateChainMinSegmentBytes);
   return seg < cap ? seg : cap;
 }

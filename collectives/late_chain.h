@@ -77,19 +77,20 @@ constexpr size_t kLateChainSegmentBytes = size_t{1} << 30;
 #else
 constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 #endif
-// The pipeline's fill: the last segment reaches the end of a path one segment time per hop after
-// the late rank sent it, so by default (SKIPRING_LATE_SEGMENT_BYTES=0) a segment is at most
-// 1/kLateChainFillShare of a path's stream divided by its hops, and never below
-// kLateChainMinSegmentBytes (late_segment_bytes). Only small vectors or many ranks feel it:
-// SimGrid, n = 256, 8 MiB, two trees of depth 7, one rank 20 ms late: 2011.7 us after the arrival
-// with 256 KiB segments, 1430.4 with 64 KiB, 1395.9 with this rule's 56 KiB, 1369.0 with 32 KiB
-// (docs/skip_ahead.md, "Twelfth round").
+// The trees' fill: the last segment reaches a leaf one segment time per level after the late
+// rank sent it, so by default (SKIPRING_LATE_SEGMENT_BYTES=0) a tree's segment is at most
+// 1/kLateChainFillShare of its stream (half the vector) divided by its hops, and never below
+// kLateChainMinSegmentBytes (late_segment_bytes). SimGrid, n = 256, 8 MiB, two trees of depth 7,
+// one rank 20 ms late: 2011.7 us after the arrival with 256 KiB segments, 1430.4 with 64 KiB,
+// 1395.9 with this rule's 56 KiB, 1369.0 with 32 KiB. Not the chain: there each message's own
+// cost outweighed the fill (n = 64: 10064.1 us with 128 KiB against 8866.5 with 256 KiB;
+// docs/skip_ahead.md, "Tenth round" and "Twelfth round").
 constexpr size_t kLateChainFillShare = 8;
 constexpr size_t kLateChainMinSegmentBytes = 16 * 1024;
 // The late path's segment for `bytes` on `n` ranks (one of them late), at most `cap`
-// (SKIPRING_SEGMENT_BYTES, kLateChainSegmentBytes): the chain has n hops (late rank, n - 1
-// healthy ones, back), each tree floor(log2(n - 1)) + 2 and half the stream. A multiple of 4 KiB
-// below the cap (whole elements of any type), the cap itself otherwise.
+// (SKIPRING_SEGMENT_BYTES, kLateChainSegmentBytes): `cap` down the chain; down the trees
+// floor(log2(n - 1)) + 2 hops each carrying half the stream, a multiple of 4 KiB below the cap
+// (whole elements of any type).
 size_t late_segment_bytes(size_t cap, size_t bytes, int n, bool trees);
 
 // Messages in flight per rank down the chain and down the trees (SKIPRING_LATE_INFLIGHT=0). Over

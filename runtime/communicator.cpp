@@ -1033,9 +1033,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     p.late_trees =
         cfg_.late_trees == 1 || (cfg_.late_trees < 0 && size_ - 1 >= kLateTreesMinHealthy);
     // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
-    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), smaller where the path's fill
-    // would cost more than 1/kLateChainFillShare (late_segment_bytes); not the ring's cross-host
-    // cut (the path fills in segments, whatever the chunk).
+    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), smaller down the trees where their
+    // fill would cost more than 1/kLateChainFillShare (late_segment_bytes); not the ring's
+    // cross-host cut (the path fills in segments, whatever the chunk).
     p.late_segment_bytes =
         cfg_.late_segment_bytes > 0
             ? cfg_.late_segment_bytes

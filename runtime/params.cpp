@@ -322,7 +322,7 @@ const std::vector<ParamDef>& param_table() {
        "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
        "chain; auto = from 40 healthy ranks (n >= 41)"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
-       "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`, less where the path's fill would cost over 1/8)",
+       "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`; less down the trees where their fill would cost over 1/8)",
        "late chain: the size of its messages (the SimGrid build's 0: `SKIPRING_SEGMENT_BYTES`)"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},

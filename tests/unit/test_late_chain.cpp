@@ -75,27 +75,27 @@ Seen run_exact(const harness::Options& o, const std::string& what, bool wide_flo
   return s;
 }
 
-// The default segment: the cap unless the path's hops would fill for more than 1/8 of its stream.
+// The default segment: the cap down the chain; down the trees the cap unless the hops would fill
+// for more than 1/8 of a tree's stream.
 TEST(LateChain, SegmentBoundsTheFill) {
   const size_t KiB = 1024, MiB = 1024 * KiB;
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 8, false), 256 * KiB);  // 1 MiB uncapped
-  EXPECT_EQ(late_segment_bytes(60 * KiB, 16 * MiB, 4, false), 60 * KiB);    // 4 emulated hosts
-  EXPECT_EQ(late_segment_bytes(60 * KiB, 1 * MiB, 4, false), 32 * KiB);     // 1 MiB / (8 x 4 hops)
+  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 64, false), 256 * KiB);  // chain: the cap
+  EXPECT_EQ(late_segment_bytes(60 * KiB, 1 * MiB, 4, false), 60 * KiB);
   // 256 ranks, two trees of depth 7 (9 hops), 4 MiB each: 4 MiB / 72 rounded down to 4 KiB.
   EXPECT_EQ(late_segment_bytes(256 * KiB, 8 * MiB, 256, true), 56 * KiB);
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 64, true), 256 * KiB);
-  // A long chain: 64 MiB over 512 hops gives 16 KiB, the floor.
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 512, false), kLateChainMinSegmentBytes);
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 100, 4, false), kLateChainMinSegmentBytes);
-  EXPECT_EQ(late_segment_bytes(8 * KiB, 100, 4, false), 8 * KiB);  // a cap below the floor wins
+  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 64, true), 256 * KiB);  // 512 KiB: capped
+  EXPECT_EQ(late_segment_bytes(60 * KiB, 64 * MiB, 64, true), 60 * KiB);
+  // 41 ranks (depth 5, 7 hops), 2 MiB: 1 MiB / 56 = 18724, rounded down to 16 KiB.
+  EXPECT_EQ(late_segment_bytes(60 * KiB, 2 * MiB, 41, true), 16 * KiB);
+  EXPECT_EQ(late_segment_bytes(256 * KiB, 100, 300, true), kLateChainMinSegmentBytes);
+  EXPECT_EQ(late_segment_bytes(8 * KiB, 100, 300, true), 8 * KiB);  // a cap below the floor wins
   for (int n = 2; n < 300; n += 7) {
     for (size_t bytes : {size_t{1}, 3 * MiB + 5, 64 * MiB}) {
-      for (bool trees : {false, true}) {
-        const size_t seg = late_segment_bytes(200 * KiB, bytes, n, trees);
-        EXPECT_LE(seg, 200 * KiB);
-        EXPECT_TRUE(seg == 200 * KiB || seg % 4096 == 0) << seg;
-        EXPECT_GE(seg, kLateChainMinSegmentBytes);
-      }
+      EXPECT_EQ(late_segment_bytes(200 * KiB, bytes, n, false), 200 * KiB);
+      const size_t seg = late_segment_bytes(200 * KiB, bytes, n, true);
+      EXPECT_LE(seg, 200 * KiB);
+      EXPECT_TRUE(seg == 200 * KiB || seg % 4096 == 0) << seg;
+      EXPECT_GE(seg, kLateChainMinSegmentBytes);
     }
   }
 }
