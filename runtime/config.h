@@ -66,7 +66,8 @@ struct Config {
   // SKIPRING_LATE_TREES: -1 auto (from kLateTreesMinHealthy healthy ranks), 0 the chain, 1 two
   // binary trees (RingParams::late_trees).
   int late_trees = -1;
-  // SKIPRING_LATE_SEGMENT_BYTES: the chain's message size; 0: kLateChainSegmentBytes.
+  // SKIPRING_LATE_SEGMENT_BYTES: the late path's message size; 0: kLateChainSegmentBytes (at most
+  // SKIPRING_SEGMENT_BYTES), smaller down the trees (late_segment_bytes, collectives/late_chain.h).
   size_t late_segment_bytes = 0;
   // SKIPRING_LATE_INFLIGHT: chain / tree sends in flight per rank; 0: kLateChainInflight or
   // kLateTreesInflight (collectives/late_chain.h).
