@@ -620,7 +620,7 @@ Communicator::~Communicator() {
   }
 }
 
-double Communicator::skip_threshold(size_t segment_bytes) {
+double Communicator::skip_threshold(size_t segment_bytes, size_t bytes) {
   // alpha * T + T_trans with T the normal time a ring piece takes to arrive, counted from when
   // the receiver's timer starts (RingAllreduce::skip_deadline): the longest wait of the pieces
   // not skipped, median over recent collectives (StepTimer). T is never below what the
@@ -631,7 +631,14 @@ double Communicator::skip_threshold(size_t segment_bytes) {
   // piece alone takes 2.1 ms there, four in flight 8.4 ms), and T, learnt only from pieces
   // not skipped, stayed below the real piece time (measured: 24-32 skips per rank and
   // 16 MiB all-reduce, skip-ahead 1.5x the plain ring, on 4 emulated hosts).
-  // The formula itself is StepTimer::threshold's.
+  // Before 3 collectives of history T is the longest wait seen, at most the prior: the modelled
+  // time of one whole ring step of this collective on that link (latency + bytes/n * beta), or
+  // 1 ms if more; with no history it is the prior. With the link floor as the prior (until 3
+  // observations) the first three skip-ahead collectives across hosts skipped healthy predecessors
+  // (4 emulated hosts at 1 Gbit/s, no straggler, 11 ms threshold against the 31-65 ms learnt later:
+  // 21-29, 0-3 and 0-7 skips per rank at 16 MiB; 128/32/17 at 64 MiB, 1.60/1.26/1.19 s against 0.86
+  // s); with it, none. The cost: a straggler in the very first collective is skipped only when
+  // later than about alpha whole steps. The formula itself is StepTimer::threshold's.
   const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
   ThresholdParams tp;
   tp.alpha = cfg_.alpha;
@@ -648,6 +655,8 @@ double Communicator::skip_threshold(size_t segment_bytes) {
     const double beta = same_host ? cost_.beta_s : cost_.inter_beta_s;
     const double in_flight = std::max(1, cfg_.pipeline_depth / 2);
     tp.link_s = lat + in_flight * static_cast<double>(segment_bytes) * beta;
+    const double chunk = std::ceil(static_cast<double>(bytes) / std::max(1, size_));
+    tp.fallback_T_s = std::max(tp.fallback_T_s, lat + chunk * beta);
   }
   return timer_.threshold(pred, segment_bytes, tp);
 }
@@ -1016,7 +1025,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   // with skipping off.
   p.skip = cfg_.skip && algo_row(algo).skip_ahead;
   if (p.skip) {
-    p.skip_threshold_s = skip_threshold(seg_bytes);
+    p.skip_threshold_s = skip_threshold(seg_bytes, bytes);
     if (broken_) return refuse_broken("allreduce");
   }
   const bool one_host = topo_summary_.hosts == 1;

@@ -90,9 +90,9 @@ class Communicator {
 
  private:
   Communicator() = default;
-  // The skip threshold of the next ring collective (seconds). Collective on first use when T
-  // is learnt (measures the cost parameters).
-  double skip_threshold(size_t segment_bytes);
+  // The skip threshold of the next ring collective of `bytes` in pieces of `segment_bytes`
+  // (seconds). Collective on first use when T is learnt (measures the cost parameters).
+  double skip_threshold(size_t segment_bytes, size_t bytes);
   // The cost model's parameters: given (SKIPRING_MODEL_* all set), reused (decided at setup)
   // or measured now (collective; a failure on any rank fails it on every rank and breaks the
   // communicator).

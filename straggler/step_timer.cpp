@@ -70,9 +70,12 @@ int StepTimer::count(int neighbour) const {
 
 double StepTimer::typical(int neighbour, double fallback) const {
   const Neighbour* nb = find(neighbour);
-  if (nb == nullptr || nb->count < kMinObservations) return fallback;
+  if (nb == nullptr || nb->count == 0) return fallback;
   // The ring holds exactly the last `count` observations in its first `count` slots until it
   // wraps, and all `window` slots after that: order does not matter for a median.
+  if (nb->count < kMinObservations) {
+    return std::min(fallback, *std::max_element(nb->waits.begin(), nb->waits.begin() + nb->count));
+  }
   std::copy(nb->waits.begin(), nb->waits.begin() + nb->count, scratch_.begin());
   return median_of(scratch_.data(), nb->count);
 }

@@ -9,12 +9,14 @@ namespace skipring {
 
 // What the skip-ahead threshold is made of besides the observations (StepTimer::threshold).
 struct ThresholdParams {
-  double alpha = 0;            // SKIPRING_ALPHA (the driver passes Config::alpha)
-  double min_wait_s = 0;       // floor of the threshold
-  double fixed_T_s = 0;        // > 0: T given (SKIPRING_SKIP_T_US) instead of learnt
-  double fixed_trans_s = 0;    // > 0: T_trans given (SKIPRING_SKIP_TTRANS_US) instead of fitted
-  double link_s = 0;           // floor of a learnt T (what the measured link takes for a piece)
-  double fallback_T_s = 1e-3;  // learnt T with fewer than 3 observations (at least link_s)
+  double alpha = 0;          // SKIPRING_ALPHA (the driver passes Config::alpha)
+  double min_wait_s = 0;     // floor of the threshold
+  double fixed_T_s = 0;      // > 0: T given (SKIPRING_SKIP_T_US) instead of learnt
+  double fixed_trans_s = 0;  // > 0: T_trans given (SKIPRING_SKIP_TTRANS_US) instead of fitted
+  double link_s = 0;         // floor of a learnt T (what the measured link takes for a piece)
+  // Learnt T before 3 observations (at least link_s): this with none, the smaller of this and
+  // the longest of them with 1 or 2 (StepTimer::typical).
+  double fallback_T_s = 1e-3;
   double fallback_bytes_per_s = 1e9;  // T_trans with fewer than 3 observations: bytes / rate
 };
 
@@ -32,7 +34,8 @@ class StepTimer {
   void observe(int neighbour, double wait_s, size_t bytes);
 
   // Median of the last `window` observations of `neighbour` (one straggler step does not inflate
-  // it); `fallback` when there are fewer than 3 of them.
+  // it) once there are 3; with 1 or 2 the longest of them, at most `fallback` (the prior: a
+  // first collective slowed by connection setup does not raise it); `fallback` with none.
   double typical(int neighbour, double fallback) const;
 
   // Transfer-time estimate for `bytes`: latency + bytes / bandwidth, fitted by least squares over

@@ -12,12 +12,18 @@ namespace {
 TEST(StepTimer, FallbackWithFewerThanThreeObservations) {
   StepTimer t;
   EXPECT_DOUBLE_EQ(t.typical(1, 0.5), 0.5);
+  // One or two observations: the longest, but never above the fallback (the prior).
   t.observe(1, 0.001, 1024);
+  EXPECT_DOUBLE_EQ(t.typical(1, 0.5), 0.001);
+  EXPECT_DOUBLE_EQ(t.typical(1, 0.0005), 0.0005);
   t.observe(1, 0.002, 1024);
-  EXPECT_DOUBLE_EQ(t.typical(1, 0.5), 0.5);
+  EXPECT_DOUBLE_EQ(t.typical(1, 0.5), 0.002);
+  EXPECT_DOUBLE_EQ(t.typical(1, 0.0012), 0.0012);
   EXPECT_DOUBLE_EQ(t.transfer(1024, 0.25), 0.25);
   t.observe(1, 0.003, 1024);
   EXPECT_DOUBLE_EQ(t.typical(1, 0.5), 0.002);
+  // From three on the median alone, above the fallback too.
+  EXPECT_DOUBLE_EQ(t.typical(1, 0.0005), 0.002);
   // Other neighbours are tracked separately.
   EXPECT_DOUBLE_EQ(t.typical(2, 0.5), 0.5);
   EXPECT_EQ(t.count(1), 3);
