@@ -392,6 +392,7 @@ class RingAllreduce final : public CoreBase {
   // max(its receive was posted, the predecessor's previous ring piece arrived). Receives are
   // posted a window ahead, so timing them from posting would skip the tail of every window.
   double t_pred_heard_ = 0;
+  double t_pred_first_ = 0;  // when the predecessor's first ring piece of this collective came
   ring::FirstSends first_sends_;
   // A late rank we know of (communicator rank, -1: none): our successor once we bypass it, or
   // the rank a bypassed piece of our chunk names. Our completed segments go around it and to

@@ -299,6 +299,7 @@ Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionL
     // wait is the ranks' arrival skew (a late predecessor's whole delay), not a step time,
     // and a rank late at every call would raise T until it is never skipped.
     r.timed = mode_.pred_heard_once;
+    if (!mode_.pred_heard_once) t_pred_first_ = now;
     mode_.pred_heard_once = true;
     t_pred_heard_ = now;
     mode_.pred = PredState::kHeard;
@@ -535,6 +536,10 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
 
 void RingAllreduce::record_piece_waits() {
   piece_waits_.clear();
+  // A predecessor whose first piece came more than kLearnSkipped thresholds after we started
+  // was late to this collective: its later pieces came in the rhythm of its catch-up (below).
+  const double learn_limit = kLearnSkipped * p_.skip_threshold_s;
+  if (mode_.pred_heard_once && t_pred_first_ - stats_.start > learn_limit) return;
   for (const RecvOp& r : recvs_) {
     // Ring pieces this rank could have skipped but did not: their wait (from when the timer
     // started, see skip_deadline) is the normal step time
@@ -549,10 +554,21 @@ void RingAllreduce::record_piece_waits() {
     // (4 emulated hosts at 1 Gbit/s, 64 MiB, no straggler: 114-168 skips per call, 1.36x the
     // plain ring). A rank later than that stays skipped, and so does a late rank's first piece
     // (untimed: its wait is the arrival skew).
+    // A skipped piece that came later than that, or a first piece that did (above), means the
+    // predecessor really was behind in this collective (late or slow): then nothing of it is
+    // learnt, because the pieces it sent after catching up waited for its backlog, not for a
+    // normal step (their timers restart at each arrival, so they came within 2 thresholds).
+    // Learnt, they raised the threshold of a 50 ms late rank's successor on one host (4 ranks,
+    // 64 MiB, CMA) from the 5 ms floor to 17-28 ms within four calls, and a threshold that
+    // high skips only a window or two of pieces before the rank comes (8-12 skips per call
+    // instead of 128; skip/ring 1.01 over 30 calls).
+    if (r.phase != Phase::kReduceScatter || r.chunk == pos_ || !r.timed) continue;
     const double wait = std::max(0.0, r.t_arrived - r.t_ready);
-    const bool normal = !r.skipped || wait <= kLearnSkipped * p_.skip_threshold_s;
-    if (r.phase == Phase::kReduceScatter && r.chunk != pos_ && r.timed && normal) {
+    if (!r.skipped || wait <= learn_limit) {
       piece_waits_.push_back(wait);
+    } else {
+      piece_waits_.clear();
+      return;
     }
   }
   // The longest normal wait of this collective: on a shared or oversubscribed machine a

@@ -175,6 +175,46 @@ TEST(SkipAhead, LateArrival) {
   }
 }
 
+// What the threshold learns (CollectiveStats::rs_piece_wait_max, the driver's StepTimer input):
+// without a straggler every rank reports its longest normal wait; a late rank's successor and a
+// slow rank's successor report nothing (their predecessor's pieces came in the rhythm of its
+// backlog), the other ranks as usual.
+TEST(SkipAhead, StragglerCollectivesTeachTheSuccessorNothing) {
+  for (int n : {3, 4, 6}) {
+    for (int scenario = 0; scenario < 3; ++scenario) {
+      harness::Options o = base(n, 1300 + 10 * n + scenario);
+      o.count = 64 * n;  // several segments per chunk: pieces after the first are timed
+      const int straggler = 1;
+      const int succ = (straggler + 1) % n;
+      if (scenario == 1) {
+        o.start_time.assign(n, 0.0);
+        o.start_time[straggler] = 5e-3;  // 250 thresholds
+      } else if (scenario == 2) {
+        o.step_delay = [straggler](int rank, int, Phase ph, int) {
+          return rank == straggler && ph == Phase::kReduceScatter ? 1e-3 : 0.0;
+        };
+      }
+      const std::string what = "n=" + std::to_string(n) + " scenario=" + std::to_string(scenario);
+      const testdata::Buffers in = testdata::make_inputs(o, o.seed * 131 + 5);
+      const harness::Result res = harness::run(o, in);
+      ASSERT_EQ(res.status, Status::kOk) << what << ": " << res.error;
+      const CollectiveStats& s = res.stats[0][succ];
+      if (scenario == 0) {
+        EXPECT_EQ(s.skips, 0u) << what;
+        for (int r = 0; r < n; ++r) EXPECT_GT(res.stats[0][r].rs_piece_wait_max, 0.0) << what;
+      } else {
+        EXPECT_GT(s.skips, 0u) << what;
+        EXPECT_EQ(s.rs_piece_wait_max, 0.0) << what;
+        // Its own successor's predecessor was not behind (it skipped ahead) only from 4 on: at
+        // n = 3 the straggler is everyone's neighbour.
+        if (n >= 4 && scenario == 1) {
+          EXPECT_GT(res.stats[0][(succ + 1) % n].rs_piece_wait_max, 0.0) << what;
+        }
+      }
+    }
+  }
+}
+
 // The late broadcast under random schedules: one to three ranks arriving late by a few to
 // hundreds of thresholds (several late ranks in one segment's path make owners send requests
 // instead of partials), slow steps on top, in place or not, eager or rendezvous sends. Every
