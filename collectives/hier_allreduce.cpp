@@ -647,6 +647,7 @@ void HierAllreduce::maybe_done(double now, ActionList* out) {
     stats_.late_pieces += rs.late_pieces;
     stats_.bypass_requests += rs.bypass_requests;
     stats_.rs_piece_wait_max = rs.rs_piece_wait_max;
+    stats_.pred_behind = rs.pred_behind;
   }
   stats_.steps.insert(stats_.steps.end(), local_ag_steps_.begin(), local_ag_steps_.end());
   complete(now, out);

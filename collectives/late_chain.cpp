@@ -659,6 +659,7 @@ void LateChainAllreduce::maybe_done(double now, ActionList* out) {
     stats_.direct_segments += rs.direct_segments;
     stats_.ag_window_opened = rs.ag_window_opened;
     stats_.rs_piece_wait_max = rs.rs_piece_wait_max;
+    stats_.pred_behind = rs.pred_behind;
     stats_.skip_threshold_s = rs.skip_threshold_s;
   }
   complete(now, out);

@@ -67,6 +67,9 @@ struct CollectiveStats {
   // predecessor)) over the reduce-scatter ring pieces this rank could skip and did not: the
   // normal step time the skip threshold is derived from (0: none).
   double rs_piece_wait_max = 0;
+  // The predecessor was behind in this collective (late or slow by more than 2 thresholds):
+  // rs_piece_wait_max is 0 then, nothing of it is a normal step time.
+  bool pred_behind = false;
   double skip_threshold_s = 0;  // threshold this collective used (0: skip-ahead off)
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;

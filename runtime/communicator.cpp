@@ -631,14 +631,23 @@ double Communicator::skip_threshold(size_t segment_bytes, size_t bytes) {
   // piece alone takes 2.1 ms there, four in flight 8.4 ms), and T, learnt only from pieces
   // not skipped, stayed below the real piece time (measured: 24-32 skips per rank and
   // 16 MiB all-reduce, skip-ahead 1.5x the plain ring, on 4 emulated hosts).
-  // Before 3 collectives of history T is the longest wait seen, at most the prior: the modelled
-  // time of one whole ring step of this collective on that link (latency + bytes/n * beta), or
-  // 1 ms if more; with no history it is the prior. With the link floor as the prior (until 3
-  // observations) the first three skip-ahead collectives across hosts skipped healthy predecessors
-  // (4 emulated hosts at 1 Gbit/s, no straggler, 11 ms threshold against the 31-65 ms learnt later:
-  // 21-29, 0-3 and 0-7 skips per rank at 16 MiB; 128/32/17 at 64 MiB, 1.60/1.26/1.19 s against 0.86
-  // s); with it, none. The cost: a straggler in the very first collective is skipped only when
-  // later than about alpha whole steps. The formula itself is StepTimer::threshold's.
+  // Before 3 collectives of history T is the longest wait seen, at most the prior; with no
+  // history it is the prior. From a predecessor on another host the prior is the modelled time
+  // of one whole ring step of this collective on that link (latency + bytes/n * beta), or 1 ms
+  // if more: with the link floor as the prior (until 3 observations) the first three
+  // skip-ahead collectives across hosts skipped healthy predecessors (4 emulated hosts at
+  // 1 Gbit/s, no straggler, 11 ms threshold against the 31-65 ms learnt later: 21-29, 0-3 and
+  // 0-7 skips per rank at 16 MiB; 128/32/17 at 64 MiB, 1.60/1.26/1.19 s against 0.86 s);
+  // with it, none. The cost: a straggler in the very first collective across hosts is skipped
+  // only when later than about alpha whole steps. On one host, and for a predecessor seen
+  // behind in a collective (RingAllreduce::record_piece_waits learns nothing then) and never
+  // observed, the prior is the link floor or 1 ms (the oversubscription floor covers a
+  // descheduled rank): a straggler's normal time cannot be learnt while it straggles, and the
+  // step prior follows the cost probe's bandwidth, which on 4 ranks / 2 cores measured
+  // 1.4-6.3 GB/s between runs (at 1.5 GB/s a 22 ms threshold: a 50 ms late rank's successor
+  // skipped 8-12 pieces per call instead of 128, 1.05-1.19x the plain ring, in 3 of 10 runs
+  // and 4 of 6 with the model's bandwidth set to 1.5 GB/s). The formula itself is
+  // StepTimer::threshold's.
   const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
   ThresholdParams tp;
   tp.alpha = cfg_.alpha;
@@ -655,8 +664,10 @@ double Communicator::skip_threshold(size_t segment_bytes, size_t bytes) {
     const double beta = same_host ? cost_.beta_s : cost_.inter_beta_s;
     const double in_flight = std::max(1, cfg_.pipeline_depth / 2);
     tp.link_s = lat + in_flight * static_cast<double>(segment_bytes) * beta;
-    const double chunk = std::ceil(static_cast<double>(bytes) / std::max(1, size_));
-    tp.fallback_T_s = std::max(tp.fallback_T_s, lat + chunk * beta);
+    if (!same_host) {
+      const double chunk = std::ceil(static_cast<double>(bytes) / std::max(1, size_));
+      tp.fallback_T_s = std::max(tp.behind_T_s, lat + chunk * beta);
+    }
   }
   return timer_.threshold(pred, segment_bytes, tp);
 }
@@ -1116,6 +1127,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   if (p.skip && last_stats_.rs_piece_wait_max > 0) {
     timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,
                    seg_bytes);
+  } else if (p.skip && last_stats_.pred_behind) {
+    timer_.observe_behind(ring_[(pos_in_ring() - 1 + size_) % size_]);
   }
   return Status::kOk;
 }

@@ -40,19 +40,28 @@ const StepTimer::Neighbour* StepTimer::find(int rank) const {
   return nullptr;
 }
 
+StepTimer::Neighbour* StepTimer::entry(int rank) {
+  for (auto& candidate : neighbours_) {
+    if (candidate.rank == rank) return &candidate;
+  }
+  neighbours_.emplace_back();
+  Neighbour* nb = &neighbours_.back();
+  nb->rank = rank;
+  nb->waits.resize(window_);
+  return nb;
+}
+
+void StepTimer::observe_behind(int neighbour) { entry(neighbour)->behind = true; }
+
+bool StepTimer::seen_behind(int neighbour) const {
+  const Neighbour* nb = find(neighbour);
+  return nb != nullptr && nb->behind;
+}
+
 void StepTimer::observe(int neighbour, double wait_s, size_t bytes) {
   if (!std::isfinite(wait_s)) return;
   if (wait_s < 0) wait_s = 0;
-  Neighbour* nb = nullptr;
-  for (auto& candidate : neighbours_) {
-    if (candidate.rank == neighbour) nb = &candidate;
-  }
-  if (nb == nullptr) {
-    neighbours_.emplace_back();
-    nb = &neighbours_.back();
-    nb->rank = neighbour;
-    nb->waits.resize(window_);
-  }
+  Neighbour* nb = entry(neighbour);
   nb->waits[nb->head] = wait_s;
   nb->head = (nb->head + 1) % window_;
   if (nb->count < window_) ++nb->count;
@@ -156,7 +165,11 @@ double StepTimer::transfer(size_t bytes, double fallback) const {
 
 double StepTimer::threshold(int neighbour, size_t bytes, const ThresholdParams& p) const {
   double T = p.fixed_T_s;
-  if (!(T > 0)) T = std::max(p.link_s, typical(neighbour, std::max(p.link_s, p.fallback_T_s)));
+  if (!(T > 0)) {
+    const double prior =
+        count(neighbour) == 0 && seen_behind(neighbour) ? p.behind_T_s : p.fallback_T_s;
+    T = std::max(p.link_s, typical(neighbour, std::max(p.link_s, prior)));
+  }
   const double trans = p.fixed_trans_s > 0
                            ? p.fixed_trans_s
                            : transfer(bytes, static_cast<double>(bytes) / p.fallback_bytes_per_s);
@@ -167,6 +180,7 @@ void StepTimer::reset() {
   for (auto& nb : neighbours_) {
     nb.head = 0;
     nb.count = 0;
+    nb.behind = false;
   }
   samples_head_ = 0;
   samples_count_ = 0;

@@ -18,6 +18,10 @@ struct ThresholdParams {
   // the longest of them with 1 or 2 (StepTimer::typical).
   double fallback_T_s = 1e-3;
   double fallback_bytes_per_s = 1e9;  // T_trans with fewer than 3 observations: bytes / rate
+  // T instead of fallback_T_s for a neighbour seen behind (observe_behind) and never observed
+  // (at least link_s): its normal time cannot be learnt while it straggles, and the prior
+  // may be far above it.
+  double behind_T_s = 1e-3;
 };
 
 // Not thread-safe: one instance belongs to one progress engine. Storage is allocated when a
@@ -32,6 +36,8 @@ class StepTimer {
   // One observation for `neighbour` (a rank): the time from when we were ready for its piece until
   // it arrived (seconds; negative values count as 0, NaN/inf are ignored) and the piece size.
   void observe(int neighbour, double wait_s, size_t bytes);
+  // `neighbour` was behind in a collective (late or slow: nothing of it was observed).
+  void observe_behind(int neighbour);
 
   // Median of the last `window` observations of `neighbour` (one straggler step does not inflate
   // it) once there are 3; with 1 or 2 the longest of them, at most `fallback` (the prior: a
@@ -46,9 +52,9 @@ class StepTimer {
 
   // The skip-ahead threshold for a piece of `bytes` from `neighbour` (the one implementation;
   // Communicator::skip_threshold supplies p): max(p.min_wait_s, p.alpha * T + T_trans) with
-  // T = p.fixed_T_s if > 0, else max(p.link_s, typical(neighbour, max(p.link_s,
-  // p.fallback_T_s))), and T_trans = p.fixed_trans_s if > 0, else transfer(bytes,
-  // bytes / p.fallback_bytes_per_s).
+  // T = p.fixed_T_s if > 0, else max(p.link_s, typical(neighbour, max(p.link_s, prior))),
+  // prior = p.behind_T_s for a neighbour seen behind and never observed, else p.fallback_T_s;
+  // T_trans = p.fixed_trans_s if > 0, else transfer(bytes, bytes / p.fallback_bytes_per_s).
   double threshold(int neighbour, size_t bytes, const ThresholdParams& p) const;
 
   // Forgets every observation (keeps the storage).
@@ -57,12 +63,15 @@ class StepTimer {
   int window() const { return window_; }
   // Number of observations currently held for `neighbour` (at most window()).
   int count(int neighbour) const;
+  // Whether observe_behind was called for `neighbour` since construction or reset().
+  bool seen_behind(int neighbour) const;
 
  private:
   struct Neighbour {
     int rank = -1;
     int head = 0;   // next slot to write
     int count = 0;  // valid slots
+    bool behind = false;
     std::vector<double> waits;
   };
   struct Sample {
@@ -71,6 +80,7 @@ class StepTimer {
   };
 
   const Neighbour* find(int rank) const;
+  Neighbour* entry(int rank);  // find or add
 
   int window_;
   std::vector<Neighbour> neighbours_;  // few entries (a ring has one or two neighbours)

@@ -539,7 +539,10 @@ void RingAllreduce::record_piece_waits() {
   // A predecessor whose first piece came more than kLearnSkipped thresholds after we started
   // was late to this collective: its later pieces came in the rhythm of its catch-up (below).
   const double learn_limit = kLearnSkipped * p_.skip_threshold_s;
-  if (mode_.pred_heard_once && t_pred_first_ - stats_.start > learn_limit) return;
+  if (mode_.pred_heard_once && t_pred_first_ - stats_.start > learn_limit) {
+    stats_.pred_behind = true;
+    return;
+  }
   for (const RecvOp& r : recvs_) {
     // Ring pieces this rank could have skipped but did not: their wait (from when the timer
     // started, see skip_deadline) is the normal step time
@@ -568,6 +571,7 @@ void RingAllreduce::record_piece_waits() {
       piece_waits_.push_back(wait);
     } else {
       piece_waits_.clear();
+      stats_.pred_behind = true;
       return;
     }
   }

@@ -201,14 +201,19 @@ TEST(SkipAhead, StragglerCollectivesTeachTheSuccessorNothing) {
       const CollectiveStats& s = res.stats[0][succ];
       if (scenario == 0) {
         EXPECT_EQ(s.skips, 0u) << what;
-        for (int r = 0; r < n; ++r) EXPECT_GT(res.stats[0][r].rs_piece_wait_max, 0.0) << what;
+        for (int r = 0; r < n; ++r) {
+          EXPECT_GT(res.stats[0][r].rs_piece_wait_max, 0.0) << what;
+          EXPECT_FALSE(res.stats[0][r].pred_behind) << what;
+        }
       } else {
         EXPECT_GT(s.skips, 0u) << what;
         EXPECT_EQ(s.rs_piece_wait_max, 0.0) << what;
+        EXPECT_TRUE(s.pred_behind) << what;
         // Its own successor's predecessor was not behind (it skipped ahead) only from 4 on: at
         // n = 3 the straggler is everyone's neighbour.
         if (n >= 4 && scenario == 1) {
           EXPECT_GT(res.stats[0][(succ + 1) % n].rs_piece_wait_max, 0.0) << what;
+          EXPECT_FALSE(res.stats[0][(succ + 1) % n].pred_behind) << what;
         }
       }
     }

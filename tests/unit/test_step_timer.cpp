@@ -180,6 +180,29 @@ TEST(StepTimer, ThresholdGivenTAndLinkFloor) {
   EXPECT_DOUBLE_EQ(t.threshold(9, 4096, p), 2.0 * 1e-3 + 0.001);
 }
 
+TEST(StepTimer, NeighbourSeenBehindGetsTheBehindPrior) {
+  StepTimer t;
+  ThresholdParams p = threshold_params(2.0, 0.0, 0.05, 1e9);
+  p.fixed_trans_s = 0.001;
+  p.behind_T_s = 0.002;
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.05 + 0.001);  // the prior
+  t.observe_behind(1);
+  EXPECT_TRUE(t.seen_behind(1));
+  EXPECT_FALSE(t.seen_behind(2));
+  EXPECT_EQ(t.count(1), 0);
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.002 + 0.001);  // seen behind only
+  EXPECT_DOUBLE_EQ(t.threshold(2, 4096, p), 2.0 * 0.05 + 0.001);   // other neighbours not
+  // Never below the link floor.
+  p.link_s = 0.003;
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.003 + 0.001);
+  p.link_s = 0;
+  // Once observed, the observations (capped by the prior while fewer than 3) again.
+  t.observe(1, 0.01, 4096);
+  EXPECT_DOUBLE_EQ(t.threshold(1, 4096, p), 2.0 * 0.01 + 0.001);
+  t.reset();
+  EXPECT_FALSE(t.seen_behind(1));
+}
+
 TEST(StepTimer, ResetForgetsEverything) {
   StepTimer t;
   for (int i = 0; i < 5; ++i) t.observe(1, 0.004, 4096);
