@@ -1124,11 +1124,13 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     }
   }
   if (straggler_watch()) observe_lateness(algo, bytes, p.skip);
-  if (p.skip && last_stats_.rs_piece_wait_max > 0) {
-    timer_.observe(ring_[(pos_in_ring() - 1 + size_) % size_], last_stats_.rs_piece_wait_max,
-                   seg_bytes);
-  } else if (p.skip && last_stats_.pred_behind) {
-    timer_.observe_behind(ring_[(pos_in_ring() - 1 + size_) % size_]);
+  if (p.skip) {
+    const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
+    if (last_stats_.rs_piece_wait_max > 0) {
+      timer_.observe(pred, last_stats_.rs_piece_wait_max, seg_bytes);
+    } else if (last_stats_.pred_behind) {
+      timer_.observe_behind(pred);
+    }
   }
   return Status::kOk;
 }

@@ -81,7 +81,7 @@ double StepTimer::typical(int neighbour, double fallback) const {
   const Neighbour* nb = find(neighbour);
   if (nb == nullptr || nb->count == 0) return fallback;
   // The ring holds exactly the last `count` observations in its first `count` slots until it
-  // wraps, and all `window` slots after that: order does not matter for a median.
+  // wraps, and all `window` slots after that: order does not matter for a maximum or a median.
   if (nb->count < kMinObservations) {
     return std::min(fallback, *std::max_element(nb->waits.begin(), nb->waits.begin() + nb->count));
   }
