@@ -93,6 +93,19 @@ constexpr size_t kLateChainMinSegmentBytes = 16 * 1024;
 // (whole elements of any type).
 size_t late_segment_bytes(size_t cap, size_t bytes, int n, bool trees);
 
+// The late path's segments of `count` elements: offsets 0 = off[0] < off[1] < .. < off[nseg] =
+// count, segment s = [off[s], off[s + 1]). Whole segments of `seg_elems`, except that each stream
+// (the chain, or each tree: segment s goes down tree s & 1) starts with `window` - 1 lead-in
+// segments of 1/W, 2/W, .. (W - 1)/W of one (at least an element). A sender starts W messages at
+// once; on a link that shares its bandwidth between the messages in flight (SimGrid's max-min
+// model; Open MPI's TCP BTL interleaves the fragments of messages in flight too) equal ones all
+// finish together and leave the link idle for a latency before the next W, at every hop and for
+// the whole stream. Staggered, one finishes after another and the next starts while the others
+// still fill the link. SimGrid, 64 MiB, rank 1 20 ms late, chain, W = 2 (with 2 W receive slots):
+// n = 8 6412.1 -> 5669.1 us after the arrival, n = 16 6917.3 -> 6002.8 (docs/skip_ahead.md,
+// "Fourteenth round"). W = 1 (real MPI's default): whole segments, as before.
+std::vector<size_t> late_segment_plan(size_t count, size_t seg_elems, int window, bool trees);
+
 // Messages in flight per rank down the chain and down the trees (SKIPRING_LATE_INFLIGHT=0). Over
 // TCP 1 (0.70 of the plain ring after a late arrival at 4 hosts against 0.82 with 2: Open MPI's
 // TCP BTL interleaves the fragments of messages in flight); under SimGrid, which leaves a link
@@ -197,8 +210,9 @@ class LateChainAllreduce final : public CoreBase {
   void pump(double now, ActionList* out);
   void maybe_done(double now, ActionList* out);
   int tag(int kind) const;
-  size_t seg_count(int s) const;
-  size_t seg_offset(int s) const { return static_cast<size_t>(s) * seg_elems_; }
+  // Segment s: elements seg_off_[s] .. seg_off_[s + 1] (late_segment_plan).
+  size_t seg_count(int s) const { return seg_off_[s + 1] - seg_off_[s]; }
+  size_t seg_offset(int s) const { return seg_off_[s]; }
   uint8_t* out_ptr(int s) const;
   const uint8_t* in_ptr(int s) const;
   uint8_t* slot_ptr(int s, int j);
@@ -229,12 +243,14 @@ class LateChainAllreduce final : public CoreBase {
   int hpos_ = -1;             // our index in healthy_ (-1: late)
   NestedCore ring_;
   // The chain.
-  std::vector<int> chain_;  // H rotated to start at the head
-  int cpos_ = -1;           // our index in chain_
-  int late_idx_ = -1;       // our index in late_ (late ranks)
-  size_t seg_elems_ = 0;
+  std::vector<int> chain_;       // H rotated to start at the head
+  int cpos_ = -1;                // our index in chain_
+  int late_idx_ = -1;            // our index in late_ (late ranks)
+  size_t seg_elems_ = 0;         // a whole segment (the largest)
+  std::vector<size_t> seg_off_;  // nseg_ + 1 element offsets
   int nseg_ = 0, slots_ = 0, window_ = 1;
-  std::vector<uint8_t> buf_;                // trees x slots_ x m segments (healthy)
+  std::vector<int> finish_;   // segments whose P op D waits for their forward to be posted
+  std::vector<uint8_t> buf_;  // trees x slots_ x m segments (healthy)
   std::vector<uint8_t> seg_hdr_, in_hdr_;   // per segment (x m at the head): send / receive
   std::vector<uint8_t> go_hdr_;             // a root: one per late rank; a late rank: one per root
   std::vector<int> recvs_left_, fwd_left_;  // per segment

@@ -100,6 +100,42 @@ TEST(LateChain, SegmentBoundsTheFill) {
   }
 }
 
+// Whole segments, each stream led in by W - 1 growing ones (1/W .. (W - 1)/W), covering the count
+// exactly with nothing empty.
+TEST(LateChain, SegmentPlanLeadsEachStreamIn) {
+  auto sizes = [](const std::vector<size_t>& off) {
+    std::vector<size_t> out;
+    for (size_t s = 0; s + 1 < off.size(); ++s) out.push_back(off[s + 1] - off[s]);
+    return out;
+  };
+  using V = std::vector<size_t>;
+  EXPECT_EQ(sizes(late_segment_plan(10, 4, 1, false)), (V{4, 4, 2}));  // W = 1: as before
+  EXPECT_EQ(sizes(late_segment_plan(10, 4, 1, true)), (V{4, 4, 2}));
+  EXPECT_EQ(sizes(late_segment_plan(10, 4, 2, false)), (V{2, 4, 4}));  // the chain: 1/2
+  EXPECT_EQ(sizes(late_segment_plan(20, 8, 4, false)), (V{2, 4, 6, 8}));
+  // Two trees (segment s down tree s & 1): each tree's first W - 1.
+  EXPECT_EQ(sizes(late_segment_plan(40, 8, 4, true)), (V{2, 2, 4, 4, 6, 6, 8, 8}));
+  EXPECT_EQ(sizes(late_segment_plan(3, 8, 4, true)), (V{2, 1}));
+  EXPECT_EQ(late_segment_plan(0, 8, 2, false), (V{0}));                    // nothing to send
+  EXPECT_EQ(sizes(late_segment_plan(5, 1, 3, true)), (V{1, 1, 1, 1, 1}));  // at least an element
+  for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{65537}}) {
+    for (size_t seg : {size_t{1}, size_t{3}, size_t{256}, size_t{65536}}) {
+      for (int w = 1; w <= 5; ++w) {
+        for (bool trees : {false, true}) {
+          const V off = late_segment_plan(count, seg, w, trees);
+          ASSERT_GE(off.size(), 2u);
+          EXPECT_EQ(off.front(), 0u);
+          EXPECT_EQ(off.back(), count);
+          for (size_t s = 0; s + 1 < off.size(); ++s) {
+            EXPECT_GT(off[s + 1], off[s]) << count << " " << seg << " " << w;
+            EXPECT_LE(off[s + 1] - off[s], seg);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LateChain, NoStragglerIsTheRing) {
   for (int n : {2, 3, 4, 5, 8}) {
     for (bool in_place : {false, true}) {
