@@ -320,7 +320,7 @@ const std::vector<ParamDef>& param_table() {
        "SimGrid build: 2 down the chain, 4 down the trees; docs/skip_ahead.md)"},
       {"SKIPRING_LATE_TREES", kLateTrees, {}, "",
        "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
-       "chain; auto = from 40 healthy ranks (n >= 41)"},
+       "chain; auto = from 22 healthy ranks (n >= 23)"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
        "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`; less down the trees where their fill would cost over 1/8)",
        "late chain: the size of its messages (the SimGrid build's 0: `SKIPRING_SEGMENT_BYTES`)"},
