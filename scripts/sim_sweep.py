@@ -323,6 +323,9 @@ def main():
     ap.add_argument("--no-build", action="store_true",
                     help="do not run setup.sh / sim_build.sh first")
     ap.add_argument("--max-n", type=int, default=256, help="largest ring in late/scaling sweeps")
+    ap.add_argument("--late-ns", default="",
+                    help="ring sizes of the late sweep, comma-separated (default 8,16,64,256 up "
+                         "to --max-n); the CSV then holds only these rows")
     ap.add_argument("--late-bytes", default="64M",
                     help="message size of the late-arrival sweep (K/M suffix); 256 ranks use "
                          "8M (memory: every simulated rank holds its buffers)")
@@ -378,8 +381,9 @@ def main():
         results["alpha"] = sweep_paper(a, deltas, alphas, "alpha")
     if "late" in only:
         size = 1 << 20 if a.quick else parse_size(a.late_bytes)
-        results["late"] = sweep_late(a, [n for n in ([8] if a.quick else [8, 16, 64, 256])
-                                         if n <= a.max_n], size)
+        late_ns = ([int(x) for x in a.late_ns.split(",") if x] if a.late_ns
+                   else [8] if a.quick else [8, 16, 64, 256])
+        results["late"] = sweep_late(a, [n for n in late_ns if n <= a.max_n], size)
     if "scaling" in only:
         results["scaling"] = sweep_scaling(a, [n for n in ([4, 8] if a.quick else [4, 8, 16, 64, 256])
                                                if n <= a.max_n],
