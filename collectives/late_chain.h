@@ -21,7 +21,8 @@
 //     ring order, tells each late rank "go" once its ring is done (a late rank that streamed
 //     its input earlier would fill the head's unexpected queue and slow the ring on the head's
 //     downlink). Each late rank then sends its input, segment by segment with at most
-//     RingParams::late_inflight sends in flight (RingParams::late_segment_bytes each), to it. The
+//     RingParams::late_inflight sends in flight (RingParams::late_segment_bytes each, the first
+//     late_inflight - 1 of a stream smaller: late_segment_plan), to it. The
 //     chain visits H in ring order from there. The head folds the late inputs of a segment in E's
 //     order into D; every healthy rank passes D on to the next one (the same window) and computes P
 //     op D, where P is its result of phase 2; the tail (the last healthy rank) sends each final
