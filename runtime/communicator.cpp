@@ -988,6 +988,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
                         ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
                                                    static_cast<size_t>(topo_summary_.hosts))
                         : cfg_.segment_bytes;
+  p.lead_in = (algo == Algo::kRing || algo == Algo::kSkipRing) && topo_summary_.hosts > 1;
   const size_t seg_bytes = std::min(chunk_bytes, p.segment_bytes);
   if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
   if (algo == Algo::kRd && bytes > static_cast<size_t>(INT32_MAX)) {

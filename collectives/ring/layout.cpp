@@ -9,8 +9,8 @@
 namespace skipring {
 using namespace ring;
 
-RingLayout::RingLayout(int n, size_t count, size_t elem_size, size_t segment_bytes)
-    : n_(n), count_(count), elem_(elem_size) {
+RingLayout::RingLayout(int n, size_t count, size_t elem_size, size_t segment_bytes, bool lead_in)
+    : n_(n), count_(count), elem_(elem_size), lead_in_(lead_in) {
   seg_elems_ = std::max<size_t>(1, segment_bytes / std::max<size_t>(1, elem_size));
   first_seg_.resize(n + 1);
   int acc = 0;
@@ -30,12 +30,28 @@ size_t RingLayout::chunk_count(int c) const {
   return count_ / n_ + (static_cast<size_t>(c) < count_ % n_ ? 1 : 0);
 }
 
+size_t RingLayout::lead_elems(int c) const {
+  if (!lead_in_ || seg_elems_ < 2) return 0;
+  if (chunk_count(c) < static_cast<size_t>(kLeadInMinSegments) * seg_elems_) return 0;
+  return seg_elems_ / 2;
+}
+
 int RingLayout::segments(int c) const {
-  return static_cast<int>((chunk_count(c) + seg_elems_ - 1) / seg_elems_);
+  const size_t lead = lead_elems(c);
+  const size_t rest = chunk_count(c) - lead;
+  return (lead > 0 ? 1 : 0) + static_cast<int>((rest + seg_elems_ - 1) / seg_elems_);
+}
+
+size_t RingLayout::segment_offset(int c, int g) const {
+  const size_t lead = lead_elems(c);
+  if (lead == 0 || g == 0) return chunk_offset(c) + g * seg_elems_;
+  return chunk_offset(c) + lead + (g - 1) * seg_elems_;
 }
 
 size_t RingLayout::segment_count(int c, int g) const {
-  const size_t start = g * seg_elems_;
+  const size_t lead = lead_elems(c);
+  if (lead > 0 && g == 0) return lead;
+  const size_t start = segment_offset(c, g) - chunk_offset(c);
   return std::min(seg_elems_, chunk_count(c) - start);
 }
 
@@ -86,7 +102,8 @@ size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
     // Whole elements per segment, rounded up, so that no chunk needs more segments than its
     // share of the tag space.
     const size_t per_chunk_elems = p.count / n + 1;
-    const size_t segs_per_chunk = max_segments / n;
+    // A lead-in (RingLayout) adds one segment to a chunk.
+    const size_t segs_per_chunk = std::max<size_t>(1, max_segments / n - (p.lead_in ? 1 : 0));
     const size_t seg_elems = (per_chunk_elems + segs_per_chunk - 1) / segs_per_chunk;
     seg = std::max(seg, seg_elems * elem);
   }

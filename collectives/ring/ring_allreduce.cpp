@@ -13,7 +13,7 @@ RingAllreduce::RingAllreduce(const RingParams& p, std::vector<uint8_t>* scratch)
     : CoreBase(p.rank, p.seq),
       p_(p),
       layout_(static_cast<int>(p.ring.size()), p.count, dtype_size(p.dtype),
-              effective_segment_bytes(p)),
+              effective_segment_bytes(p), p.lead_in),
       n_(static_cast<int>(p.ring.size())),
       scratch_(scratch) {
   pos_ = pos_of(p_.rank);

@@ -144,8 +144,9 @@ TEST(RingRandom, ManySchedules) {
     o.collectives = 1 + static_cast<int>(rng() % 3);
     o.seed = rng();
     testutil::random_start_times(&o, rng);
+    o.lead_in = i % 2 == 1;  // not drawn: the other draws stay as they were
     SCOPED_TRACE("schedule " + std::to_string(i) + " n=" + std::to_string(o.n) +
-                 " count=" + std::to_string(o.count));
+                 " count=" + std::to_string(o.count) + " lead_in=" + std::to_string(o.lead_in));
     run_and_check(o);
     if (::testing::Test::HasFailure()) break;
   }
@@ -172,6 +173,50 @@ TEST(RingLayout, CrossHostSegments) {
   o.count = 5 * 3000;
   o.segment_bytes = cross_host_segment_bytes(8 * K, o.count / o.n * 4, 2);
   o.seed = 11;
+  run_and_check(o);
+}
+
+// The lead-in (across hosts): chunks of at least 8 whole segments start with half a segment;
+// the segments still tile every chunk exactly, none empty, none above the segment size.
+TEST(RingLayout, LeadInSegments) {
+  const RingLayout plain(4, 4 * 1000, 4, 400);  // 100 elements per segment, 1000 per chunk
+  const RingLayout led(4, 4 * 1000, 4, 400, true);
+  EXPECT_EQ(plain.segments(0), 10);
+  EXPECT_EQ(led.segments(0), 11);
+  EXPECT_EQ(led.lead_elems(0), 50u);
+  EXPECT_EQ(led.segment_count(0, 0), 50u);
+  EXPECT_EQ(led.segment_count(0, 1), 100u);
+  EXPECT_EQ(led.segment_offset(1, 1), 1050u);
+  EXPECT_EQ(led.segment_count(0, 10), 50u);  // the last one takes the remainder
+  EXPECT_EQ(led.total_segments(), 44);
+  // Below 8 whole segments per chunk: no lead-in.
+  const RingLayout short_chunks(4, 4 * 799, 4, 400, true);
+  EXPECT_EQ(short_chunks.lead_elems(0), 0u);
+  EXPECT_EQ(short_chunks.segments(0), 8);
+  for (int n : {1, 2, 3, 5, 8}) {
+    for (size_t count : {0, 1, 15, 16, 17, 100, 1001, 4099}) {
+      for (size_t seg : {1, 2, 3, 8}) {
+        const RingLayout l(n, count, 1, seg, true);
+        for (int c = 0; c < n; ++c) {
+          size_t covered = 0;
+          for (int g = 0; g < l.segments(c); ++g) {
+            EXPECT_EQ(l.segment_offset(c, g), l.chunk_offset(c) + covered);
+            EXPECT_GT(l.segment_count(c, g), 0u);
+            EXPECT_LE(l.segment_count(c, g), l.segment_elems());
+            covered += l.segment_count(c, g);
+          }
+          EXPECT_EQ(covered, l.chunk_count(c)) << "n=" << n << " count=" << count;
+        }
+      }
+    }
+  }
+  // And it runs exactly, chunks led in, plain ring.
+  harness::Options o;
+  o.n = 5;
+  o.count = 5 * 1000;
+  o.segment_bytes = 64;
+  o.lead_in = true;
+  o.seed = 12;
   run_and_check(o);
 }
 

@@ -352,6 +352,54 @@ TEST(SkipAhead, RandomSchedules) {
   }
 }
 
+// The lead-in across hosts (RingParams::lead_in: a chunk of at least 8 segments starts with half
+// a segment): skip-ahead, the routed and direct allgathers and the late broadcast over chunks
+// whose first segment is shorter than the rest, with stragglers and late starts.
+TEST(SkipAhead, LeadInSchedules) {
+  std::mt19937_64 rng(4242);
+  const char* limit = std::getenv("SR_TEST_SCHEDULES");
+  const int kSchedules = limit != nullptr ? std::min(std::atoi(limit), 800) : 800;
+  uint64_t skips = 0, late = 0;
+  int led = 0;
+  for (int i = 0; i < kSchedules; ++i) {
+    const int n = 2 + static_cast<int>(rng() % 11);
+    harness::Options o = base(n, rng());
+    o.lead_in = true;
+    o.dtype = i % 3 == 0 ? DType::kInt32 : DType::kInt64;
+    draw_geometry_and_timing(&o, &rng);
+    const size_t elem = dtype_size(o.dtype);
+    o.segment_bytes = elem * (2 + rng() % 4);
+    // Mostly chunks of 8 segments or more (led in), some just below.
+    o.count = static_cast<size_t>(n) * (o.segment_bytes / elem) * (6 + rng() % 7) + rng() % n;
+    o.direct_allgather = i % 2 == 1;
+    o.late_bcast = i % 4 == 0;
+    if (rng() % 3 == 0) {
+      o.start_time.assign(n, 0.0);
+      o.start_time[rng() % n] = o.skip_threshold_s * (2 + rng() % 100);
+    }
+    const uint64_t slow_mask = rng();
+    const double scale = o.skip_threshold_s * (0.5 + (rng() % 40) / 10.0);
+    o.step_delay = [slow_mask, scale](int rank, int, Phase ph, int step) {
+      return (slow_mask >> (rank % 64) & 1) && (step + static_cast<int>(ph)) % 2 == 0 ? scale : 0.0;
+    };
+    const RingLayout layout(n, o.count, elem, RingAllreduce::effective_segment_bytes(o), true);
+    bool any = false;
+    for (int c = 0; c < n; ++c) any = any || layout.lead_elems(c) > 0;
+    led += any ? 1 : 0;
+    const Outcome r = run_exact(
+        o, "lead-in schedule " + std::to_string(i) + " n=" + std::to_string(n) +
+               " count=" + std::to_string(o.count) + " seg=" + std::to_string(o.segment_bytes));
+    skips += r.skips;
+    late += r.late;
+    if (::testing::Test::HasFailure()) break;
+  }
+  if (kSchedules >= 800) {
+    EXPECT_GT(led, 250);
+    EXPECT_GT(skips, 250u);
+    EXPECT_GT(late, 25u);
+  }
+}
+
 }  // namespace
 }  // namespace skipring
 
