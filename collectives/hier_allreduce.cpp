@@ -439,11 +439,12 @@ Status HierAllreduce::start_ring(double now, ActionList* out) {
   rp.dtype = p_.dtype;
   rp.op = p_.op;
   rp.sendbuf = rp.recvbuf = recv_ptr(local_, 0);
-  // A ring across hosts: its segment follows the flat ring's rule (cross_host_segment_bytes),
-  // so with one rank per host this is the flat ring, to the message.
+  // A ring across hosts: its segments follow the flat ring's rules (cross_host_segment_bytes,
+  // the lead-in), so with one rank per host this is the flat ring, to the message.
   const size_t hosts = host_order_.size();
   rp.segment_bytes = cross_host_segment_bytes(
       p_.segment_bytes, rp.count * elem_ / std::max<size_t>(1, hosts) + elem_, hosts);
+  rp.lead_in = hosts > 1;
   rp.depth = p_.depth;
   rp.seq = p_.seq;
   rp.skip = p_.skip;
