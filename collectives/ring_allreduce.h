@@ -44,8 +44,10 @@ namespace skipring {
 // Chunk and segment geometry, identical on every rank. With `lead_in`, a chunk of at least
 // kLeadInMinSegments whole segments starts with a segment of half the size (the rest follow at
 // full size): a segment's hops then end half a segment apart instead of together, so the links
-// of consecutive hops do not idle for a latency in lockstep (RingParams::lead_in).
-constexpr int kLeadInMinSegments = 8;
+// of consecutive hops do not idle for a latency in lockstep (RingParams::lead_in). Not below 16:
+// at n = 64 (64 MiB, 8 segments of 128 KiB per chunk, SimGrid) the ninth segment it adds took
+// the plain ring after a late arrival from 2.09 to 2.30 L.
+constexpr int kLeadInMinSegments = 16;
 class RingLayout {
  public:
   RingLayout(int n, size_t count, size_t elem_size, size_t segment_bytes, bool lead_in = false);
@@ -126,8 +128,9 @@ struct RingParams {
   double late_wait_suspect_s = 0;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
-  // (n = 16, 64 MiB, rank 1 20 ms late) the plain ring took 2.11 L after the arrival instead of
-  // 2.24 L; without a straggler it is unchanged. Identical on every rank (from the topology).
+  // (n = 16, 64 MiB: 16 segments per chunk, rank 1 20 ms late) the plain ring took 2.11 L after
+  // the arrival instead of 2.24 L; without a straggler it is unchanged. Identical on every rank
+  // (from the topology).
   bool lead_in = false;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the

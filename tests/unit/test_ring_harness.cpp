@@ -176,25 +176,25 @@ TEST(RingLayout, CrossHostSegments) {
   run_and_check(o);
 }
 
-// The lead-in (across hosts): chunks of at least 8 whole segments start with half a segment;
+// The lead-in (across hosts): chunks of at least 16 whole segments start with half a segment;
 // the segments still tile every chunk exactly, none empty, none above the segment size.
 TEST(RingLayout, LeadInSegments) {
-  const RingLayout plain(4, 4 * 1000, 4, 400);  // 100 elements per segment, 1000 per chunk
-  const RingLayout led(4, 4 * 1000, 4, 400, true);
-  EXPECT_EQ(plain.segments(0), 10);
-  EXPECT_EQ(led.segments(0), 11);
+  const RingLayout plain(4, 4 * 2000, 4, 400);  // 100 elements per segment, 2000 per chunk
+  const RingLayout led(4, 4 * 2000, 4, 400, true);
+  EXPECT_EQ(plain.segments(0), 20);
+  EXPECT_EQ(led.segments(0), 21);
   EXPECT_EQ(led.lead_elems(0), 50u);
   EXPECT_EQ(led.segment_count(0, 0), 50u);
   EXPECT_EQ(led.segment_count(0, 1), 100u);
-  EXPECT_EQ(led.segment_offset(1, 1), 1050u);
-  EXPECT_EQ(led.segment_count(0, 10), 50u);  // the last one takes the remainder
-  EXPECT_EQ(led.total_segments(), 44);
-  // Below 8 whole segments per chunk: no lead-in.
-  const RingLayout short_chunks(4, 4 * 799, 4, 400, true);
+  EXPECT_EQ(led.segment_offset(1, 1), 2050u);
+  EXPECT_EQ(led.segment_count(0, 20), 50u);  // the last one takes the remainder
+  EXPECT_EQ(led.total_segments(), 84);
+  // Below 16 whole segments per chunk: no lead-in.
+  const RingLayout short_chunks(4, 4 * 1599, 4, 400, true);
   EXPECT_EQ(short_chunks.lead_elems(0), 0u);
-  EXPECT_EQ(short_chunks.segments(0), 8);
+  EXPECT_EQ(short_chunks.segments(0), 16);
   for (int n : {1, 2, 3, 5, 8}) {
-    for (size_t count : {0, 1, 15, 16, 17, 100, 1001, 4099}) {
+    for (size_t count : {0, 1, 15, 16, 17, 100, 1001, 4099, 9000}) {
       for (size_t seg : {1, 2, 3, 8}) {
         const RingLayout l(n, count, 1, seg, true);
         for (int c = 0; c < n; ++c) {
