@@ -981,14 +981,14 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const size_t bytes = count * dtype_size(dtype);
   const Algo algo = choose_algo(bytes);
   const size_t chunk_bytes = bytes / std::max(1, size_) + dtype_size(dtype);
-  // The ring's segment (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
-  // them at 128 KiB or more (cross_host_segment_bytes). Every rank derives it from the agreed
-  // count and topology.
-  p.segment_bytes = algo == Algo::kRing || algo == Algo::kSkipRing
-                        ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
-                                                   static_cast<size_t>(topo_summary_.hosts))
-                        : cfg_.segment_bytes;
-  p.lead_in = (algo == Algo::kRing || algo == Algo::kSkipRing) && topo_summary_.hosts > 1;
+  // The ring's segments (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
+  // them at 128 KiB or more (cross_host_segment_bytes), and the lead-in (RingLayout). Every rank
+  // derives them from the agreed count and topology.
+  const bool ring = algo == Algo::kRing || algo == Algo::kSkipRing;
+  p.segment_bytes = ring ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
+                                                    static_cast<size_t>(topo_summary_.hosts))
+                         : cfg_.segment_bytes;
+  p.lead_in = ring && topo_summary_.hosts > 1;
   const size_t seg_bytes = std::min(chunk_bytes, p.segment_bytes);
   if (broken_) return refuse_broken("allreduce");  // the cost model's measurement failed
   if (algo == Algo::kRd && bytes > static_cast<size_t>(INT32_MAX)) {

@@ -42,17 +42,21 @@ int RingLayout::segments(int c) const {
   return (lead > 0 ? 1 : 0) + static_cast<int>((rest + seg_elems_ - 1) / seg_elems_);
 }
 
+namespace {
+// Segment g's first element within a chunk whose lead-in is `lead` elements (0: none).
+size_t start_in_chunk(size_t g, size_t lead, size_t seg_elems) {
+  return lead == 0 || g == 0 ? g * seg_elems : lead + (g - 1) * seg_elems;
+}
+}  // namespace
+
 size_t RingLayout::segment_offset(int c, int g) const {
-  const size_t lead = lead_elems(c);
-  if (lead == 0 || g == 0) return chunk_offset(c) + g * seg_elems_;
-  return chunk_offset(c) + lead + (g - 1) * seg_elems_;
+  return chunk_offset(c) + start_in_chunk(g, lead_elems(c), seg_elems_);
 }
 
 size_t RingLayout::segment_count(int c, int g) const {
   const size_t lead = lead_elems(c);
   if (lead > 0 && g == 0) return lead;
-  const size_t start = segment_offset(c, g) - chunk_offset(c);
-  return std::min(seg_elems_, chunk_count(c) - start);
+  return std::min(seg_elems_, chunk_count(c) - start_in_chunk(g, lead, seg_elems_));
 }
 
 Status validate_common(const RingParams& p, std::string* why) {
