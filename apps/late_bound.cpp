@@ -17,16 +17,23 @@
 // to the others' sum it holds, and K sends each final segment to L. Every link carries S once
 // and L's two links S each: the floor S/B plus n-1 hops of one segment.
 //
+// --late-ms D (chain) has the late rank come D ms after the others, which wait with their
+// receives posted, as in a real late arrival; --trace PREFIX writes when each rank received
+// each segment (the host's monotonic clock, comparable between emulated hosts), to set beside
+// skipring's SKIPRING_MSGLOG.
+//
 //   mpirun -np 4 late_bound -b 64M -n 12
 //   mpirun -np 4 late_bound -b 64M -n 12 --schedule chain --inflight 4
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/app_version.h"
@@ -124,9 +131,18 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
 }
 
 // The chain schedule (see the top of the file); returns this rank's elapsed seconds.
+// The host's monotonic clock in seconds: comparable between the ranks of one machine (the
+// emulated hosts of scripts/vcluster.sh), which MPI_Wtime is not (Open MPI counts from each
+// process's MPI_Init).
+double mono_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// *trace (when given): this rank's start, then per segment when its receive completed (mono_s).
 double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Comm comm,
                    const std::vector<float>& input, const std::vector<float>& others_sum,
-                   std::vector<float>* piece, std::vector<float>* out) {
+                   std::vector<float>* piece, std::vector<float>* out, double late_s,
+                   std::vector<double>* trace) {
   const int n = geo.n, succ = (rank + 1) % n, pred = (rank - 1 + n) % n;
   const int last = (late - 1 + n) % n;  // K: sends the finals to L
   const int nseg = n * geo.segs;
@@ -143,7 +159,11 @@ double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Co
   // Every receive is posted at once: the senders' windows pace the links.
   std::vector<MPI_Request> recvs(static_cast<size_t>(nseg));
   MPI_Barrier(comm);
-  const double t0 = MPI_Wtime();
+  // --late-ms: the late rank comes late_s after the others, which wait with their receives
+  // posted (as in a real late arrival); every rank's time counts from the late rank's arrival.
+  if (rank == late && late_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(late_s));
+  const double t0 = MPI_Wtime() + (rank == late ? 0 : late_s);
   for (int g = 0; g < nseg; ++g) {
     const size_t o = static_cast<size_t>(g) * geo.seg;
     if (rank == late) {
@@ -152,12 +172,17 @@ double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Co
       MPI_Irecv(piece->data() + o, len, MPI_FLOAT, pred, g, comm, &recvs[g]);
     }
   }
+  if (trace != nullptr) trace->assign(static_cast<size_t>(nseg) + 1, mono_s());
   if (rank == late) {
     for (int g = 0; g < nseg; ++g) send(input.data() + static_cast<size_t>(g) * geo.seg, succ, g);
-    MPI_Waitall(nseg, recvs.data(), MPI_STATUSES_IGNORE);
+    for (int g = 0; g < nseg; ++g) {
+      MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
+      if (trace != nullptr) (*trace)[g + 1] = mono_s();
+    }
   } else {
     for (int g = 0; g < nseg; ++g) {
       MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
+      if (trace != nullptr) (*trace)[g + 1] = mono_s();
       const size_t o = static_cast<size_t>(g) * geo.seg;
       for (size_t i = 0; i < geo.seg; ++i) (*out)[o + i] = others_sum[o + i] + (*piece)[o + i];
       if (rank == last) {
@@ -201,6 +226,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"owners", "chain"}));
   app.add_option("--inflight", inflight, "chain: sends in flight per rank")
       ->check(CLI::Range(1, 1024));
+  double late_ms = 0;
+  app.add_option("--late-ms", late_ms,
+                 "chain: the late rank sleeps this long after the barrier, while the others wait "
+                 "with their receives posted; times count from its arrival")
+      ->check(CLI::Range(0.0, 3.6e6));
+  std::string trace_prefix;
+  app.add_option(
+      "--trace", trace_prefix,
+      "chain: write PREFIX<rank>.tsv: in the last round, this rank's start and when each "
+      "segment's receive completed (the host's monotonic clock, seconds)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -232,12 +267,13 @@ int main(int argc, char** argv) {
   std::fill(others.begin(), others.end(), total - static_cast<float>(late + 1));
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  std::vector<double> ideal, ring;
+  std::vector<double> ideal, ring, trace;
   long wrong = 0;
   for (int it = 0; it < warmup + iters; ++it) {
     std::fill(out.begin(), out.end(), 0.0f);
     double t = schedule == "chain"
-                   ? chain_round(geo, rank, late, inflight, comm, input, others, &piece, &out)
+                   ? chain_round(geo, rank, late, inflight, comm, input, others, &piece, &out,
+                                 late_ms * 1e-3, &trace)
                    : ideal_round(geo, rank, late, ring_ag, comm, input, others, &piece, &out);
     double tmax = 0;
     MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, comm);
@@ -254,6 +290,18 @@ int main(int argc, char** argv) {
     if (it >= warmup) {
       ideal.push_back(tmax);
       ring.push_back(rmax);
+    }
+  }
+  if (!trace_prefix.empty() && schedule == "chain") {
+    const std::string path = trace_prefix + std::to_string(rank) + ".tsv";
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fprintf(f, "segment\twtime_s\n");  // segment -1: the start
+      for (size_t g = 0; g < trace.size(); ++g) {
+        std::fprintf(f, "%lld\t%.6f\n", static_cast<long long>(g) - 1, trace[g]);
+      }
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "late_bound: cannot write %s\n", path.c_str());
     }
   }
   long wrong_all = 0;
