@@ -38,6 +38,7 @@
 
 #include "apps/app_version.h"
 #include "apps/bench_util.h"
+#include "common/clock.h"
 #include "skipring/skipring.h"
 
 namespace {
@@ -130,15 +131,11 @@ double ideal_round(const Geometry& geo, int rank, int late, bool ring_ag, MPI_Co
   return MPI_Wtime() - t0;
 }
 
-// The chain schedule (see the top of the file); returns this rank's elapsed seconds.
-// The host's monotonic clock in seconds: comparable between the ranks of one machine (the
+// The chain schedule (see the top of the file); returns this rank's elapsed seconds. *trace
+// (when given): this rank's start, then per segment when its receive completed, on the steady
+// clock (SteadyClock, as SKIPRING_MSGLOG): comparable between the ranks of one machine (the
 // emulated hosts of scripts/vcluster.sh), which MPI_Wtime is not (Open MPI counts from each
 // process's MPI_Init).
-double mono_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// *trace (when given): this rank's start, then per segment when its receive completed (mono_s).
 double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Comm comm,
                    const std::vector<float>& input, const std::vector<float>& others_sum,
                    std::vector<float>* piece, std::vector<float>* out, double late_s,
@@ -172,17 +169,18 @@ double chain_round(const Geometry& geo, int rank, int late, int inflight, MPI_Co
       MPI_Irecv(piece->data() + o, len, MPI_FLOAT, pred, g, comm, &recvs[g]);
     }
   }
-  if (trace != nullptr) trace->assign(static_cast<size_t>(nseg) + 1, mono_s());
+  const skipring::SteadyClock clock;
+  if (trace != nullptr) trace->assign(static_cast<size_t>(nseg) + 1, clock.now());
+  auto wait_segment = [&](int g) {
+    MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
+    if (trace != nullptr) (*trace)[g + 1] = clock.now();
+  };
   if (rank == late) {
     for (int g = 0; g < nseg; ++g) send(input.data() + static_cast<size_t>(g) * geo.seg, succ, g);
-    for (int g = 0; g < nseg; ++g) {
-      MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
-      if (trace != nullptr) (*trace)[g + 1] = mono_s();
-    }
+    for (int g = 0; g < nseg; ++g) wait_segment(g);
   } else {
     for (int g = 0; g < nseg; ++g) {
-      MPI_Wait(&recvs[g], MPI_STATUS_IGNORE);
-      if (trace != nullptr) (*trace)[g + 1] = mono_s();
+      wait_segment(g);
       const size_t o = static_cast<size_t>(g) * geo.seg;
       for (size_t i = 0; i < geo.seg; ++i) (*out)[o + i] = others_sum[o + i] + (*piece)[o + i];
       if (rank == last) {
@@ -295,7 +293,7 @@ int main(int argc, char** argv) {
   if (!trace_prefix.empty() && schedule == "chain") {
     const std::string path = trace_prefix + std::to_string(rank) + ".tsv";
     if (FILE* f = std::fopen(path.c_str(), "w")) {
-      std::fprintf(f, "segment\twtime_s\n");  // segment -1: the start
+      std::fprintf(f, "segment\tsteady_s\n");  // segment -1: the start
       for (size_t g = 0; g < trace.size(); ++g) {
         std::fprintf(f, "%lld\t%.6f\n", static_cast<long long>(g) - 1, trace[g]);
       }
