@@ -13,7 +13,9 @@ iteration, so all of them see the same network and machine. A run's time is the 
 iterations of "after last arrival" (max over ranks of the return time minus max over ranks of
 the entry time); a point's value is the median over REPEAT runs, which go round-robin over the
 points (repeat 1 of every point, then repeat 2, ...). Ratios are medians of the per-run ratios
-(both variants from the same run). Times are also given in units of
+(both variants from the same run). The no-straggler runs time ITERS_NONE iterations (default
+20; ITERS for the late ones): their target is a 3 % effect, and with 5 iterations a run's
+ratio scattered 0.98-1.06 where 20 give 0.99-1.01. Times are also given in units of
 L = (n-1)/n * S / B (B = RATE): the least time after the late rank's arrival, when its own
 link carries (n-1)/n of the data each way; no-straggler ring all-reduce needs about 2 L.
 
@@ -25,7 +27,8 @@ element or the plain ring skips. The cluster is taken down at the end (--keep-up
 
 Usage: scripts/cluster_bench.py [--bench build-release/apps/skipring_bench] [--rate 1gbit]
            [--hosts 4] [--per-host 1] [--sizes 16M,64M] [--late-rank 1] [--late-ms 200]
-           [--repeat 5] [--iters 5] [--warmup 1] [--out FILE] [--runs-out FILE]
+           [--repeat 5] [--iters 5] [--iters-none 20] [--warmup 1] [--out FILE]
+           [--runs-out FILE]
 Build the benchmark first: cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release &&
 cmake --build build-release --target skipring_bench. SKIPRING_* variables set in the
 environment reach every rank (and are recorded in the CSV).
@@ -124,7 +127,8 @@ def summarize(key, rows, a, L_ms, commit, env_text):
          "ranks_per_host": a.per_host, "nranks": a.hosts * a.per_host, "rate": a.rate,
          "late_rank": a.late_rank if scenario == "late" else "",
          "late_ms": f"{a.late_ms:g}" if scenario == "late" else 0, "repeats": len(rows),
-         "iters": a.iters, "L_ms": r4(L_ms), "skipring_env": env_text, "commit": commit,
+         "iters": iters_of(a, scenario), "L_ms": r4(L_ms), "skipring_env": env_text,
+         "commit": commit,
          "date": datetime.date.today().isoformat()}
     for v in sd.VARIANTS:
         med, lo, hi = spread([r[f"{v}_after_p50_us"] / 1e3 for r in rows])
@@ -137,6 +141,10 @@ def summarize(key, rows, a, L_ms, commit, env_text):
     p["late_pieces_per_iter"] = r4(sd.median([r.get("skip_late_pieces_per_iter") for r in rows]))
     p["wrong"] = sum(r[f"{v}_wrong"] for r in rows for v in sd.VARIANTS)
     return p
+
+
+def iters_of(a, scenario):
+    return a.iters if scenario == "late" else a.iters_none
 
 
 def print_table(points):
@@ -173,6 +181,8 @@ def main():
     ap.add_argument("--late-ms", type=float, default=200.0)
     ap.add_argument("--repeat", type=int, default=5, help="runs per point")
     ap.add_argument("--iters", type=int, default=5, help="timed iterations per run")
+    ap.add_argument("--iters-none", type=int, default=20,
+                    help="timed iterations per run without a straggler")
     ap.add_argument("--warmup", type=int, default=1, help="untimed iterations per run")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "data", "cluster_late.csv"))
     ap.add_argument("--runs-out",
@@ -188,8 +198,9 @@ def main():
         ap.error("need at least 3 ranks (skip-ahead needs a rank to go around)")
     if not 0 <= a.late_rank < nranks:
         ap.error("--late-rank must be a rank of hosts x per-host")
-    if a.repeat < 1 or a.iters < 1 or a.warmup < 0 or not a.sizes:
-        ap.error("--repeat, --iters and --sizes must be positive, --warmup non-negative")
+    if a.repeat < 1 or a.iters < 1 or a.iters_none < 1 or a.warmup < 0 or not a.sizes:
+        ap.error("--repeat, --iters, --iters-none and --sizes must be positive, "
+                 "--warmup non-negative")
     if not os.access(a.bench, os.X_OK):
         raise sd.DemoError(f"no benchmark at {a.bench}: build it first (see --help)")
     os.makedirs(a.work_dir, exist_ok=True)
@@ -202,7 +213,7 @@ def main():
         points = [(scen, size) for size in a.sizes for scen in ("late", "none")]
         print(f"cluster_bench: {a.hosts} emulated hosts x {a.per_host} rank(s) at {a.rate}, "
               f"sizes {', '.join(sd.fmt_size(s) for s in a.sizes)}, {a.repeat} runs per point "
-              f"of {a.iters} iterations, commit {commit}"
+              f"of {a.iters} iterations ({a.iters_none} without a straggler), commit {commit}"
               + (f", {env_text}" if env_text else ""), flush=True)
         progress = sd.Progress(len(points) * a.repeat)
         rows = {p: [] for p in points}
@@ -217,7 +228,7 @@ def main():
                           "--compare", "mpi"] if scen == "late"
                          else ["--overhead", "--compare", "mpi"])
                 cmd = (["bash", VCLUSTER, "run", "-p", str(a.per_host), a.bench,
-                        "-b", str(size), "-e", str(size), "-n", str(a.iters),
+                        "-b", str(size), "-e", str(size), "-n", str(iters_of(a, scen)),
                         "-w", str(a.warmup)] + extra)
                 tag = f"{scen}-{size}-run{rep + 1}"
                 progress.begin(label)
@@ -232,7 +243,8 @@ def main():
                 rows[(scen, size)].append(row)
                 run = {"scenario": scen, "size_bytes": size, "repeat": rep + 1,
                        "nranks": nranks, "rate": a.rate,
-                       "late_ms": f"{a.late_ms:g}" if scen == "late" else 0, "iters": a.iters,
+                       "late_ms": f"{a.late_ms:g}" if scen == "late" else 0,
+                       "iters": iters_of(a, scen),
                        "warmup": a.warmup}
                 run.update({k: row.get(k) for k in RUN_FIELDS if k not in run})
                 runs.append(run)
