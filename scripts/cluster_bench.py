@@ -13,7 +13,9 @@ iteration, so all of them see the same network and machine. A run's time is the 
 iterations of "after last arrival" (max over ranks of the return time minus max over ranks of
 the entry time); a point's value is the median over REPEAT runs, which go round-robin over the
 points (repeat 1 of every point, then repeat 2, ...). Ratios are medians of the per-run ratios
-(both variants from the same run). The no-straggler runs time ITERS_NONE iterations (default
+(both variants from the same run). Late rows also give the floor: the least time after the
+arrival that any all-reduce schedule can take on these links (late_floor_ms), and its ratio to
+the plain ring's time, the least skip/ring any schedule could show. The no-straggler runs time ITERS_NONE iterations (default
 20; ITERS for the late ones): their target is a 3 % effect, and with 5 iterations a run's
 ratio scattered 0.98-1.06 where 20 give 0.99-1.01. Times are also given in units of
 L = (n-1)/n * S / B (B = RATE): the least time after the late rank's arrival, when its own
@@ -55,7 +57,8 @@ POINT_FIELDS = [
     "mpi_ms", "mpi_min_ms", "mpi_max_ms",
     "skip_over_ring", "skip_over_ring_min", "skip_over_ring_max",
     "skip_over_mpi", "skip_over_mpi_min", "skip_over_mpi_max",
-    "skip_L", "ring_L", "mpi_L", "skips_per_iter", "late_pieces_per_iter", "wrong",
+    "skip_L", "ring_L", "mpi_L", "floor_ms", "floor_over_ring", "skips_per_iter",
+    "late_pieces_per_iter", "wrong",
     "skipring_env", "commit", "date",
 ]
 RUN_FIELDS = [
@@ -134,6 +137,10 @@ def summarize(key, rows, a, L_ms, commit, env_text):
         med, lo, hi = spread([r[f"{v}_after_p50_us"] / 1e3 for r in rows])
         p[f"{v}_ms"], p[f"{v}_min_ms"], p[f"{v}_max_ms"] = r4(med), r4(lo), r4(hi)
         p[f"{v}_L"] = r4(med / L_ms)
+    if scenario == "late" and a.per_host == 1:
+        floor = late_floor_ms(a.hosts, size, rate_bytes_per_s(a.rate), a.late_ms)
+        p["floor_ms"] = r4(floor)
+        p["floor_over_ring"] = r4(floor / float(p["ring_ms"]))
     for ratio in ("skip_over_ring", "skip_over_mpi"):
         med, lo, hi = spread([r.get(ratio) for r in rows])
         p[ratio], p[f"{ratio}_min"], p[f"{ratio}_max"] = r4(med), r4(lo), r4(hi)
@@ -143,13 +150,42 @@ def summarize(key, rows, a, L_ms, commit, env_text):
     return p
 
 
+def late_floor_ms(n, size, bps, late_ms):
+    """Least time after the late rank's arrival that any all-reduce schedule can take.
+
+    n ranks, one per host, each host's link carrying bps bytes per second each way; one rank
+    comes late_ms after the others, and its link carries nothing before it comes (it is not in
+    the MPI library: Open MPI's TCP transport has no progress thread). Two facts:
+
+    - every rank ends with the sum, which depends on everyone's input at every element, so
+      per element at least 2(n-1) messages cross the network (the first rank to hold the sum
+      needs one from each of the n-1 others, and each of the n-1 others must then receive one
+      sent after that): the ranks' downlinks carry at least 2(n-1) S in all;
+    - the late rank's downlink carries r >= S after it comes; the others' carry the rest,
+      at most (n-1) B late_ms of it before.
+
+    So the time is at least max(r/B, (2(n-1)S - r - (n-1) B late_ms) / ((n-1) B)), least at
+    r = max(S, (n-1)(2S - B late_ms)/n). With late_ms = 0 this is the ring's 2(n-1)/n S/B; a
+    rank later than that needs S/B after it comes.
+
+    >>> round(late_floor_ms(4, 64 << 20, 125e6, 0), 1)   # 2 (n-1)/n S/B: the ring's bound
+    805.3
+    >>> round(late_floor_ms(4, 64 << 20, 125e6, 200), 1)
+    655.3
+    >>> round(late_floor_ms(4, 16 << 20, 125e6, 200), 1)  # S/B: 16 MiB at 1 Gbit/s
+    134.2
+    """
+    s_ms = size / bps * 1e3
+    return max(s_ms, (n - 1) * (2 * s_ms - late_ms) / n)
+
+
 def iters_of(a, scenario):
     return a.iters if scenario == "late" else a.iters_none
 
 
 def print_table(points):
     header = ["scenario", "size", "skip-ahead", "plain ring", "MPI_Allreduce", "L", "skip/ring",
-              "skip/MPI", "skip", "ring", "MPI", "skips/iter"]
+              "skip/MPI", "skip", "ring", "MPI", "floor/ring", "skips/iter"]
     lines = []
     for p in points:
         label = (f"rank {p['late_rank']} {p['late_ms']} ms late" if p["scenario"] == "late"
@@ -157,7 +193,8 @@ def print_table(points):
         lines.append([label, sd.fmt_size(p["size_bytes"]), f"{p['skip_ms']} ms",
                       f"{p['ring_ms']} ms", f"{p['mpi_ms']} ms", f"{p['L_ms']} ms",
                       p["skip_over_ring"], p["skip_over_mpi"], f"{p['skip_L']} L",
-                      f"{p['ring_L']} L", f"{p['mpi_L']} L", p["skips_per_iter"]])
+                      f"{p['ring_L']} L", f"{p['mpi_L']} L", p.get("floor_over_ring") or "-",
+                      p["skips_per_iter"]])
     widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
     fmt = lambda row: "  ".join(str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i])
                                 for i, c in enumerate(row))
@@ -269,7 +306,8 @@ def main():
     print()
     print(f"Times: median over runs of the p50 after the last arrival; L = (n-1)/n*S/B at "
           f"{a.rate} ({sd.fmt_ms(summary[0]['L_ms'] and float(summary[0]['L_ms']))} ms for "
-          f"{sd.fmt_size(points[0][1])}); ratios: medians of per-run ratios.")
+          f"{sd.fmt_size(points[0][1])}); ratios: medians of per-run ratios; floor: the least "
+          f"time after a late arrival for any schedule (late_floor_ms) over the plain ring's.")
     print(f"Wrote {sd.shown_path(a.out)} and {sd.shown_path(a.runs_out)} "
           f"(logs: {sd.shown_path(a.work_dir)}/)")
     if problems:
