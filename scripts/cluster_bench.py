@@ -158,9 +158,9 @@ def late_floor_ms(n, size, bps, late_ms):
     the MPI library: Open MPI's TCP transport has no progress thread). Two facts:
 
     - every rank ends with the sum, which depends on everyone's input at every element, so
-      per element at least 2(n-1) messages cross the network (the first rank to hold the sum
-      needs one from each of the n-1 others, and each of the n-1 others must then receive one
-      sent after that): the ranks' downlinks carry at least 2(n-1) S in all;
+      per element at least 2(n-1) messages cross the network (each of the n-1 others must
+      have sent one before the first rank holds the sum, and must then receive one after
+      that, to complete its own): the ranks' downlinks carry at least 2(n-1) S in all;
     - the late rank's downlink carries r >= S after it comes; the others' carry the rest,
       at most (n-1) B late_ms of it before.
 
