@@ -15,9 +15,10 @@ the entry time); a point's value is the median over REPEAT runs, which go round-
 points (repeat 1 of every point, then repeat 2, ...). Ratios are medians of the per-run ratios
 (both variants from the same run). Late rows also give the floor: the least time after the
 arrival that any all-reduce schedule can take on these links (late_floor_ms), and its ratio to
-the plain ring's time, the least skip/ring any schedule could show. The no-straggler runs time ITERS_NONE iterations (default
-20; ITERS for the late ones): their target is a 3 % effect, and with 5 iterations a run's
-ratio scattered 0.98-1.06 where 20 give 0.99-1.01. Times are also given in units of
+the plain ring's time, the least skip/ring any schedule could show. The no-straggler runs time
+ITERS_NONE iterations (default 20; ITERS for the late ones): their target is a 3 % effect, and
+with 5 iterations a run's ratio scattered 0.98-1.06 where 20 give 0.99-1.02. Times are also
+given in units of
 L = (n-1)/n * S / B (B = RATE): the least time after the late rank's arrival, when its own
 link carries (n-1)/n of the data each way; no-straggler ring all-reduce needs about 2 L.
 
@@ -166,7 +167,7 @@ def late_floor_ms(n, size, bps, late_ms):
 
     So the time is at least max(r/B, (2(n-1)S - r - (n-1) B late_ms) / ((n-1) B)), least at
     r = max(S, (n-1)(2S - B late_ms)/n). With late_ms = 0 this is the ring's 2(n-1)/n S/B; a
-    rank later than that needs S/B after it comes.
+    rank later than (n-2)/(n-1) S/B needs S/B after it comes.
 
     >>> round(late_floor_ms(4, 64 << 20, 125e6, 0), 1)   # 2 (n-1)/n S/B: the ring's bound
     805.3
