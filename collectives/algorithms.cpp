@@ -74,6 +74,9 @@ constexpr AlgoRow kRows[] = {
     {Algo::kHier, "hier",
      "per-host reduce-scatter, the ring (skip-ahead) between hosts, per-host allgather",
      cost_hier, make_hier, 6, true, Algo::kHier},
+    {Algo::kMpi, "mpi",
+     "the MPI library's own all-reduce (small sizes where it is measured faster), no skip-ahead",
+     cost_mpi, make_rd, 7, false, Algo::kMpi},
 };
 // clang-format on
 

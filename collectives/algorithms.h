@@ -29,9 +29,22 @@ struct TopologySummary;
 
 // SKIPRING_ALGO: which all-reduce algorithm runs; kAuto picks by the cost model. The values
 // are the row indices of algo_table() and what CollectiveStats::algo records.
-enum class Algo : int { kAuto, kRing, kSkipRing, kRd, kRabenseifner, kTree, kMultiTree, kHier };
+// kMpi is the MPI library's own all-reduce (PMPI_Allreduce on skipring's duplicate of the
+// communicator: runtime/communicator_mpi.cpp); where no MPI runs (the in-process harness) its
+// factory builds the recursive doubling core, the algorithm its cost model is measured against.
+enum class Algo : int {
+  kAuto,
+  kRing,
+  kSkipRing,
+  kRd,
+  kRabenseifner,
+  kTree,
+  kMultiTree,
+  kHier,
+  kMpi
+};
 // The number of ids (one past the last: follows the last id).
-constexpr int kAlgoCount = static_cast<int>(Algo::kHier) + 1;
+constexpr int kAlgoCount = static_cast<int>(Algo::kMpi) + 1;
 
 // What a factory builds a core from: the collective's parameters (skip and the skip threshold
 // already decided) and the communicator's resources.

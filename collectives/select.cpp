@@ -86,11 +86,18 @@ double tree_cost(double S, int height, double rate, int trees, double a, double 
 }  // namespace
 
 std::string CostParams::to_string() const {
-  return fmt::format(
+  std::string out = fmt::format(
       "alpha {:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s, inter-host alpha {:.2f} us, "
       "beta {:.3f} GB/s, engine sigma {:.2f} us, cache {} KiB, out of cache x{:.2f}",
       alpha_s * 1e6, 1e-9 / beta_s, 1e-9 / gamma_s, inter_alpha_s * 1e6, 1e-9 / inter_beta_s,
       sigma_s * 1e6, static_cast<size_t>(cache_bytes) / 1024, mem_slowdown);
+  if (std::isfinite(mpi_offset_s[0])) {
+    out += ", MPI all-reduce vs direct rd (us):";
+    for (int i = 0; i < kMpiProbes; ++i) {
+      out += fmt::format(" {} B {:+.2f}", kMpiProbeBytes[i], mpi_offset_s[i] * 1e6);
+    }
+  }
+  return out;
 }
 
 const std::vector<Algo>& modelled_algos() {
@@ -154,6 +161,27 @@ double cost_hier(size_t bytes, const TopologySummary& t, const CostParams& p, si
   std::vector<int> sizes = t.ranks_per_host;
   if (sizes.empty()) sizes.assign(t.hosts, t.max_local);
   return hier_cost(static_cast<double>(bytes), sizes, h);
+}
+
+double mpi_offset_at(size_t bytes, const CostParams& p) {
+  constexpr int k = CostParams::kMpiProbes;
+  if (bytes <= kMpiProbeBytes[0]) return p.mpi_offset_s[0];
+  for (int i = 1; i < k; ++i) {
+    if (bytes <= kMpiProbeBytes[i]) {
+      const double lo = static_cast<double>(kMpiProbeBytes[i - 1]);
+      const double hi = static_cast<double>(kMpiProbeBytes[i]);
+      const double f = (static_cast<double>(bytes) - lo) / (hi - lo);
+      return p.mpi_offset_s[i - 1] + f * (p.mpi_offset_s[i] - p.mpi_offset_s[i - 1]);
+    }
+  }
+  return kInf;
+}
+
+double cost_mpi(size_t bytes, const TopologySummary& t, const CostParams& p, size_t seg) {
+  const double offset = mpi_offset_at(bytes, p);
+  if (!std::isfinite(offset)) return kInf;
+  // Never below zero (a measured offset larger than the model's rd time).
+  return std::max(0.0, cost_rd(bytes, t, p, seg) + offset);
 }
 
 double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParams& p,

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,20 @@ struct CostParams {
   // core's L2: the segmented ring and trees stay inside it).
   double cache_bytes = 2.0 * 1024 * 1024;
   double mem_slowdown = 1.0;
+  // The MPI library's own all-reduce (the `mpi` row) against skipring's direct recursive
+  // doubling, measured at each of kMpiProbeBytes (Communicator::measure_mpi_offsets): its time
+  // minus the direct path's, per rank (negative: MPI is faster). +inf: not measured (auto never
+  // picks `mpi`); between the probe sizes linear, above the largest +inf.
+  static constexpr int kMpiProbes = 5;
+  double mpi_offset_s[kMpiProbes] = {
+      std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+      std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+      std::numeric_limits<double>::infinity()};
   std::string to_string() const;
 };
+
+// The message sizes at which the MPI library's all-reduce is measured (CostParams::mpi_offset_s).
+inline constexpr size_t kMpiProbeBytes[CostParams::kMpiProbes] = {8, 128, 1024, 8192, 65536};
 
 struct TopologySummary {
   int n = 1;                        // ranks
@@ -70,6 +83,13 @@ double cost_multitree(size_t bytes, const TopologySummary& topo, const CostParam
                       size_t segment_bytes);
 double cost_hier(size_t bytes, const TopologySummary& topo, const CostParams& p,
                  size_t segment_bytes);
+// The MPI library's all-reduce: the direct recursive doubling's modelled time plus the measured
+// offset of MPI's at this size (CostParams::mpi_offset_s); +inf where it was not measured or above
+// the largest probe size (there skipring's own algorithms, and skip-ahead, run).
+double cost_mpi(size_t bytes, const TopologySummary& topo, const CostParams& p,
+                size_t segment_bytes);
+// The measured offset at `bytes` (linear between the probe sizes; +inf above the largest).
+double mpi_offset_at(size_t bytes, const CostParams& p);
 
 // Modelled time in seconds (the row's cost function; 0 on one rank); +inf when the algorithm
 // cannot run here (e.g. hier on one host, tree without a plan) and for auto. `segment_bytes`

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <map>
@@ -79,6 +80,10 @@ struct GlobalState {
   std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
   // Process-wide totals: atomics, so the per-call path takes no lock.
   std::atomic<uint64_t> calls{0}, fallbacks{0}, skips{0}, late{0}, bytes{0}, time_ns{0};
+  // Fallbacks by reason (skipring_fallback_reason_t; they add up to `fallbacks`) and the calls
+  // run by the MPI library's all-reduce (the `mpi` algorithm).
+  std::atomic<uint64_t> fallback_by[SKIPRING_FALLBACK_REASONS] = {};
+  std::atomic<uint64_t> mpi_calls{0};
   std::atomic<bool> tracing{false};    // trace != nullptr (read without the lock)
   InjectPlan inject;                   // SKIPRING_INJECT or skipring_set_inject()
   std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
@@ -97,6 +102,18 @@ GlobalState& state() {
   static GlobalState* s = new GlobalState();  // never destroyed: used from MPI_Finalize hooks
   return *s;
 }
+
+// The names of the fallback reasons (skipring_get_counter, the report line, the info log).
+constexpr const char* kFallbackNames[SKIPRING_FALLBACK_REASONS] = {
+    "fallback_datatype", "fallback_op",       "fallback_comm",
+    "fallback_memory",   "fallback_disabled", "fallback_other"};
+constexpr const char* kFallbackWhy[SKIPRING_FALLBACK_REASONS] = {
+    "a datatype skipring does not reduce (derived, complex, pair, ...)",
+    "an op skipring does not run (user-defined, MINLOC/MAXLOC, REPLACE, ...)",
+    "an inter-communicator",
+    "device buffers without a device path",
+    "SKIPRING_ENABLE=0",
+    "the caller's own count"};
 
 int to_mpi_error(Status s) {
   switch (s) {
@@ -181,7 +198,25 @@ void close_outputs() {
   }
 }
 
+// At finalize, at info level: what went to the MPI library and why.
+void log_fallbacks() {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  const GlobalState& g = state();
+  std::string by;
+  for (int r = 0; r < SKIPRING_FALLBACK_REASONS; ++r) {
+    by +=
+        fmt::format(" {}={}", kFallbackNames[r], g.fallback_by[r].load(std::memory_order_relaxed));
+  }
+  SKIPRING_LOG_INFO(
+      "{} calls in skipring ({} of them by the MPI library's all-reduce, the mpi "
+      "algorithm), {} handed to the MPI library:{}",
+      g.calls.load(std::memory_order_relaxed), g.mpi_calls.load(std::memory_order_relaxed),
+      g.fallbacks.load(std::memory_order_relaxed), by);
+}
+
 int on_self_delete(MPI_Comm, int, void*, void*) {
+  log_fallbacks();
   g_finalized.store(true, std::memory_order_release);
   g_ready.store(false, std::memory_order_release);
   free_all_states();
@@ -292,6 +327,20 @@ bool aliased(const void* sendbuf, const void* recvbuf, int count) {
   return count > 0 && sendbuf == recvbuf && sendbuf != MPI_BOTTOM && sendbuf != MPI_IN_PLACE;
 }
 
+// The input and output ranges of `bytes` each overlap without being the same buffer (that is
+// aliased()'s case): erroneous in MPI (the output must not share storage with the input), and
+// the result would depend on when each part is read.
+bool overlapping(const void* sendbuf, const void* recvbuf, size_t bytes) {
+  if (bytes == 0 || sendbuf == recvbuf || sendbuf == nullptr || recvbuf == nullptr) return false;
+  const auto s = reinterpret_cast<uintptr_t>(sendbuf);
+  const auto r = reinterpret_cast<uintptr_t>(recvbuf);
+  return s < r + bytes && r < s + bytes;
+}
+
+constexpr const char* kOverlapWhy =
+    "sendbuf and recvbuf overlap (aliasing is erroneous in MPI; pass MPI_IN_PLACE as sendbuf "
+    "for an in-place call)";
+
 constexpr const char* kAliasWhy =
     "sendbuf and recvbuf are the same buffer (aliasing is erroneous in MPI; pass MPI_IN_PLACE "
     "as sendbuf for an in-place call)";
@@ -334,11 +383,33 @@ void account(const CollectiveStats& s) {
     if (g.trace) g.trace->add(s);
   }
   g.calls.fetch_add(1, std::memory_order_relaxed);
+  if (s.algo == static_cast<int>(Algo::kMpi)) g.mpi_calls.fetch_add(1, std::memory_order_relaxed);
   if (s.skips) g.skips.fetch_add(s.skips, std::memory_order_relaxed);
   if (s.late_pieces) g.late.fetch_add(s.late_pieces, std::memory_order_relaxed);
   g.bytes.fetch_add(s.bytes, std::memory_order_relaxed);
   const double t = s.time_s();
   if (t > 0) g.time_ns.fetch_add(static_cast<uint64_t>(t * 1e9), std::memory_order_relaxed);
+}
+
+// Counts one fallback of `fn` with its reason; the first of each reason is said at info level.
+void count_fallback(int reason, const char* fn) {
+  if (reason < 0 || reason >= SKIPRING_FALLBACK_REASONS) reason = SKIPRING_FALLBACK_OTHER;
+  GlobalState& g = state();
+  g.fallbacks.fetch_add(1, std::memory_order_relaxed);
+  if (g.fallback_by[reason].fetch_add(1, std::memory_order_relaxed) == 0 && fn != nullptr) {
+    SKIPRING_LOG_INFO(
+        "{}: handed to the MPI library: {} (the first such call; later ones are counted in "
+        "{} of the report line)",
+        fn, kFallbackWhy[reason], kFallbackNames[reason]);
+  }
+}
+
+// Why a reduction goes to PMPI: disabled, the datatype, or the op (classify_reduction said
+// kOther).
+int reduction_fallback_reason(MPI_Datatype datatype) {
+  if (!global_config().enable) return SKIPRING_FALLBACK_DISABLED;
+  DType dt;
+  return dtype_from_mpi(datatype, &dt) ? SKIPRING_FALLBACK_OP : SKIPRING_FALLBACK_DATATYPE;
 }
 
 // The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
@@ -474,12 +545,12 @@ int extension_fallback_error(const char* fn, MPI_Datatype datatype, MPI_Op op) {
                 "without a device path)");
 }
 
-int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-             MPI_Comm comm) {
+int fallback(int reason, const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+             MPI_Op op, MPI_Comm comm) {
   if (int rc = extension_fallback_error("skipring_allreduce", datatype, op); rc != MPI_SUCCESS) {
     return rc;
   }
-  skipring_count_fallback();
+  count_fallback(reason, "skipring_allreduce");
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 
@@ -559,13 +630,23 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (aliased(sendbuf, recvbuf, count)) {
     return reject("skipring_allreduce", MPI_ERR_BUFFER, kAliasWhy);
   }
+  if (kind == MpiReduction::kNative && sendbuf != MPI_IN_PLACE &&
+      overlapping(sendbuf, recvbuf, static_cast<size_t>(count) * dtype_size(dt))) {
+    return reject("skipring_allreduce", MPI_ERR_BUFFER, kOverlapWhy);
+  }
   const unsigned dev = count > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_allreduce") : nullptr;
-  if (dev != 0 && ops == nullptr) return fallback(sendbuf, recvbuf, count, datatype, op, comm);
+  if (dev != 0 && ops == nullptr) {
+    return fallback(SKIPRING_FALLBACK_MEMORY, sendbuf, recvbuf, count, datatype, op, comm);
+  }
   // A communicator that already has skipring state is an intra-communicator (checked when the
   // state was created): the per-call path skips native_comm's MPI calls.
-  if (kind != MpiReduction::kNative || (c == nullptr && !native_comm(comm))) {
-    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
+  if (kind != MpiReduction::kNative) {
+    return fallback(reduction_fallback_reason(datatype), sendbuf, recvbuf, count, datatype, op,
+                    comm);
+  }
+  if (c == nullptr && !native_comm(comm)) {
+    return fallback(SKIPRING_FALLBACK_COMM, sendbuf, recvbuf, count, datatype, op, comm);
   }
   if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
   const void* src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
@@ -590,6 +671,15 @@ bool handles_type(MPI_Datatype datatype, MPI_Comm comm, DType* dt) {
 }
 
 void account(Communicator* c) { account(c->last_stats()); }
+
+// Why a collective without a reduction goes to PMPI (handles_type or the memory said no);
+// `same`: the send and receive types and counts match.
+int type_fallback_reason(bool same, MPI_Datatype datatype, bool memory) {
+  DType dt;
+  if (!global_config().enable) return SKIPRING_FALLBACK_DISABLED;
+  if (!same || !dtype_from_mpi(datatype, &dt)) return SKIPRING_FALLBACK_DATATYPE;
+  return memory ? SKIPRING_FALLBACK_MEMORY : SKIPRING_FALLBACK_COMM;
+}
 
 int root_error(int root, MPI_Comm comm) {
   int size = 0;
@@ -645,7 +735,10 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
         rc != MPI_SUCCESS) {
       return rc;
     }
-    skipring_count_fallback();
+    count_fallback(kind != MpiReduction::kNative ? reduction_fallback_reason(datatype)
+                   : dev != 0 && ops == nullptr  ? SKIPRING_FALLBACK_MEMORY
+                                                 : SKIPRING_FALLBACK_COMM,
+                   "skipring_reduce_scatter_block");
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -699,7 +792,8 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   const unsigned dev = recvcount > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_allgather") : nullptr;
   if (!same || !handles_type(recvtype, comm, &dt) || (dev != 0 && ops == nullptr)) {
-    skipring_count_fallback();
+    count_fallback(type_fallback_reason(same, recvtype, dev != 0 && ops == nullptr),
+                   "skipring_allgather");
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -754,7 +848,8 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   const unsigned dev = count > 0 ? device_buffers({buffer}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_bcast") : nullptr;
   if (!handles_type(datatype, comm, &dt) || (dev != 0 && ops == nullptr)) {
-    skipring_count_fallback();
+    count_fallback(type_fallback_reason(true, datatype, dev != 0 && ops == nullptr),
+                   "skipring_bcast");
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
@@ -808,7 +903,10 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
     if (int rc = extension_fallback_error("skipring_reduce", datatype, op); rc != MPI_SUCCESS) {
       return rc;
     }
-    skipring_count_fallback();
+    count_fallback(kind != MpiReduction::kNative ? reduction_fallback_reason(datatype)
+                   : dev != 0 && ops == nullptr  ? SKIPRING_FALLBACK_MEMORY
+                                                 : SKIPRING_FALLBACK_COMM,
+                   "skipring_reduce");
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
   if (count > 0 && (sendbuf == nullptr || (rank == root && recvbuf == nullptr))) {
@@ -977,8 +1075,34 @@ int skipring_get_totals(skipring_totals_t* totals) {
 
 void skipring_count_fallback(void) {
   (void)guarded([]() -> int {
-    state().fallbacks.fetch_add(1, std::memory_order_relaxed);
+    count_fallback(SKIPRING_FALLBACK_OTHER, nullptr);
     return MPI_SUCCESS;
+  });
+}
+
+void skipring_count_fallback_reason(int reason) {
+  (void)guarded([&]() -> int {
+    count_fallback(reason, "MPI_Allreduce");
+    return MPI_SUCCESS;
+  });
+}
+
+int skipring_get_counter(const char* name, uint64_t* value) {
+  return guarded([&]() -> int {
+    if (name == nullptr || value == nullptr) return MPI_ERR_ARG;
+    const GlobalState& g = state();
+    const std::string n = name;
+    if (n == "mpi") {
+      *value = g.mpi_calls.load(std::memory_order_relaxed);
+      return MPI_SUCCESS;
+    }
+    for (int r = 0; r < SKIPRING_FALLBACK_REASONS; ++r) {
+      if (n == kFallbackNames[r]) {
+        *value = g.fallback_by[r].load(std::memory_order_relaxed);
+        return MPI_SUCCESS;
+      }
+    }
+    return MPI_ERR_ARG;
   });
 }
 
@@ -1056,6 +1180,7 @@ int skipring_finalize(void) {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
+    log_fallbacks();
     close_outputs();
     free_all_states();
     return MPI_SUCCESS;

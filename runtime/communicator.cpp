@@ -147,6 +147,7 @@ std::string cost_key(const Topology& t, int any_over, const Config& cfg) {
   append_bytes(&key, cfg.model_gbps);
   append_bytes(&key, cfg.model_reduce_gbps);
   append_bytes(&key, cfg.sim_reduce_gbps);
+  append_bytes(&key, cfg.auto_mpi);
   const auto& host = t.host_of_rank;
   int run = 0, last = -1;
   for (int r : t.ring) {
@@ -165,6 +166,7 @@ int64_t cost_digest(const CostParams& c) {
                    c.cache_bytes, c.mem_slowdown}) {
     append_bytes(&b, v);
   }
+  for (double v : c.mpi_offset_s) append_bytes(&b, v);
   return digest62(b);
 }
 
@@ -681,8 +683,10 @@ Status Communicator::ensure_cost_params() {
         measure_cost_params(internal_, ring_, topology_.host_of_rank, cfg_, *clock_, &cost_);
     bool sigma_failed = false;
     if (ok(st)) cost_.sigma_s = measure_engine_sigma(&sigma_failed);
-    if (!ok(st) || sigma_failed) {
-      const Status bad = ok(st) ? Status::kErrTransport : st;
+    Status mpi_st = Status::kOk;
+    if (ok(st) && !sigma_failed) mpi_st = measure_mpi_offsets();
+    if (!ok(st) || sigma_failed || !ok(mpi_st)) {
+      const Status bad = !ok(st) ? st : !ok(mpi_st) ? mpi_st : Status::kErrTransport;
       note_error(bad, seq_,
                  fmt::format("the cost model's measurement failed ({}{})", status_string(bad),
                              sigma_failed ? ", engine probe" : ""));
@@ -874,7 +878,7 @@ Algo Communicator::choose_algo(size_t bytes) {
   // path) is neither watched nor counted: an agreement every few calls there would add a small
   // all-reduce's latency to them. An agreement that turns the preference on drops the cached
   // choice (agree_stragglers), so decide() runs again. Broken on failure.
-  if (last_choice_ != Algo::kRd && straggler_watch()) {
+  if (last_choice_ != Algo::kRd && last_choice_ != Algo::kMpi && straggler_watch()) {
     if (!ok(agree_stragglers()) || !decide()) return Algo::kRing;
   }
   return last_choice_;
@@ -992,7 +996,10 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.recvbuf = recvbuf;
   p.seq = static_cast<uint32_t>(seq_);
   const size_t bytes = count * dtype_size(dtype);
-  const Algo algo = choose_algo(bytes);
+  // The `mpi` row runs the direct recursive doubling for what MPI cannot reduce right
+  // (mpi_runs): every rank decides alike (agreed type and op).
+  const Algo chosen = choose_algo(bytes);
+  const Algo algo = chosen == Algo::kMpi && !mpi_runs(dtype, op) ? Algo::kRd : chosen;
   const size_t chunk_bytes = bytes / std::max(1, size_) + dtype_size(dtype);
   // The ring's segments (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
   // them at 128 KiB or more (cross_host_segment_bytes), and the lead-in (RingLayout). Every rank
@@ -1013,6 +1020,9 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
         seq_, count, dtype_size(dtype), bytes, INT32_MAX);
     return Status::kErrCount;
   }
+  // The MPI library's own all-reduce (runtime/communicator_mpi.cpp): auto picks it at small
+  // sizes where the measured cost model finds it faster.
+  if (algo == Algo::kMpi) return mpi_allreduce(sendbuf, recvbuf, count, dtype, op);
   // Recursive doubling with nothing asking for per-step records on any rank (agreed at setup):
   // straight on MPI (runtime/rd_direct.h), without the core's per-message headers and action
   // lists.

@@ -27,6 +27,10 @@
 
 namespace skipring {
 
+// True when the `mpi` algorithm row hands (dtype, op) to the MPI library
+// (runtime/communicator_mpi.cpp); otherwise it runs the direct recursive doubling.
+bool mpi_runs(DType dtype, ROp op);
+
 class Communicator {
  public:
   // Collective over `user`: duplicates it. `inject` is the straggler-injection plan. Setup
@@ -99,6 +103,14 @@ class Communicator {
   Status ensure_cost_params();
   // sigma (the engine's cost per message); *failed when this rank's probe failed.
   double measure_engine_sigma(bool* failed);
+  // The MPI library's all-reduce against the direct recursive doubling at each of
+  // kMpiProbeBytes (CostParams::mpi_offset_s), fastest runs summed over the ranks; collective.
+  // Leaves cost_.mpi_offset_s at +inf (auto never picks `mpi`) when SKIPRING_AUTO_MPI=0; false
+  // when this rank's probe failed (the closing all-reduce tells every rank).
+  Status measure_mpi_offsets();
+  // The `mpi` row: PMPI_Allreduce on internal_ (runtime/communicator_mpi.cpp), timed and
+  // counted like the direct recursive doubling.
+  Status mpi_allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
   // The agreement all-reduces of setup, the topology and the cost-model decision (create).
   Status setup_shared_state(MPI_Comm user, const Config& cfg);
   // SKIPRING_CHECK: one all-reduce comparing the collective, count, type, op and root across

@@ -99,6 +99,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_AUTO_STRAGGLER    auto's choice once late arrivals were seen, and whether the
   //                              ranks take part in the agreement on them
   //   SKIPRING_MODEL_*           auto's choice
+  //   SKIPRING_AUTO_MPI          auto's choice (and whether the MPI all-reduce is measured)
   //   SKIPRING_SKIP_T_US         given or learnt (0): learning it measures the cost model, a
   //                              collective step; the value itself is local
   //   SKIPRING_GPU_STAGING       device-buffer calls run in skipring (staged) or in PMPI
@@ -115,6 +116,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_AUTO_STRAGGLER",   "SKIPRING_LATE_BCAST",
       "SKIPRING_LATE_CHAIN",       "SKIPRING_LATE_SEGMENT_BYTES",
       "SKIPRING_LATE_TREES",       "SKIPRING_LATE_INFLIGHT",
+      "SKIPRING_AUTO_MPI",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif
@@ -140,6 +142,7 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.algo);
   raw(cfg.multitree_k);
   raw(cfg.auto_straggler);
+  raw(cfg.auto_mpi);
   raw(cfg.model_lat_us);
   raw(cfg.model_gbps);
   raw(cfg.model_reduce_gbps);

@@ -83,6 +83,9 @@ struct Config {
   // skip-ahead algorithm where its modelled time is at most this factor of the model's choice
   // (below 1: off; select_algo_stragglers).
   double auto_straggler = 1.5;  // SKIPRING_AUTO_STRAGGLER
+  // auto may hand an all-reduce to the MPI library's own (the `mpi` row) where the measured
+  // cost model finds it faster (small sizes); false: never (the watchdog then covers every size).
+  bool auto_mpi = true;  // SKIPRING_AUTO_MPI
   // Cost model parameters (0: measured at communicator setup).
   double model_lat_us = 0;       // SKIPRING_MODEL_LAT_US: per-message latency alpha
   double model_gbps = 0;         // SKIPRING_MODEL_GBPS: link bandwidth 1/beta

@@ -351,6 +351,11 @@ const std::vector<ParamDef>& param_table() {
        "`auto` on a communicator where late arrivals were seen (agreed every 8 non-rd calls): the "
        "skip-ahead ring (hier across hosts) wherever its modelled time is at most this factor "
        "of the cheapest; below 1: off ([docs/training.md](docs/training.md))"},
+      {"SKIPRING_AUTO_MPI", &Config::auto_mpi, {}, "",
+       "`auto` hands an all-reduce to the MPI library's own `MPI_Allreduce` (the `mpi` "
+       "algorithm) where the cost model, which measures it at setup, finds it faster than "
+       "skipring's (small sizes); 0 = never (SKIPRING_TIMEOUT's watchdog then covers every call: "
+       "the MPI library's all-reduce waits as MPI does)"},
       {"SKIPRING_MODEL_LAT_US", &Config::model_lat_us, {0, 1e6}, "",
        "cost-model latency per message in µs given instead of measured (0 = measure on the "
        "first `auto` all-reduce)"},

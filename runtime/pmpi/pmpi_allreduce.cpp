@@ -103,12 +103,6 @@ const char* buffer_error(const void* sendbuf, const void* recvbuf, int count) {
   return nullptr;
 }
 
-int fallback(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-             MPI_Comm comm) {
-  skipring_count_fallback();
-  return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-}
-
 int allreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                    MPI_Comm comm) {
   const int init_rc = ensure_skipring_init();
@@ -136,17 +130,14 @@ int allreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
     return raise_error(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
   }
   if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);  // bad SKIPRING_* value
-  if (!global_config().enable) return fallback(sendbuf, recvbuf, count, datatype, op, comm);
-
-  int handled = 0;
+  if (!global_config().enable) {
+    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  // skipring_allreduce itself hands what it does not run natively to PMPI_Allreduce, counting
+  // the fallback with its reason (one classification per call: asking skipring_handles first
+  // cost an attribute lookup and a type and op classification more per call).
   int rc;
-  {
-    ReentryGuard guard;
-    rc = skipring_handles(datatype, op, comm, &handled);
-  }
-  if (rc != MPI_SUCCESS || handled == 0) {
-    return fallback(sendbuf, recvbuf, count, datatype, op, comm);
-  }
   {
     ReentryGuard guard;
     rc = skipring_allreduce(sendbuf, recvbuf, count, datatype, op, comm);

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -79,7 +81,8 @@ TEST(AlgoTable, RowsAreComplete) {
   }
   // The order auto compares in (ties keep the earlier): as before the table.
   const std::vector<Algo> expected = {Algo::kRd,   Algo::kRabenseifner, Algo::kRing,
-                                      Algo::kTree, Algo::kMultiTree,    Algo::kHier};
+                                      Algo::kTree, Algo::kMultiTree,    Algo::kHier,
+                                      Algo::kMpi};
   EXPECT_EQ(modelled_algos(), expected);
   std::set<int> orders;
   for (Algo a : modelled_algos()) EXPECT_TRUE(orders.insert(algo_row(a).select_order).second);
@@ -87,7 +90,7 @@ TEST(AlgoTable, RowsAreComplete) {
 
 TEST(AlgoTable, ParserTextAndErrorListTheTable) {
   // What SKIPRING_ALGO accepts (README, skipring_info, the error text) is the table's names.
-  EXPECT_EQ(algo_names(), "auto, ring, skipring, rd, rabenseifner, tree, multitree, hier");
+  EXPECT_EQ(algo_names(), "auto, ring, skipring, rd, rabenseifner, tree, multitree, hier, mpi");
   Config c;
   std::string error;
   const auto env = [](const char* name, std::string* value) {
@@ -281,6 +284,8 @@ std::vector<std::string> selection_grid() {
   return lines;
 }
 
+// (The `mpi` row is in the grid too: its cost is +inf until the MPI all-reduce is measured, which
+// CostParams' defaults are not, so the choices stay the same.)
 // Recorded from main at 7dd7c70, before the algorithm table existed (select.cpp's switch over
 // Algo and its hand-written modelled_algos list), by this test's first commit run with
 // SR_PRINT_SELECTION_GRID=1: the table must pick exactly the same algorithm everywhere. Sizes
@@ -474,6 +479,57 @@ TEST(AlgoSelection, SameChoicesAsBeforeTheTable) {
   const size_t expected = sizeof(kExpectedGrid) / sizeof(kExpectedGrid[0]);
   ASSERT_EQ(got.size(), expected);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], kExpectedGrid[i]);
+}
+
+// The `mpi` row (issue 40): MPI's measured offset against the direct recursive doubling, linear
+// between the probe sizes, nothing above the largest.
+TEST(AlgoSelection, MpiCostFollowsTheMeasuredOffsets) {
+  CostParams p;
+  TopologySummary t;
+  t.n = 4;
+  t.max_local = 4;
+  for (size_t b : {size_t{8}, size_t{1000}, size_t{1} << 20}) {
+    EXPECT_TRUE(std::isinf(algo_cost(Algo::kMpi, b, t, p, 256 * 1024))) << "not measured: " << b;
+  }
+  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.1e-6, 0.0, 1e-6, 3e-6};
+  std::copy(std::begin(offsets), std::end(offsets), std::begin(p.mpi_offset_s));
+  const auto rd = [&](size_t b) { return algo_cost(Algo::kRd, b, t, p, 256 * 1024); };
+  const auto mpi = [&](size_t b) { return algo_cost(Algo::kMpi, b, t, p, 256 * 1024); };
+  EXPECT_DOUBLE_EQ(mpi(1), rd(1) - 0.2e-6);
+  EXPECT_DOUBLE_EQ(mpi(8), rd(8) - 0.2e-6);
+  EXPECT_DOUBLE_EQ(mpi(128), rd(128) - 0.1e-6);
+  // Half way between 1024 (0) and 8192 (1 us).
+  EXPECT_NEAR(mpi(4608) - rd(4608), 0.5e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(mpi(65536), rd(65536) + 3e-6);
+  EXPECT_TRUE(std::isinf(mpi(65537)));
+  EXPECT_EQ(algo_cost(Algo::kMpi, 8, TopologySummary{}, p, 256 * 1024), 0.0) << "one rank";
+}
+
+TEST(AlgoSelection, AutoPicksMpiWhereMeasuredFaster) {
+  TopologySummary t;
+  t.n = 2;
+  t.max_local = 2;
+  CostParams p;
+  // MPI 0.2 us faster than the direct rd up to 128 B, slower from 1 KiB.
+  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.2e-6, 0.5e-6, 2e-6, 8e-6};
+  std::copy(std::begin(offsets), std::end(offsets), std::begin(p.mpi_offset_s));
+  for (bool skip : {false, true}) {
+    EXPECT_EQ(select_algo(8, t, p, 256 * 1024, skip), Algo::kMpi);
+    EXPECT_EQ(select_algo(128, t, p, 256 * 1024, skip), Algo::kMpi);
+    EXPECT_EQ(select_algo(1024, t, p, 256 * 1024, skip), Algo::kRd);
+    // Large sizes keep skipring's algorithms (and skip-ahead).
+    const Algo big = select_algo(size_t{64} << 20, t, p, 256 * 1024, skip);
+    EXPECT_NE(big, Algo::kMpi);
+    EXPECT_EQ(algo_row(big).skip_ahead, skip);
+  }
+  // Once stragglers were seen, the skip-ahead preference still applies to what mpi displaced
+  // only where its modelled time is within the factor (at 8 B the ring is far off: mpi stays).
+  EXPECT_EQ(select_algo_stragglers(8, t, p, 256 * 1024, true, true, 1.5), Algo::kMpi);
+  // Measured slower everywhere: never picked.
+  for (double& o : p.mpi_offset_s) o = 0.1e-6;
+  for (size_t b = 8; b <= (size_t{1} << 26); b *= 4) {
+    EXPECT_NE(select_algo(b, t, p, 256 * 1024, true), Algo::kMpi) << b;
+  }
 }
 
 }  // namespace

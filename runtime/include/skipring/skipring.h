@@ -127,8 +127,30 @@ typedef struct skipring_totals {
 } skipring_totals_t;
 
 SKIPRING_API int skipring_get_totals(skipring_totals_t* totals);
-/* Adds one fallback to the totals (used by the PMPI library). */
+/* Adds one fallback to the totals (used by the PMPI library); counted under reason "other". */
 SKIPRING_API void skipring_count_fallback(void);
+
+/* Why a call went to the MPI library instead of skipring (the report line's fallback_* fields,
+ * and SKIPRING_LOG_LEVEL=info's first-occurrence and finalize lines). */
+typedef enum skipring_fallback_reason {
+  SKIPRING_FALLBACK_DATATYPE = 0, /* a datatype skipring does not reduce (derived, complex, ...) */
+  SKIPRING_FALLBACK_OP = 1,       /* an op skipring does not run (user ops, MINLOC/MAXLOC, ...) */
+  SKIPRING_FALLBACK_COMM = 2,     /* an inter-communicator */
+  SKIPRING_FALLBACK_MEMORY = 3,   /* device buffers without a device path */
+  SKIPRING_FALLBACK_DISABLED = 4, /* SKIPRING_ENABLE=0 */
+  SKIPRING_FALLBACK_OTHER = 5,    /* skipring_count_fallback() */
+  SKIPRING_FALLBACK_REASONS = 6
+} skipring_fallback_reason_t;
+
+/* Adds one fallback with its reason (a skipring_fallback_reason_t; out of range: "other"). */
+SKIPRING_API void skipring_count_fallback_reason(int reason);
+
+/* Process-wide counters by name, since init: "fallback_datatype", "fallback_op",
+ * "fallback_comm", "fallback_memory", "fallback_disabled", "fallback_other" (the fallbacks of
+ * skipring_totals_t by reason; they add up to it) and "mpi" (calls skipring ran by handing them
+ * to the MPI library's own all-reduce, the `mpi` algorithm: counted in calls, not fallbacks).
+ * MPI_ERR_ARG for a NULL argument or an unknown name. Works at any time. */
+SKIPRING_API int skipring_get_counter(const char* name, uint64_t* value);
 
 /* Test aid: *pending = 1 when a message is waiting unmatched on skipring's internal
  * communicator for `comm` (there must be none between collectives). */

@@ -1,0 +1,192 @@
+// The `mpi` algorithm row (collectives/algorithms.h): the all-reduce handed to the MPI library's
+// own PMPI_Allreduce on skipring's duplicate of the communicator, and the probe that measures it
+// for the cost model (CostParams::mpi_offset_s).
+//
+// Why: at small sizes an all-reduce is a few hundred nanoseconds on shared memory, and the MPI
+// library's own (hand-tuned for its transport) can beat skipring's direct recursive doubling
+// there; skip-ahead has nothing to add at those sizes (a late rank cannot be worked around in
+// one round). auto then hands the call over, so the preload is never slower than the MPI it
+// replaces where it measures so (issue 40). The choice is the cost model's, made from
+// parameters agreed across ranks, so every rank calls PMPI_Allreduce for the same call.
+//
+// What the `mpi` row does not do: the watchdog (SKIPRING_TIMEOUT) does not cover it (the MPI
+// library's all-reduce waits as MPI waits; SKIPRING_AUTO_MPI=0 keeps auto off it); 8-bit
+// types (Open MPI 4.1's op/avx component sums them wrongly) and skipring's 16-bit float types
+// (MPI cannot reduce them) run the direct recursive doubling instead (mpi_runs).
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "collectives/recursive_doubling.h"
+#include "collectives/select.h"
+#include "runtime/communicator.h"
+#include "runtime/log.h"
+#include "runtime/mpi_wait.h"
+#include "runtime/rd_direct.h"
+
+namespace skipring {
+namespace {
+
+// The MPI datatype of a DType the `mpi` row runs (MPI_DATATYPE_NULL: it does not).
+MPI_Datatype mpi_datatype(DType t) {
+  switch (t) {
+    case DType::kInt16:
+      return MPI_INT16_T;
+    case DType::kUint16:
+      return MPI_UINT16_T;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kUint32:
+      return MPI_UINT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUint64:
+      return MPI_UINT64_T;
+    case DType::kFloat:
+      return MPI_FLOAT;
+    case DType::kDouble:
+      return MPI_DOUBLE;
+    case DType::kLongDouble:
+      return MPI_LONG_DOUBLE;
+    default:
+      // 8-bit types (kInt8, kUint8, kBool, kByte): Open MPI 4.1's op/avx sums them wrongly;
+      // kFloat16 / kBfloat16: MPI has no reduction for them.
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(ROp op) {
+  switch (op) {
+    case ROp::kSum:
+      return MPI_SUM;
+    case ROp::kProd:
+      return MPI_PROD;
+    case ROp::kMin:
+      return MPI_MIN;
+    case ROp::kMax:
+      return MPI_MAX;
+    case ROp::kLand:
+      return MPI_LAND;
+    case ROp::kLor:
+      return MPI_LOR;
+    case ROp::kLxor:
+      return MPI_LXOR;
+    case ROp::kBand:
+      return MPI_BAND;
+    case ROp::kBor:
+      return MPI_BOR;
+    case ROp::kBxor:
+      return MPI_BXOR;
+    default:
+      return MPI_OP_NULL;
+  }
+}
+
+}  // namespace
+
+bool mpi_runs(DType dtype, ROp op) {
+  return mpi_datatype(dtype) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL;
+}
+
+Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                                   ROp op) {
+  // Timed and counted like the direct recursive doubling (the totals, skipring_last_stats and
+  // the report line cover this path too); no per-step records.
+  last_stats_ = CollectiveStats{};
+  CollectiveStats& s = last_stats_;
+  s.seq = seq_;
+  s.bytes = count * dtype_size(dtype);
+  s.algo = static_cast<int>(Algo::kMpi);
+  ++seq_;
+  if (count > static_cast<size_t>(INT_MAX)) {
+    // Local: every rank with this count stops here before calling MPI.
+    SKIPRING_LOG_ERROR(
+        "allreduce #{}: {} elements exceed what MPI_Allreduce takes (an int count); use another "
+        "SKIPRING_ALGO for this size",
+        s.seq, count);
+    return Status::kErrCount;
+  }
+  s.start = clock_->now();
+  const int rc = PMPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf,
+                                static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), internal_);
+  s.end = clock_->now();
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING] = {0};
+    int len = 0;
+    PMPI_Error_string(rc, text, &len);
+    const std::string why =
+        fmt::format("allreduce seq {} failed: the MPI library's all-reduce returned {} ({})",
+                    s.seq, rc, std::string(text, static_cast<size_t>(std::max(len, 0))));
+    SKIPRING_LOG_ERROR("{}; this communicator is unusable from now on", why);
+    note_error(Status::kErrTransport, s.seq, why);
+    return Status::kErrTransport;
+  }
+  s.messages_sent = s.messages_received = 0;  // MPI's own, not counted
+  return Status::kOk;
+}
+
+Status Communicator::measure_mpi_offsets() {
+  for (double& o : cost_.mpi_offset_s) o = std::numeric_limits<double>::infinity();
+  if (size_ < 2 || !cfg_.auto_mpi) return Status::kOk;
+  // Per probe size the fastest run of each (noise only lengthens a run), summed over the ranks
+  // before the difference: a rank that leaves a collective early waits in the next one, which
+  // moves time between ranks but not out of the sum (measure_engine_sigma's reasoning). The
+  // two alternate, so both see the same machine. The probe sequence numbers are no real
+  // collective's; the closing all-reduce and barrier end it on every rank together.
+  constexpr int k = CostParams::kMpiProbes;
+  constexpr uint32_t kProbeSeq = 0xffffe000u;
+  const size_t largest = kMpiProbeBytes[k - 1];
+  std::vector<uint64_t> in(largest / sizeof(uint64_t), 1), out(in.size(), 0);
+  std::vector<double> mine(2 * k + 1, 0.0), all(2 * k + 1, 0.0);
+  bool failed = false;
+  for (int i = 0; i < k && !failed; ++i) {
+    const size_t count = kMpiProbeBytes[i] / sizeof(uint64_t);
+    const int iters = kMpiProbeBytes[i] <= 1024 ? 20 : 6;
+    double rd_min = std::numeric_limits<double>::infinity(), mpi_min = rd_min;
+    for (int it = 0; it < iters && !failed; ++it) {
+      const double t0 = clock_->now();
+      if (!ok(rd_direct_allreduce(internal_, ring_, pos_, in.data(), out.data(), count,
+                                  DType::kUint64, ROp::kSum, &scratch_, wait_,
+                                  kProbeSeq + static_cast<uint32_t>(i * 64 + it), nullptr))) {
+        failed = true;
+        break;
+      }
+      const double t1 = clock_->now();
+      if (PMPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_UINT64_T, MPI_SUM,
+                         internal_) != MPI_SUCCESS) {
+        failed = true;
+        break;
+      }
+      const double t2 = clock_->now();
+      rd_min = std::min(rd_min, t1 - t0);
+      mpi_min = std::min(mpi_min, t2 - t1);
+    }
+    if (!failed) {
+      mine[2 * i] = rd_min;
+      mine[2 * i + 1] = mpi_min;
+    }
+  }
+  mine[2 * k] = failed ? 1.0 : 0.0;
+  MPI_Request reqs[2];
+  WaitWhat w;
+  w.what = "communicator setup: the MPI all-reduce probe's closing all-reduce";
+  Status st = wait_collectives(
+      PMPI_Iallreduce(mine.data(), all.data(), 2 * k + 1, MPI_DOUBLE, MPI_SUM, internal_, &reqs[0]),
+      &reqs[0], 1, wait_, w, nullptr, &mine, &all);
+  if (ok(st)) {
+    st = wait_collectives(PMPI_Ibarrier(internal_, &reqs[1]), &reqs[1], 1, wait_, w, nullptr);
+  }
+  if (!ok(st)) return st;
+  if (all[2 * k] != 0) return Status::kErrTransport;
+  for (int i = 0; i < k; ++i) {
+    cost_.mpi_offset_s[i] = (all[2 * i + 1] - all[2 * i]) / size_;
+  }
+  return Status::kOk;
+}
+
+}  // namespace skipring
