@@ -413,9 +413,30 @@ int reduction_fallback_reason(MPI_Datatype datatype) {
 }
 
 // The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
+// The last native pair this thread classified: an application repeats its (type, op), and the
+// classification walks the type list (~50 instructions per call, a tenth of the small sizes'
+// per-call overhead). Only native pairs are kept: their handles are predefined (or skipring's
+// own 16-bit types, never freed), so a handle equal to one is that type; a freed derived type's
+// handle, reused by MPI, can never match.
+struct LastReduction {
+  MPI_Datatype datatype = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  DType dt = DType::kInt8;
+  ROp rop = ROp::kSum;
+};
+thread_local LastReduction t_last_reduction;
+
 MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
   if (!global_config().enable) return MpiReduction::kOther;
-  return classify_reduction(datatype, op, dt, rop);
+  LastReduction& last = t_last_reduction;
+  if (datatype == last.datatype && op == last.op && datatype != MPI_DATATYPE_NULL) {
+    *dt = last.dt;
+    *rop = last.rop;
+    return MpiReduction::kNative;
+  }
+  const MpiReduction kind = classify_reduction(datatype, op, dt, rop);
+  if (kind == MpiReduction::kNative) last = LastReduction{datatype, op, *dt, *rop};
+  return kind;
 }
 
 bool intra_comm(MPI_Comm comm) {

@@ -112,16 +112,17 @@ Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t co
     return Status::kErrCount;
   }
   s.start = clock_->now();
-  const int rc = PMPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf,
-                                static_cast<int>(count), mpi_datatype(dtype), mpi_op(op), internal_);
+  const int rc =
+      PMPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, static_cast<int>(count),
+                     mpi_datatype(dtype), mpi_op(op), internal_);
   s.end = clock_->now();
   if (rc != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING] = {0};
     int len = 0;
     PMPI_Error_string(rc, text, &len);
     const std::string why =
-        fmt::format("allreduce seq {} failed: the MPI library's all-reduce returned {} ({})",
-                    s.seq, rc, std::string(text, static_cast<size_t>(std::max(len, 0))));
+        fmt::format("allreduce seq {} failed: the MPI library's all-reduce returned {} ({})", s.seq,
+                    rc, std::string(text, static_cast<size_t>(std::max(len, 0))));
     SKIPRING_LOG_ERROR("{}; this communicator is unusable from now on", why);
     note_error(Status::kErrTransport, s.seq, why);
     return Status::kErrTransport;

@@ -129,10 +129,12 @@ void run_case(const TypeCase& t, const OpCase& o, int count, bool in_place, uint
   }
   check(rc == MPI_SUCCESS, what + ": rc=" + std::to_string(rc));
   if (!g_expect_algo.empty() && count > 0) {
+    // The `mpi` row runs the direct recursive doubling for the 8-bit types (Open MPI 4.1's op/avx
+    // sums them wrongly: runtime/communicator_mpi.cpp).
+    const std::string expect = g_expect_algo == "mpi" && t.size == 1 ? "rd" : g_expect_algo;
     skipring_stats_t st;
-    check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS &&
-              std::string(st.algo) == g_expect_algo,
-          what + ": ran " + st.algo + ", expected " + g_expect_algo);
+    check(skipring_last_stats(MPI_COMM_WORLD, &st) == MPI_SUCCESS && std::string(st.algo) == expect,
+          what + ": ran " + st.algo + ", expected " + expect);
   }
   // Exact cases against the host's reduction; float SUM/PROD (order-sensitive) against MPI's.
   const bool exact = mpitest::host_reduce(t.type, o.op, in.data(), count, ref.data());
@@ -212,6 +214,43 @@ void bad_input() {
   skipring_get_totals(&after);
   check(after.fallbacks == before.fallbacks + 1, "fallback counted");
   MPI_Op_free(&user);
+  // Fallbacks by reason (issue 40): the user op is an op fallback, MAXLOC on MPI_2INT a datatype
+  // one; the reasons add up to the fallbacks.
+  const char* const reasons[] = {"fallback_datatype", "fallback_op",       "fallback_comm",
+                                 "fallback_memory",   "fallback_disabled", "fallback_other"};
+  uint64_t by[6] = {0, 0, 0, 0, 0, 0};
+  for (int r = 0; r < 6; ++r) {
+    check(skipring_get_counter(reasons[r], &by[r]) == MPI_SUCCESS,
+          std::string("counter ") + reasons[r]);
+  }
+  check(by[1] >= 1, "the user op counted as an op fallback");
+  int pair[2] = {g_rank, g_rank}, best[2] = {-1, -1};
+  check(skipring_allreduce(pair, best, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD) == MPI_SUCCESS &&
+            best[0] == g_size - 1 && best[1] == g_size - 1,
+        "MAXLOC falls back and is right");
+  uint64_t datatype_after = 0, op_after = 0, sum = 0, v = 0;
+  skipring_get_counter("fallback_datatype", &datatype_after);
+  skipring_get_counter("fallback_op", &op_after);
+  check(datatype_after == by[0] + 1 && op_after == by[1],
+        "MAXLOC on MPI_2INT: a datatype fallback");
+  for (const char* r : reasons) sum += skipring_get_counter(r, &v) == MPI_SUCCESS ? v : 0;
+  skipring_get_totals(&after);
+  check(sum == after.fallbacks, "the reasons add up to the fallbacks");
+  check(skipring_get_counter("no_such_counter", &v) == MPI_ERR_ARG, "unknown counter: MPI_ERR_ARG");
+  check(skipring_get_counter(nullptr, &v) == MPI_ERR_ARG, "NULL counter name: MPI_ERR_ARG");
+  check(skipring_get_counter("mpi", nullptr) == MPI_ERR_ARG, "NULL counter value: MPI_ERR_ARG");
+  // Overlapping buffers (issue 40): MPI_ERR_BUFFER as for the same buffer, nothing written.
+  int v5[5] = {1, 2, 3, 4, 5};
+  check(skipring_allreduce(v5, v5 + 1, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_BUFFER &&
+            v5[1] == 2 && v5[4] == 5,
+        "overlapping buffers (recvbuf inside sendbuf) give MPI_ERR_BUFFER");
+  check(skipring_allreduce(v5 + 1, v5, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_ERR_BUFFER &&
+            v5[0] == 1,
+        "overlapping buffers (sendbuf inside recvbuf) give MPI_ERR_BUFFER");
+  int w[4] = {0, 0, 0, 0};
+  check(skipring_allreduce(v5, w, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS &&
+            w[3] == 4 * g_size,
+        "separate buffers are fine");
 }
 
 void stats_check() {

@@ -350,7 +350,8 @@ static void counting_handler(MPI_Comm* comm, int* code, ...) {
 
 /* Invalid calls must come back as errors through the communicator's error handler.
  * `null_buffer`: also pass a null receive buffer with a supported type, which skipring
- * rejects with MPI_ERR_BUFFER (plain Open MPI dereferences it, so only with the library). */
+ * rejects with MPI_ERR_BUFFER (plain Open MPI dereferences it, so only with the library), and
+ * overlapping buffers (MPI_ERR_BUFFER with the library; plain MPI does not check them). */
 static int g_negative_count = 1; /* --no-negative-count: skip the count -1 case */
 static void run_errors(int null_buffer) {
   MPI_Comm comm;
@@ -382,6 +383,19 @@ static void run_errors(int null_buffer) {
     MPI_Error_class(rc, &cls);
     CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_BUFFER, "null recvbuf: rc=%d class=%d", rc, cls);
     CHECK(g_handler_calls == 1, "null recvbuf: handler called %d times", g_handler_calls);
+  }
+
+  if (null_buffer) {
+    /* Overlapping send and receive buffers (not the same address): erroneous in MPI, rejected
+     * by skipring with MPI_ERR_BUFFER (issue 40; plain Open MPI does not check it). */
+    int v[5] = {1, 2, 3, 4, 5};
+    g_handler_calls = 0;
+    rc = MPI_Allreduce(v, v + 1, 4, MPI_INT, MPI_SUM, comm);
+    MPI_Error_class(rc, &cls);
+    CHECK(rc != MPI_SUCCESS && cls == MPI_ERR_BUFFER, "overlapping buffers: rc=%d class=%d", rc,
+          cls);
+    CHECK(g_handler_calls == 1, "overlapping buffers: handler called %d times", g_handler_calls);
+    CHECK(v[0] == 1 && v[1] == 2 && v[4] == 5, "overlapping buffers: the buffer was written");
   }
 
   /* The communicator still works afterwards. */

@@ -568,7 +568,7 @@ def run_jobs(cluster, a):
     text = out_of("preload", preload_job)
     completed(preload_job, "srun_preload")
     reports = re.findall(r"^skipring: rank=(\d+) calls=(\d+) fallbacks=\d+ skips=\d+ late=\d+ "
-                         r"bytes=\d+ time_s=\d+\.\d{6}$", text, re.M)
+                         r"bytes=\d+ time_s=\d+\.\d{6}(?: [a-z_]+=\d+)*$", text, re.M)
     ranks = sorted(int(r) for r, _ in reports)
     check(ranks == list(range(np)), f"srun_preload: one report line per rank 0..{np - 1} "
           f"(got ranks {ranks})")

@@ -25,7 +25,7 @@ import tempfile
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT_RE = re.compile(r"^skipring: rank=(\d+) calls=(\d+) fallbacks=(\d+) skips=(\d+) "
-                       r"late=(\d+) bytes=(\d+) time_s=([0-9.]+)$", re.M)
+                       r"late=(\d+) bytes=(\d+) time_s=([0-9.]+)(?: [a-z_]+=\d+)*$", re.M)
 
 
 def main():
