@@ -148,11 +148,21 @@ struct CommCache {
   Communicator* state = nullptr;
   uint64_t generation = 0;
 };
-thread_local CommCache t_comm_cache;
+// initial-exec: a TLS access without a __tls_get_addr call on the per-call path (a few bytes of
+// the static TLS surplus glibc keeps for libraries loaded later, as this one can be).
+__attribute__((tls_model("initial-exec"))) thread_local CommCache t_comm_cache;
 
 int delete_comm_state(MPI_Comm, int, void* attr, void*) {
   g_comm_generation.fetch_add(1, std::memory_order_acq_rel);
   auto* c = static_cast<Communicator*>(attr);
+  {
+    // Its fast-path calls stay in the process totals.
+    const Communicator::FastTotals& f = c->fast_totals();
+    const uint64_t calls = f.calls.load(std::memory_order_relaxed);
+    state().calls.fetch_add(calls, std::memory_order_relaxed);
+    state().mpi_calls.fetch_add(calls, std::memory_order_relaxed);
+    state().bytes.fetch_add(f.bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
   std::unique_ptr<StagingPool> pool;  // freed outside the lock
   {
     std::lock_guard<std::mutex> lock(state().mutex);
@@ -198,6 +208,17 @@ void close_outputs() {
   }
 }
 
+// The fast-path calls and bytes of the live communicators (freed ones are in the totals).
+std::pair<uint64_t, uint64_t> live_fast_totals() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  uint64_t calls = 0, bytes = 0;
+  for (const auto& [c, comm] : state().comms) {
+    calls += c->fast_totals().calls.load(std::memory_order_relaxed);
+    bytes += c->fast_totals().bytes.load(std::memory_order_relaxed);
+  }
+  return {calls, bytes};
+}
+
 // At finalize, at info level: what went to the MPI library and why.
 void log_fallbacks() {
   static std::atomic<bool> said{false};
@@ -211,7 +232,8 @@ void log_fallbacks() {
   SKIPRING_LOG_INFO(
       "{} calls in skipring ({} of them by the MPI library's all-reduce, the mpi "
       "algorithm), {} handed to the MPI library:{}",
-      g.calls.load(std::memory_order_relaxed), g.mpi_calls.load(std::memory_order_relaxed),
+      g.calls.load(std::memory_order_relaxed) + live_fast_totals().first,
+      g.mpi_calls.load(std::memory_order_relaxed) + live_fast_totals().first,
       g.fallbacks.load(std::memory_order_relaxed), by);
 }
 
@@ -424,7 +446,7 @@ struct LastReduction {
   DType dt = DType::kInt8;
   ROp rop = ROp::kSum;
 };
-thread_local LastReduction t_last_reduction;
+__attribute__((tls_model("initial-exec"))) thread_local LastReduction t_last_reduction;
 
 MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
   if (!global_config().enable) return MpiReduction::kOther;
@@ -675,6 +697,21 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     if (int rc = comm_state(comm, true, &c); rc != MPI_SUCCESS) return rc;
   }
   if (dev != 0) return staged_allreduce(c, ops, dev, sendbuf, recvbuf, count, dt, rop);
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+  if (c->mpi_cached(bytes, dt, rop)) {
+    // auto hands this size to the MPI library (the `mpi` row) and chose so before: the call
+    // goes straight to PMPI_Allreduce with the caller's buffers and communicator, as without
+    // skipring (issue 40: everything else skipring does per call cost as much as the MPI's 8-byte
+    // all-reduce on shared memory). Errors are the MPI library's, raised on comm's handler.
+    // skipring's own (fixed-width) type and op, as the `mpi` row's slow path: Open MPI 4.1.4
+    // reduces MPI_UNSIGNED_LONG with MIN/MAX as signed.
+    const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mpi_datatype(dt), mpi_op(rop), comm);
+    if (rc != MPI_SUCCESS) return rc;
+    // Counted on the communicator (no locked instruction; the totals add them up), not timed,
+    // not traced (no steps).
+    c->count_mpi_call(bytes);
+    return MPI_SUCCESS;
+  }
   // A broken communicator refuses the call itself, saying why (Communicator::refuse_broken).
   Status st = c->allreduce(src, recvbuf, static_cast<size_t>(count), dt, rop);
   if (!ok(st)) return to_mpi_error(st);
@@ -1084,11 +1121,12 @@ int skipring_get_totals(skipring_totals_t* totals) {
   return guarded([&]() -> int {
     if (totals == nullptr) return MPI_ERR_ARG;
     const GlobalState& g = state();  // allocates on the very first call
-    totals->calls = g.calls.load(std::memory_order_relaxed);
+    const auto [fast_calls, fast_bytes] = live_fast_totals();
+    totals->calls = g.calls.load(std::memory_order_relaxed) + fast_calls;
     totals->fallbacks = g.fallbacks.load(std::memory_order_relaxed);
     totals->skips = g.skips.load(std::memory_order_relaxed);
     totals->late = g.late.load(std::memory_order_relaxed);
-    totals->bytes = g.bytes.load(std::memory_order_relaxed);
+    totals->bytes = g.bytes.load(std::memory_order_relaxed) + fast_bytes;
     totals->time_s = static_cast<double>(g.time_ns.load(std::memory_order_relaxed)) * 1e-9;
     return MPI_SUCCESS;
   });
@@ -1114,7 +1152,7 @@ int skipring_get_counter(const char* name, uint64_t* value) {
     const GlobalState& g = state();
     const std::string n = name;
     if (n == "mpi") {
-      *value = g.mpi_calls.load(std::memory_order_relaxed);
+      *value = g.mpi_calls.load(std::memory_order_relaxed) + live_fast_totals().first;
       return MPI_SUCCESS;
     }
     for (int r = 0; r < SKIPRING_FALLBACK_REASONS; ++r) {

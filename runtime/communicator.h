@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,10 @@ namespace skipring {
 // True when the `mpi` algorithm row hands (dtype, op) to the MPI library
 // (runtime/communicator_mpi.cpp); otherwise it runs the direct recursive doubling.
 bool mpi_runs(DType dtype, ROp op);
+// What the `mpi` row hands to the MPI library for (dtype, op): skipring's own mapping, never the
+// caller's handles (MPI_DATATYPE_NULL / MPI_OP_NULL where mpi_runs is false).
+MPI_Datatype mpi_datatype(DType dtype);
+MPI_Op mpi_op(ROp op);
 
 class Communicator {
  public:
@@ -70,6 +75,40 @@ class Communicator {
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
   const CollectiveStats& last_stats() const { return last_stats_; }
+  // The drop-in's and the C API's fast path for the `mpi` row (issue 40): true when auto's cached
+  // choice hands an all-reduce of `bytes` of (dtype, op) to the MPI library, so the caller may
+  // call PMPI_Allreduce itself with its own arguments and then count_mpi_call(bytes). The choice
+  // is the one allreduce() would make (the same cache, agreed inputs): every rank takes the fast
+  // path for the same calls. Never with SKIPRING_CHECK (its agreement runs first), a forced
+  // algorithm, or a broken communicator.
+  bool mpi_cached(size_t bytes, DType dtype, ROp op) const {
+    return last_choice_ == Algo::kMpi && bytes == last_choice_bytes_ &&
+           cfg_.skip == last_choice_skip_ && cfg_.algo == Algo::kAuto && !broken_ && !cfg_.check &&
+           mpi_runs(dtype, op);
+  }
+  // Records a fast-path call: the sequence number and what skipring_last_stats reports (no
+  // time: the two clock reads cost about a third of what the skipring path added to it).
+  // The fast path's calls and bytes on this communicator (api.cpp adds them to the process
+  // totals): one writer at a time (the thread calling the communicator: MPI orders collectives
+  // on a communicator), so a relaxed load and store, no locked instruction on the per-call path;
+  // readers (skipring_get_totals) load them.
+  struct FastTotals {
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> bytes{0};
+  };
+  const FastTotals& fast_totals() const { return fast_totals_; }
+  void count_mpi_call(size_t bytes) {
+    fast_totals_.calls.store(fast_totals_.calls.load(std::memory_order_relaxed) + 1,
+                             std::memory_order_relaxed);
+    fast_totals_.bytes.store(fast_totals_.bytes.load(std::memory_order_relaxed) + bytes,
+                             std::memory_order_relaxed);
+    // After an `mpi` call every other field is already clear (mpi_allreduce resets them).
+    if (last_stats_.algo != static_cast<int>(Algo::kMpi)) last_stats_ = CollectiveStats{};
+    last_stats_.seq = seq_++;
+    last_stats_.bytes = bytes;
+    last_stats_.algo = static_cast<int>(Algo::kMpi);
+    last_stats_.start = last_stats_.end = 0;
+  }
   // After an error other than a local argument error (keeps_usable) the state is unusable;
   // every later call is refused saying why (refuse_broken).
   bool broken() const { return broken_; }
@@ -194,6 +233,7 @@ class Communicator {
   uint64_t broken_seq_ = 0;
   std::string broken_reason_;
   CollectiveStats last_stats_;
+  FastTotals fast_totals_;
 };
 
 }  // namespace skipring

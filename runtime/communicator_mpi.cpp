@@ -30,9 +30,10 @@
 #include "runtime/rd_direct.h"
 
 namespace skipring {
-namespace {
 
-// The MPI datatype of a DType the `mpi` row runs (MPI_DATATYPE_NULL: it does not).
+// The MPI datatype of a DType the `mpi` row runs (MPI_DATATYPE_NULL: it does not). Always the
+// fixed-width type: Open MPI 4.1.4 reduces MPI_UNSIGNED_LONG with MIN/MAX as signed (values
+// with the high bit set come out wrong), MPI_UINT64_T right.
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::kInt16:
@@ -87,8 +88,6 @@ MPI_Op mpi_op(ROp op) {
   }
 }
 
-}  // namespace
-
 bool mpi_runs(DType dtype, ROp op) {
   return mpi_datatype(dtype) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL;
 }
@@ -141,6 +140,19 @@ Status Communicator::measure_mpi_offsets() {
   // collective's; the closing all-reduce and barrier end it on every rank together.
   constexpr int k = CostParams::kMpiProbes;
   constexpr uint32_t kProbeSeq = 0xffffe000u;
+  // The recursive doubling is timed as a call runs it: through allreduce() (SKIPRING_ALGO=rd
+  // for the probe), with its per-call bookkeeping (two clock reads, the stats), which the `mpi`
+  // fast path does not pay (api.cpp) and which is a third of an 8-byte all-reduce on shared
+  // memory. This runs inside a call's choose_algo: the call's parameters, sequence number and
+  // stats are put back afterwards, so the probe leaves no trace (its messages carry no sequence
+  // number and are all received before it returns). Where the call would not take the direct
+  // path (records, injection, SKIPRING_CHECK) the probe times rd_direct_allreduce alone.
+  const bool through_allreduce = !any_records_ && inject_.empty() && !cfg_.check;
+  const RingParams saved_params = params_;
+  const uint64_t saved_seq = seq_;
+  const CollectiveStats saved_stats = last_stats_;
+  const Algo saved_algo = cfg_.algo;
+  cfg_.algo = Algo::kRd;
   const size_t largest = kMpiProbeBytes[k - 1];
   std::vector<uint64_t> in(largest / sizeof(uint64_t), 1), out(in.size(), 0);
   std::vector<double> mine(2 * k + 1, 0.0), all(2 * k + 1, 0.0);
@@ -151,9 +163,13 @@ Status Communicator::measure_mpi_offsets() {
     double rd_min = std::numeric_limits<double>::infinity(), mpi_min = rd_min;
     for (int it = 0; it < iters && !failed; ++it) {
       const double t0 = clock_->now();
-      if (!ok(rd_direct_allreduce(internal_, ring_, pos_, in.data(), out.data(), count,
-                                  DType::kUint64, ROp::kSum, &scratch_, wait_,
-                                  kProbeSeq + static_cast<uint32_t>(i * 64 + it), nullptr))) {
+      const Status rd =
+          through_allreduce
+              ? allreduce(in.data(), out.data(), count, DType::kUint64, ROp::kSum)
+              : rd_direct_allreduce(internal_, ring_, pos_, in.data(), out.data(), count,
+                                    DType::kUint64, ROp::kSum, &scratch_, wait_,
+                                    kProbeSeq + static_cast<uint32_t>(i * 64 + it), nullptr);
+      if (!ok(rd)) {
         failed = true;
         break;
       }
@@ -172,6 +188,10 @@ Status Communicator::measure_mpi_offsets() {
       mine[2 * i + 1] = mpi_min;
     }
   }
+  cfg_.algo = saved_algo;
+  params_ = saved_params;
+  seq_ = saved_seq;
+  last_stats_ = saved_stats;
   mine[2 * k] = failed ? 1.0 : 0.0;
   MPI_Request reqs[2];
   WaitWhat w;

@@ -24,7 +24,8 @@ namespace {
 
 // Set while this thread runs skipring code, so that MPI_Allreduce calls skipring itself
 // makes are not intercepted again.
-thread_local bool t_inside_skipring = false;
+// initial-exec: no __tls_get_addr call on the per-call path (the library is preloaded).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_inside_skipring = false;
 
 // Invokes the communicator's error handler as an MPI function does and returns `code`.
 // (MPI_Comm_call_errhandler itself returns MPI_SUCCESS when the handler returns, e.g. with

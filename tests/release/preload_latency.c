@@ -1,0 +1,109 @@
+/* preload_latency: MPI_Allreduce against PMPI_Allreduce in the same run, for the PMPI drop-in's
+ * latency table (issue 40; scripts/latency_table.py runs it). A plain MPI program: run it with
+ * libskipring_pmpi.so preloaded and MPI_Allreduce is skipring's, while PMPI_Allreduce is always
+ * the MPI library's own. Per size (float sum, out of place): warm-up calls of each, then ITERS
+ * iterations, each timing one call of each after a barrier (the two alternate, and which goes
+ * first alternates too, so both see the same machine); a call's time is the slowest rank's. Prints one line per size:
+ *   size_bytes p50_us(MPI_Allreduce) p50_us(PMPI_Allreduce) ratio
+ * and checks every MPI_Allreduce result (exits 1 on a wrong element).
+ *
+ * usage: preload_latency [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char** argv) {
+  long min_b = 8, max_b = 64L << 20, factor = 4, iters = 60, warmup = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const long v = atol(argv[i + 1]);
+    if (strcmp(argv[i], "-b") == 0) min_b = v;
+    else if (strcmp(argv[i], "-e") == 0) max_b = v;
+    else if (strcmp(argv[i], "-f") == 0) factor = v;
+    else if (strcmp(argv[i], "-n") == 0) iters = v;
+    else if (strcmp(argv[i], "-w") == 0) warmup = v;
+    else {
+      fprintf(stderr, "preload_latency: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (min_b < 4 || max_b < min_b || factor < 2 || iters < 1 || warmup < 0) {
+    fprintf(stderr, "preload_latency: bad arguments\n");
+    return 2;
+  }
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const size_t max_count = (size_t)max_b / sizeof(float);
+  float* in = malloc(max_count * sizeof(float));
+  float* out = malloc(max_count * sizeof(float));
+  double* t_sr = malloc((size_t)iters * sizeof(double));
+  double* t_mpi = malloc((size_t)iters * sizeof(double));
+  if (!in || !out || !t_sr || !t_mpi) {
+    fprintf(stderr, "preload_latency: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  /* Small integers: every sum is exact in float whatever the order. */
+  for (size_t i = 0; i < max_count; ++i) in[i] = (float)((i + (size_t)rank) % 7);
+  long wrong = 0;
+  if (rank == 0) printf("# size_bytes p50_MPI_Allreduce_us p50_PMPI_Allreduce_us ratio (%d ranks)\n", size);
+  for (long b = min_b; b <= max_b; b *= factor) {
+    const int count = (int)(b / (long)sizeof(float));
+    for (long w = 0; w < warmup; ++w) {
+      MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      PMPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (long it = 0; it < iters; ++it) {
+      double t[2];
+      /* Which goes first alternates: the first call after a barrier meets the ranks' exit skew
+       * of the barrier, the second one what the first left. */
+      for (int k = 0; k < 2; ++k) {
+        const int which = (int)((it + k) % 2); /* 0: MPI_Allreduce, 1: PMPI_Allreduce */
+        PMPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        if (which == 0) {
+          MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        } else {
+          PMPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+        t[which] = MPI_Wtime() - t0;
+        if (which == 0 && it == 0) {
+          for (int i = 0; i < count; ++i) {
+            float want = 0;
+            for (int r = 0; r < size; ++r) want += (float)(((size_t)i + (size_t)r) % 7);
+            wrong += out[i] != want;
+          }
+        }
+      }
+      double slowest[2];
+      PMPI_Allreduce(t, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      t_sr[it] = slowest[0];
+      t_mpi[it] = slowest[1];
+    }
+    if (rank == 0) {
+      const double a = median(t_sr, (int)iters) * 1e6, m = median(t_mpi, (int)iters) * 1e6;
+      printf("%ld %.3f %.3f %.3f\n", b, a, m, a / m);
+      fflush(stdout);
+    }
+  }
+  long all_wrong = 0;
+  PMPI_Allreduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("# wrong elements: %ld\n", all_wrong);
+  free(in);
+  free(out);
+  free(t_sr);
+  free(t_mpi);
+  MPI_Finalize();
+  return all_wrong == 0 ? 0 : 1;
+}
