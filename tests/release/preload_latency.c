@@ -3,9 +3,9 @@
  * libskipring_pmpi.so preloaded and MPI_Allreduce is skipring's, while PMPI_Allreduce is always
  * the MPI library's own. Per size (float sum, out of place): warm-up calls of each, then ITERS
  * iterations, each timing one call of each after a barrier (the two alternate, and which goes
- * first alternates too, so both see the same machine); a call's time is the slowest rank's. Prints one line per size:
- *   size_bytes p50_us(MPI_Allreduce) p50_us(PMPI_Allreduce) ratio
- * and checks every MPI_Allreduce result (exits 1 on a wrong element).
+ * first alternates too, so both see the same machine); a call's time is the slowest rank's. Prints
+ * one line per size: size_bytes p50_us(MPI_Allreduce) p50_us(PMPI_Allreduce) ratio and checks every
+ * MPI_Allreduce result (exits 1 on a wrong element).
  *
  * usage: preload_latency [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] */
 #include <mpi.h>
@@ -27,11 +27,16 @@ int main(int argc, char** argv) {
   long min_b = 8, max_b = 64L << 20, factor = 4, iters = 60, warmup = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const long v = atol(argv[i + 1]);
-    if (strcmp(argv[i], "-b") == 0) min_b = v;
-    else if (strcmp(argv[i], "-e") == 0) max_b = v;
-    else if (strcmp(argv[i], "-f") == 0) factor = v;
-    else if (strcmp(argv[i], "-n") == 0) iters = v;
-    else if (strcmp(argv[i], "-w") == 0) warmup = v;
+    if (strcmp(argv[i], "-b") == 0)
+      min_b = v;
+    else if (strcmp(argv[i], "-e") == 0)
+      max_b = v;
+    else if (strcmp(argv[i], "-f") == 0)
+      factor = v;
+    else if (strcmp(argv[i], "-n") == 0)
+      iters = v;
+    else if (strcmp(argv[i], "-w") == 0)
+      warmup = v;
     else {
       fprintf(stderr, "preload_latency: unknown option %s\n", argv[i]);
       return 2;
@@ -57,7 +62,8 @@ int main(int argc, char** argv) {
   /* Small integers: every sum is exact in float whatever the order. */
   for (size_t i = 0; i < max_count; ++i) in[i] = (float)((i + (size_t)rank) % 7);
   long wrong = 0;
-  if (rank == 0) printf("# size_bytes p50_MPI_Allreduce_us p50_PMPI_Allreduce_us ratio (%d ranks)\n", size);
+  if (rank == 0)
+    printf("# size_bytes p50_MPI_Allreduce_us p50_PMPI_Allreduce_us ratio (%d ranks)\n", size);
   for (long b = min_b; b <= max_b; b *= factor) {
     const int count = (int)(b / (long)sizeof(float));
     for (long w = 0; w < warmup; ++w) {

@@ -1,0 +1,173 @@
+// What scientific codes reduce besides plain numbers (issue 40), through skipring_allreduce (the
+// drop-in calls it): complex types (C float/double/long double complex, Fortran COMPLEX and
+// DOUBLE COMPLEX) with SUM and PROD, and MINLOC/MAXLOC on the pair types (C and Fortran). They
+// go to the MPI library (counted as datatype fallbacks: skipring's kernels do not reduce them);
+// results must be bit-exact against a reduction computed here on the host, identical on every
+// rank, in place and not, for counts 1, n + 1 and a large one.
+//
+// Exactness whatever the MPI's order: complex values are small Gaussian integers (real and
+// imaginary parts in -2..2), so every partial sum and product is an exact integer in float;
+// MINLOC/MAXLOC values come from a small set, so ties happen and the index rule (the smallest
+// index among equal values) is exercised.
+//
+// Prints "N passed, M failed" and exits non-zero on any failure.
+#include <mpi.h>
+#include <skipring/skipring.h>
+
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/mpi/mpi_test_util.h"
+
+namespace {
+using mpitest::check;
+using mpitest::g_rank;
+using mpitest::g_size;
+
+// Element i of rank r's input: a Gaussian integer in [-2, 2] + [-2, 2] i, never 0 + 0 i for PROD.
+template <typename R>
+std::complex<R> gaussian(int r, int i, bool prod) {
+  const int a = (r * 7 + i * 3) % 5 - 2, b = (r * 3 + i * 11 + 1) % 5 - 2;
+  if (prod && a == 0 && b == 0) return {R(1), R(0)};
+  return {R(a), R(b)};
+}
+
+uint64_t fallbacks_datatype() {
+  uint64_t v = 0;
+  skipring_get_counter("fallback_datatype", &v);
+  return v;
+}
+
+template <typename R>
+void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in_place) {
+  if (type == MPI_DATATYPE_NULL) return;  // an MPI built without Fortran
+  const bool prod = op == MPI_PROD;
+  using C = std::complex<R>;
+  std::vector<C> in(count), out(count), ref(count);
+  for (int i = 0; i < count; ++i) {
+    in[i] = gaussian<R>(g_rank, i, prod);
+    C acc = gaussian<R>(0, i, prod);
+    for (int r = 1; r < g_size; ++r) acc = prod ? acc * gaussian<R>(r, i, prod) : acc + gaussian<R>(r, i, prod);
+    ref[i] = acc;
+  }
+  const std::string what = std::string(name) + (prod ? " PROD" : " SUM") +
+                           " count=" + std::to_string(count) + (in_place ? " in place" : "");
+  const uint64_t before = fallbacks_datatype();
+  int rc;
+  if (in_place) {
+    out = in;
+    rc = skipring_allreduce(MPI_IN_PLACE, out.data(), count, type, op, MPI_COMM_WORLD);
+  } else {
+    rc = skipring_allreduce(in.data(), out.data(), count, type, op, MPI_COMM_WORLD);
+  }
+  check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
+  bool same = true;
+  for (int i = 0; i < count; ++i) same = same && out[i].real() == ref[i].real() && out[i].imag() == ref[i].imag();
+  check(same, what + ": differs from the host reference");
+  check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
+  // Identical on every rank (as bytes of the values).
+  std::vector<R> parts(2 * static_cast<size_t>(count)), root(parts.size());
+  for (int i = 0; i < count; ++i) {
+    parts[2 * i] = out[i].real();
+    parts[2 * i + 1] = out[i].imag();
+  }
+  root = parts;
+  mpitest::bcast(root.data(), static_cast<int>(root.size() * sizeof(R)), MPI_BYTE, 0);
+  int mine = root == parts ? 1 : 0, all = 0;
+  mpitest::allreduce(&mine, &all, 1, MPI_INT, MPI_LAND);
+  check(all == 1, what + ": ranks disagree");
+}
+
+// The C pair types' layouts (MPI-3.1 5.9.4).
+template <typename V, typename I = int>
+struct Pair {
+  V value;
+  I index;
+};
+
+// Rank r's value at element i: from a small set, so ranks tie.
+template <typename V>
+V loc_value(int r, int i) {
+  return static_cast<V>((r * 5 + i * 3) % 4 - 1);
+}
+
+template <typename V, typename I = int>
+void loc_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in_place) {
+  if (type == MPI_DATATYPE_NULL) return;  // an MPI built without Fortran
+  const bool is_max = op == MPI_MAXLOC;
+  std::vector<Pair<V, I>> in(count), out(count), ref(count);
+  for (int i = 0; i < count; ++i) {
+    in[i] = {loc_value<V>(g_rank, i), static_cast<I>(g_rank)};
+    Pair<V, I> best{loc_value<V>(0, i), 0};
+    for (int r = 1; r < g_size; ++r) {
+      const V v = loc_value<V>(r, i);
+      if (is_max ? v > best.value : v < best.value) best = {v, static_cast<I>(r)};
+      // Equal values keep the smaller index (r only grows here).
+    }
+    ref[i] = best;
+  }
+  const std::string what = std::string(name) + (is_max ? " MAXLOC" : " MINLOC") +
+                           " count=" + std::to_string(count) + (in_place ? " in place" : "");
+  const uint64_t before = fallbacks_datatype();
+  int rc;
+  if (in_place) {
+    out = in;
+    rc = skipring_allreduce(MPI_IN_PLACE, out.data(), count, type, op, MPI_COMM_WORLD);
+  } else {
+    rc = skipring_allreduce(in.data(), out.data(), count, type, op, MPI_COMM_WORLD);
+  }
+  check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
+  bool same = true;
+  for (int i = 0; i < count; ++i) same = same && out[i].value == ref[i].value && out[i].index == ref[i].index;
+  check(same, what + ": differs from the host reference");
+  check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
+  // The same on every rank: the maximum and minimum of (value, index) over the ranks agree.
+  long long mine[2] = {0, 0};
+  for (int i = 0; i < count; ++i) {
+    mine[0] += static_cast<long long>(out[i].value) * 1000003 + static_cast<long long>(out[i].index) * (i + 1);
+  }
+  mine[1] = -mine[0];
+  long long all[2];
+  mpitest::allreduce(mine, all, 2, MPI_LONG_LONG, MPI_MAX);
+  check(all[0] == -all[1], what + ": ranks disagree");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  for (int count : {1, g_size + 1, 4099}) {
+    for (bool in_place : {false, true}) {
+      for (MPI_Op op : {MPI_SUM, MPI_PROD}) {
+        complex_case<float>(MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX", op, count, in_place);
+        complex_case<double>(MPI_C_DOUBLE_COMPLEX, "MPI_C_DOUBLE_COMPLEX", op, count, in_place);
+        complex_case<long double>(MPI_C_LONG_DOUBLE_COMPLEX, "MPI_C_LONG_DOUBLE_COMPLEX", op,
+                                  count, in_place);
+        // Fortran COMPLEX and DOUBLE COMPLEX: two REALs / DOUBLE PRECISIONs.
+        complex_case<float>(MPI_COMPLEX, "MPI_COMPLEX", op, count, in_place);
+        complex_case<double>(MPI_DOUBLE_COMPLEX, "MPI_DOUBLE_COMPLEX", op, count, in_place);
+      }
+      for (MPI_Op op : {MPI_MINLOC, MPI_MAXLOC}) {
+        loc_case<float>(MPI_FLOAT_INT, "MPI_FLOAT_INT", op, count, in_place);
+        loc_case<double>(MPI_DOUBLE_INT, "MPI_DOUBLE_INT", op, count, in_place);
+        loc_case<long>(MPI_LONG_INT, "MPI_LONG_INT", op, count, in_place);
+        loc_case<int>(MPI_2INT, "MPI_2INT", op, count, in_place);
+        loc_case<short>(MPI_SHORT_INT, "MPI_SHORT_INT", op, count, in_place);
+        loc_case<long double>(MPI_LONG_DOUBLE_INT, "MPI_LONG_DOUBLE_INT", op, count, in_place);
+        // Fortran pairs: both members of the Fortran type (REAL, DOUBLE PRECISION, INTEGER).
+        loc_case<float, float>(MPI_2REAL, "MPI_2REAL", op, count, in_place);
+        loc_case<double, double>(MPI_2DOUBLE_PRECISION, "MPI_2DOUBLE_PRECISION", op, count,
+                                 in_place);
+        loc_case<int, int>(MPI_2INTEGER, "MPI_2INTEGER", op, count, in_place);
+      }
+    }
+  }
+  const int rc = mpitest::finish();
+  MPI_Finalize();
+  return rc;
+}
