@@ -110,21 +110,19 @@ struct RingParams {
   // (alternating by segment) and every rank computes partial op input. After a late arrival the
   // late rank's links then carry S each way with no dependency on an owner. Ignored without skip.
   bool late_bcast = false;
-  // Late chain (collectives/late_chain.h; not read by the ring itself): how long the census's
-  // coordinator waits for every rank to arrive before it takes the missing ones out, and how
-  // many chain messages each rank keeps in flight.
+  // The late path (collectives/late_chain.h; not read by the ring itself; plan_late_path in
+  // collectives/late_plan.h sets them): how long the census's coordinator waits for every rank
+  // to arrive before it takes the missing ones out, a late rank's piece sends in flight and the
+  // late path's segment.
   double late_wait_s = 0;
   int late_inflight = 1;
-  size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
-  bool late_trees = false;        // two binary trees of healthy ranks instead of the chain
+  size_t late_segment_bytes = 0;  // 0: segment_bytes
   // The coordinator's memory of the last census (the driver keeps it; other ranks ignore it):
   // how late each rank arrived, in seconds after the coordinator itself (LateChainAllreduce::
-  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s and at least
-  // late_pays_after_s last time (a "suspect") is taken out after late_wait_suspect_s once every
-  // other rank is in; one that came later than late_wait_s but earlier than late_pays_after_s
-  // stays in without a wait (the chain would not pay for it); any other rank gets late_wait_s.
+  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s last time (a
+  // "suspect") is taken out after late_wait_suspect_s once every other rank is in; any other
+  // rank gets late_wait_s.
   std::vector<double> late_seen_s;
-  double late_pays_after_s = 0;
   double late_wait_suspect_s = 0;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
