@@ -26,7 +26,10 @@ constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
 constexpr int kKindPiece = 2;
 constexpr int kKindFinal = 3;
-constexpr int kOwnTags = 8;
+// Pieces and finals: a tag per segment modulo kSegTags (as ring_collectives.cpp's tag_for: under
+// SimGrid a message below smpi/async-small-thresh can overtake a larger one on the same tag).
+constexpr int kSegTags = 64;
+constexpr int kOwnTags = 4 + 2 * 2 * kSegTags;
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
@@ -73,8 +76,10 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
   seg_elems_ = std::max<size_t>(1, seg_bytes / static_cast<size_t>(elem_));
 }
 
-int LateChainAllreduce::tag(int kind) const {
-  return p_.tag_span / 2 + 2 * kind + static_cast<int>(p_.seq & 1);
+int LateChainAllreduce::tag(int kind, int seg) const {
+  const int parity = static_cast<int>(p_.seq & 1);
+  if (kind < kKindPiece) return p_.tag_span / 2 + 2 * kind + parity;
+  return p_.tag_span / 2 + 4 + ((kind - kKindPiece) * 2 + parity) * kSegTags + seg % kSegTags;
 }
 
 int LateChainAllreduce::block_of(int gid) const {
@@ -113,16 +118,16 @@ Token LateChainAllreduce::add_op(Op op, int seg, int who) {
 }
 
 void LateChainAllreduce::send(Token t, int peer, int kind, uint8_t* hdr, const void* payload,
-                              size_t bytes, ActionList* out) {
-  out->push_back(
-      message_action(Action::Kind::kSend, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+                              size_t bytes, ActionList* out, int seg) {
+  out->push_back(message_action(Action::Kind::kSend, t, peer, tag(kind, seg), hdr, hdr_bytes_,
+                                payload, bytes));
   ++stats_.messages_sent;
 }
 
 void LateChainAllreduce::recv(Token t, int peer, int kind, uint8_t* hdr, void* payload,
-                              size_t bytes, ActionList* out) {
-  out->push_back(
-      message_action(Action::Kind::kRecv, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+                              size_t bytes, ActionList* out, int seg) {
+  out->push_back(message_action(Action::Kind::kRecv, t, peer, tag(kind, seg), hdr, hdr_bytes_,
+                                payload, bytes));
 }
 
 Status LateChainAllreduce::start(double now, ActionList* out) {
@@ -252,7 +257,7 @@ Status LateChainAllreduce::begin(double now, ActionList* out) {
     for (int j = 0; j < m; ++j) {
       recv(add_op(Op::kPieceRecv, gid, j), late_[j], kKindPiece,
            hdr_ptr(&piece_hdr_, static_cast<size_t>(g) * m + j), piece_ptr(j, g),
-           seg_len(gid) * elem_, out);
+           seg_len(gid) * elem_, out, g);
     }
   }
   return start_ring(now, out);
@@ -341,7 +346,7 @@ void LateChainAllreduce::post_finals(ActionList* out) {
     for (int g = 0; g < block_segs(i); ++g) {
       const int gid = seg_base_[i] + g;
       recv(add_op(Op::kFinalRecv, gid, i), healthy_[i], kKindFinal, hdr_ptr(&final_hdr_, gid),
-           out_ptr(gid), seg_len(gid) * elem_, out);
+           out_ptr(gid), seg_len(gid) * elem_, out, g);
     }
   }
 }
@@ -372,7 +377,8 @@ void LateChainAllreduce::send_finals(int g, ActionList* out) {
       static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
   for (int d = 1; d < n_; ++d) {
     const int r = p_.ring[(pos + d) % n_];
-    send(add_op(Op::kFinalSend, gid, r), r, kKindFinal, h, out_ptr(gid), seg_len(gid) * elem_, out);
+    send(add_op(Op::kFinalSend, gid, r), r, kKindFinal, h, out_ptr(gid), seg_len(gid) * elem_, out,
+         g);
   }
 }
 
@@ -389,7 +395,7 @@ void LateChainAllreduce::pump_pieces(ActionList* out) {
                                   static_cast<uint32_t>(gid - seg_base_[b])},
                        me);
     send(add_op(Op::kPieceSend, gid, b), healthy_[b], kKindPiece, h, in_ptr(gid),
-         seg_len(gid) * elem_, out);
+         seg_len(gid) * elem_, out, gid - seg_base_[b]);
     ++piece_flight_;
   }
 }
@@ -440,9 +446,10 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       // segment order per owner (each owner sends us its finals in that order on one tag).
       const int b = o.who;
       while (next_final_[b] < block_segs(b) && piece_sent_[seg_base_[b] + next_final_[b]]) {
-        const int gid = seg_base_[b] + next_final_[b]++;
+        const int g = next_final_[b]++;
+        const int gid = seg_base_[b] + g;
         recv(add_op(Op::kFinalRecv, gid, b), healthy_[b], kKindFinal, hdr_ptr(&final_hdr_, gid),
-             out_ptr(gid), seg_len(gid) * elem_, out);
+             out_ptr(gid), seg_len(gid) * elem_, out, g);
       }
       pump_pieces(out);
       break;

@@ -130,7 +130,8 @@ class LateChainAllreduce final : public CoreBase {
   void send_finals(int g, ActionList* out);
   void pump_pieces(ActionList* out);
   void maybe_done(double now, ActionList* out);
-  int tag(int kind) const;
+  // Census and decision: one tag per kind; pieces and finals: per segment in the block (`seg`).
+  int tag(int kind, int seg) const;
   // Blocks (h of them, block i owned by healthy_[i]) and their segments.
   size_t block_len(int i) const { return boff_[i + 1] - boff_[i]; }
   int block_segs(int i) const { return seg_base_[i + 1] - seg_base_[i]; }
@@ -142,9 +143,9 @@ class LateChainAllreduce final : public CoreBase {
   uint8_t* piece_ptr(int j, int g);
   uint8_t* hdr_ptr(std::vector<uint8_t>* v, size_t i) { return v->data() + i * hdr_bytes_; }
   void send(Token t, int peer, int kind, uint8_t* hdr, const void* payload, size_t bytes,
-            ActionList* out);
-  void recv(Token t, int peer, int kind, uint8_t* hdr, void* payload, size_t bytes,
-            ActionList* out);
+            ActionList* out, int seg = 0);
+  void recv(Token t, int peer, int kind, uint8_t* hdr, void* payload, size_t bytes, ActionList* out,
+            int seg = 0);
 
   RingParams p_;
   std::vector<uint8_t>* ring_scratch_;

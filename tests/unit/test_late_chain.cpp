@@ -434,3 +434,20 @@ TEST(LateChain, RejectsBadParameters) {
 
 }  // namespace
 }  // namespace skipring
+namespace skipring {
+namespace {
+TEST(LateChainDebug, SimLike) {
+  harness::Options o = base(8, 1);
+  o.dtype = DType::kInt32;
+  o.count = 4194304 / 16;
+  o.segment_bytes = 262144 / 16;
+  o.late_segment_bytes = 61440 / 16;
+  o.late_wait_s = 590e-6;
+  o.collectives = 3;
+  o.start_time.assign(8, 0.0);
+  o.start_time[1] = 1e-3;
+  const Seen s = run_exact(o, "simlike");
+  EXPECT_TRUE(s.ok);
+}
+}  // namespace
+}  // namespace skipring
