@@ -1056,7 +1056,6 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
-  p.late_bcast = cfg_.late_bcast;
   // The late chain (collectives/late_chain.h): skip-ahead behind a census, across hosts from
   // kLateChainMinBytes by default. Every rank decides alike (agreed config, count, topology).
   const bool late_chain =
