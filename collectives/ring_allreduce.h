@@ -103,21 +103,19 @@ struct RingParams {
   // (SimGrid, n = 16: 14.4 -> 24.4 ms after the late arrival with 4), so the driver asks for 4
   // only when every rank is on one host.
   int quiet_polls = 1;
-  // Late chain (collectives/late_chain.h; not read by the ring itself): how long the census's
-  // coordinator waits for every rank to arrive before it takes the missing ones out, and how
-  // many chain messages each rank keeps in flight.
+  // The late path (collectives/late_chain.h; not read by the ring itself; plan_late_path in
+  // collectives/late_plan.h sets them): how long the census's coordinator waits for every rank
+  // to arrive before it takes the missing ones out, a late rank's piece sends in flight and the
+  // late path's segment.
   double late_wait_s = 0;
   int late_inflight = 1;
-  size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
-  bool late_trees = false;        // two binary trees of healthy ranks instead of the chain
+  size_t late_segment_bytes = 0;  // 0: segment_bytes
   // The coordinator's memory of the last census (the driver keeps it; other ranks ignore it):
   // how late each rank arrived, in seconds after the coordinator itself (LateChainAllreduce::
-  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s and at least
-  // late_pays_after_s last time (a "suspect") is taken out after late_wait_suspect_s once every
-  // other rank is in; one that came later than late_wait_s but earlier than late_pays_after_s
-  // stays in without a wait (the chain would not pay for it); any other rank gets late_wait_s.
+  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s last time (a
+  // "suspect") is taken out after late_wait_suspect_s once every other rank is in; any other
+  // rank gets late_wait_s.
   std::vector<double> late_seen_s;
-  double late_pays_after_s = 0;
   double late_wait_suspect_s = 0;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
@@ -135,11 +133,11 @@ struct RingParams {
 // segment, 2 piece to the owner, 3 redirect ack (collectives/ring/internal.h). Consecutive
 // collectives (sequence numbers) use disjoint tags. They were made disjoint for the late
 // broadcast (removed), where a healthy rank could finish a collective and send messages of the
-// next one while an owner still had a receive from any source posted in this one. Kept: the
-// ring embedded in the late chain (late_chain.h) runs on the healthy ranks while others are in
-// the chain phase, and nobody has shown that no rank there can start the next collective while
-// another still has an any-source receive of this one posted; the parity costs one bit of tag
-// space. Ranks are never two collectives apart (finishing one takes every rank's input to it).
+// next one while an owner still had a receive from any source posted in this one. Kept: under
+// the late path (late_chain.h), which embeds this ring, ranks also leave a collective at
+// different times, and nobody has shown that no any-source receive of one collective can then
+// meet a message of the next; the parity costs one bit of tag space. Ranks are never two
+// collectives apart (finishing one takes every rank's input to it).
 int ring_data_tag(uint32_t seq, int seg_id, int kind);
 
 // The ring's segment across hosts: at most `max_bytes` (SKIPRING_SEGMENT_BYTES), and small

@@ -87,10 +87,9 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //                              on the other)
   //   SKIPRING_SKIP              skip-ahead's control messages
   //   SKIPRING_DIRECT_ALLGATHER  who sends the final segments to whom
-  //   SKIPRING_LATE_CHAIN        the algorithm (the census and chain or the ring alone)
-  //   SKIPRING_LATE_SEGMENT_BYTES  the chain's message sizes
-  //   SKIPRING_LATE_TREES        the chain's or the trees' messages
-  //   SKIPRING_LATE_INFLIGHT     the late path's lead-in segments (late_segment_plan)
+  //   SKIPRING_LATE_CHAIN        the algorithm (the census and the late path, or the ring alone)
+  //   SKIPRING_LATE_SEGMENT_BYTES  the late path's segments (both ends cut the blocks alike)
+  //   SKIPRING_LATE_INFLIGHT     kept agreed (a late rank's window; harmless to agree on)
   //   SKIPRING_ALGO              the algorithm
   //   SKIPRING_HOST_MAP          hosts and ring order (gather_topology checks it too)
   //   SKIPRING_TREE_GRAPH        the trees (the file's contents are compared, not its path)
@@ -122,7 +121,6 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
       "SKIPRING_AUTO_STRAGGLER",
       "SKIPRING_LATE_CHAIN",
       "SKIPRING_LATE_SEGMENT_BYTES",
-      "SKIPRING_LATE_TREES",
       "SKIPRING_LATE_INFLIGHT",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
@@ -143,7 +141,6 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.direct_allgather);
   raw(cfg.late_chain);
   raw(cfg.late_segment_bytes);
-  raw(cfg.late_trees);
   raw(cfg.late_inflight);
   raw(cfg.algo);
   raw(cfg.multitree_k);
