@@ -1016,7 +1016,6 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
-  p.late_bcast = cfg_.late_bcast;
   // The late path (collectives/late_chain.h), planned by a pure function of agreed values
   // (collectives/late_plan.h) and the coordinator's memory: every rank decides alike.
   LatePlanInput li;

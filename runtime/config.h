@@ -55,9 +55,6 @@ struct Config {
   // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
   int direct_allgather = -1;  // SKIPRING_DIRECT_ALLGATHER
-  // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md). Off by default:
-  // faster under SimGrid, slower on the emulated TCP cluster (docs/skip_ahead.md).
-  bool late_bcast = false;  // SKIPRING_LATE_BCAST
   // The late path (collectives/late_chain.h; docs/skip_ahead.md "The late path"): -1 auto
   // (skip-ahead across hosts from kLateChainMinBytes), 0 off, 1 whenever skip-ahead runs.
   int late_chain = -1;              // SKIPRING_LATE_CHAIN

@@ -295,11 +295,6 @@ const std::vector<ParamDef>& param_table() {
        "allgather once skip-ahead met a straggler: 1 = each owner sends its final segments to "
        "every rank (one hop), 0 = around the ring and past the late rank; auto = 1 when all "
        "ranks share one host ([docs/skip_ahead.md](docs/skip_ahead.md))"},
-      {"SKIPRING_LATE_BCAST", &Config::late_bcast, {}, "",
-       "routed allgather only: owners complete the segments of a bypassed late rank without it "
-       "and allgather the partials; the late rank's input then goes down two trees of healthy "
-       "ranks and every rank adds it (experimental: faster under SimGrid, slower over TCP; "
-       "[docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_CHAIN", kLateChain, {}, "",
        "the late path: skip-ahead with a census first; ranks that have not arrived within "
        "`SKIPRING_LATE_WAIT_US` are taken out, the others run their reduce-scatter, and a late "
