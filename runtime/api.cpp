@@ -3,13 +3,16 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "runtime/api_internal.h"
 #include "runtime/communicator.h"
@@ -105,15 +108,112 @@ GlobalState& state() {
 
 // The names of the fallback reasons (skipring_get_counter, the report line, the info log).
 constexpr const char* kFallbackNames[SKIPRING_FALLBACK_REASONS] = {
-    "fallback_datatype", "fallback_op",       "fallback_comm",
-    "fallback_memory",   "fallback_disabled", "fallback_other"};
+    "fallback_datatype", "fallback_op",    "fallback_comm",  "fallback_memory",
+    "fallback_disabled", "fallback_other", "fallback_thread"};
 constexpr const char* kFallbackWhy[SKIPRING_FALLBACK_REASONS] = {
     "a datatype skipring does not reduce (derived, complex, pair, ...)",
     "an op skipring does not run (user-defined, MINLOC/MAXLOC, REPLACE, ...)",
     "an inter-communicator",
     "device buffers without a device path",
     "SKIPRING_ENABLE=0",
-    "the caller's own count"};
+    "the caller's own count",
+    "a nonblocking call without MPI_THREAD_MULTIPLE (the progress thread needs it)"};
+
+// --- Nonblocking all-reduce (issue 40): the progress thread ------------------------------
+// One worker thread per process runs the nonblocking all-reduces skipring runs itself, in
+// submission order, each exactly as the blocking call would (Communicator::allreduce:
+// skip-ahead, late arrivals, the cost model), and completes the generalized request the caller
+// holds (MPI_Grequest_start): MPI_Wait, MPI_Test and their families work on it unchanged, and
+// the program computes meanwhile. Only under MPI_THREAD_MULTIPLE (the worker calls MPI while the
+// program may). A communicator with pending nonblocking calls is drained before any other
+// skipring call runs on it (comm_state), before it is freed, and the worker is stopped at
+// MPI_Finalize; calls on other communicators go on meanwhile (MPI orders collectives per
+// communicator only: draining every communicator could deadlock a legal program).
+struct NbJob {
+  Communicator* c = nullptr;
+  const void* src = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dt = DType::kInt8;
+  ROp rop = ROp::kSum;
+  MPI_Request greq = MPI_REQUEST_NULL;
+  int rc = MPI_SUCCESS;
+};
+void run_nb_job(NbJob* job);  // runs it and completes its request (below)
+
+// Jobs submitted and not yet finished, all communicators (the per-call check is one load).
+std::atomic<int> g_nb_pending{0};
+
+class NbWorker {
+ public:
+  void submit(NbJob* job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!thread_.joinable()) {
+      stop_ = false;
+      thread_ = std::thread([this] { loop(); });
+    }
+    queue_.push_back(job);
+    ++pending_[job->c];
+    g_nb_pending.fetch_add(1, std::memory_order_release);
+    work_.notify_one();
+  }
+  // Returns once no job of `c` is queued or running.
+  void drain(Communicator* c) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_.find(c) == pending_.end(); });
+  }
+  // Runs what is queued, then ends the thread (MPI_Finalize).
+  void stop() {
+    std::thread t;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return pending_.empty(); });
+      stop_ = true;
+      work_.notify_one();
+      t = std::move(thread_);
+    }
+    if (t.joinable()) t.join();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      NbJob* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_
+        job = queue_.front();
+        queue_.pop_front();
+      }
+      Communicator* c = job->c;
+      run_nb_job(job);  // the caller may free job from here on (its wait returned)
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (--pending_[c] == 0) pending_.erase(c);
+        g_nb_pending.fetch_sub(1, std::memory_order_release);
+      }
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable work_, done_;
+  std::deque<NbJob*> queue_;
+  std::map<Communicator*, int> pending_;
+  std::thread thread_;
+  bool stop_ = false;
+};
+
+NbWorker& nb_worker() {
+  static NbWorker* w = new NbWorker();  // never destroyed: stopped at MPI_Finalize
+  return *w;
+}
+
+// Waits for c's pending nonblocking calls (none: one relaxed load).
+inline void drain_nonblocking(Communicator* c) {
+  if (c != nullptr && g_nb_pending.load(std::memory_order_acquire) != 0) nb_worker().drain(c);
+}
 
 int to_mpi_error(Status s) {
   switch (s) {
@@ -155,6 +255,7 @@ __attribute__((tls_model("initial-exec"))) thread_local CommCache t_comm_cache;
 int delete_comm_state(MPI_Comm, int, void* attr, void*) {
   g_comm_generation.fetch_add(1, std::memory_order_acq_rel);
   auto* c = static_cast<Communicator*>(attr);
+  drain_nonblocking(c);  // MPI lets a communicator with pending operations be freed
   {
     // Its fast-path calls stay in the process totals.
     const Communicator::FastTotals& f = c->fast_totals();
@@ -238,6 +339,7 @@ void log_fallbacks() {
 }
 
 int on_self_delete(MPI_Comm, int, void*, void*) {
+  nb_worker().stop();
   log_fallbacks();
   g_finalized.store(true, std::memory_order_release);
   g_ready.store(false, std::memory_order_release);
@@ -368,11 +470,14 @@ constexpr const char* kAliasWhy =
     "as sendbuf for an in-place call)";
 
 // Finds or creates the state for `comm` (collective on first use).
-int comm_state(MPI_Comm comm, bool create, Communicator** out) {
+// drain: first wait for the communicator's pending nonblocking calls (every entry point but
+// skipring_iallreduce, which queues behind them).
+int comm_state(MPI_Comm comm, bool create, Communicator** out, bool drain = true) {
   CommCache& cache = t_comm_cache;
   const uint64_t generation = g_comm_generation.load(std::memory_order_acquire);
   if (cache.comm == comm && cache.generation == generation && comm != MPI_COMM_NULL) {
     *out = cache.state;
+    if (drain) drain_nonblocking(*out);
     return MPI_SUCCESS;
   }
   void* attr = nullptr;
@@ -381,6 +486,7 @@ int comm_state(MPI_Comm comm, bool create, Communicator** out) {
   if (found) {
     *out = static_cast<Communicator*>(attr);
     cache = CommCache{comm, *out, generation};
+    if (drain) drain_nonblocking(*out);
     return MPI_SUCCESS;
   }
   *out = nullptr;
@@ -719,6 +825,125 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   return MPI_SUCCESS;
 }
 
+// The generalized request's callbacks (MPI-3.1 12.2): the status of a finished all-reduce (no
+// elements, not cancelled; its error class if it failed), the job freed with the request, and no
+// cancelling (a collective cannot be cancelled: the call is a no-op, as MPI allows).
+int nb_query(void* extra, MPI_Status* status) {
+  const auto* job = static_cast<const NbJob*>(extra);
+  MPI_Status_set_elements(status, MPI_BYTE, 0);
+  MPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  status->MPI_ERROR = job->rc;
+  return job->rc;
+}
+int nb_free(void* extra) {
+  delete static_cast<NbJob*>(extra);
+  return MPI_SUCCESS;
+}
+int nb_cancel(void*, int) { return MPI_SUCCESS; }
+
+void run_nb_job(NbJob* job) {
+  int rc = MPI_ERR_OTHER;
+  try {
+    const Status st = job->c->allreduce(job->src, job->recv, job->count, job->dt, job->rop);
+    if (ok(st)) account(job->c->last_stats());
+    rc = to_mpi_error(st);
+  } catch (const std::bad_alloc&) {
+    rc = MPI_ERR_NO_MEM;
+  } catch (...) {
+    rc = MPI_ERR_OTHER;
+  }
+  job->rc = rc;
+  MPI_Grequest_complete(job->greq);
+}
+
+// The MPI library's own nonblocking all-reduce, counted as a fallback with `reason` (-1: not a
+// fallback, the `mpi` row's small sizes).
+int pmpi_iallreduce(int reason, const void* sendbuf, void* recvbuf, int count,
+                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  if (int rc = extension_fallback_error("skipring_iallreduce", datatype, op); rc != MPI_SUCCESS) {
+    return rc;
+  }
+  if (reason >= 0) count_fallback(reason, "skipring_iallreduce");
+  return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+int iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr) return MPI_ERR_REQUEST;
+  *request = MPI_REQUEST_NULL;
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init("skipring_iallreduce"); rc != MPI_SUCCESS) return rc;
+  DType dt;
+  ROp rop;
+  Communicator* c = nullptr;
+  if (int rc = comm_state(comm, false, &c, false); rc != MPI_SUCCESS) return rc;
+  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
+  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  if (recvbuf == MPI_IN_PLACE) {
+    return reject("skipring_iallreduce", MPI_ERR_BUFFER,
+                  sendbuf == MPI_IN_PLACE ? "sendbuf and recvbuf are both MPI_IN_PLACE (only "
+                                            "sendbuf may be)"
+                                          : "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
+  }
+  if (aliased(sendbuf, recvbuf, count)) {
+    return reject("skipring_iallreduce", MPI_ERR_BUFFER, kAliasWhy);
+  }
+  if (kind == MpiReduction::kNative && sendbuf != MPI_IN_PLACE &&
+      overlapping(sendbuf, recvbuf, static_cast<size_t>(count) * dtype_size(dt))) {
+    return reject("skipring_iallreduce", MPI_ERR_BUFFER, kOverlapWhy);
+  }
+  const unsigned dev = count > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
+  if (dev != 0) {
+    return pmpi_iallreduce(SKIPRING_FALLBACK_MEMORY, sendbuf, recvbuf, count, datatype, op, comm,
+                           request);
+  }
+  if (kind != MpiReduction::kNative) {
+    return pmpi_iallreduce(reduction_fallback_reason(datatype), sendbuf, recvbuf, count, datatype,
+                           op, comm, request);
+  }
+  if (c == nullptr && !native_comm(comm)) {
+    return pmpi_iallreduce(SKIPRING_FALLBACK_COMM, sendbuf, recvbuf, count, datatype, op, comm,
+                           request);
+  }
+  if (count > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    return pmpi_iallreduce(SKIPRING_FALLBACK_THREAD, sendbuf, recvbuf, count, datatype, op, comm,
+                           request);
+  }
+  if (c == nullptr) {
+    // Collective setup, in the caller's thread and call order (nothing is pending on it).
+    if (int rc = comm_state(comm, true, &c, false); rc != MPI_SUCCESS) return rc;
+  }
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+  if (g_nb_pending.load(std::memory_order_acquire) == 0 && c->mpi_cached(bytes, dt, rop)) {
+    // The small sizes auto hands to the MPI library: its own nonblocking all-reduce (only with
+    // the worker idle: the communicator's state is then this thread's alone).
+    const int rc =
+        PMPI_Iallreduce(sendbuf, recvbuf, count, mpi_datatype(dt), mpi_op(rop), comm, request);
+    if (rc == MPI_SUCCESS) c->count_mpi_call(bytes);
+    return rc;
+  }
+  auto job = std::make_unique<NbJob>();
+  job->c = c;
+  job->src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  job->recv = recvbuf;
+  job->count = static_cast<size_t>(count);
+  job->dt = dt;
+  job->rop = rop;
+  if (int rc = MPI_Grequest_start(nb_query, nb_free, nb_cancel, job.get(), &job->greq);
+      rc != MPI_SUCCESS) {
+    return rc;
+  }
+  *request = job->greq;
+  nb_worker().submit(job.release());  // freed by nb_free when the request is
+  return MPI_SUCCESS;
+}
+
 // --- reduce-scatter (block), allgather, broadcast, reduce -------------------------------
 // Same pattern as allreduce: MPI's argument errors first, then PMPI for what skipring does
 // not run natively, then the communicator's collective.
@@ -1028,6 +1253,12 @@ int skipring_allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
   return guarded([&]() -> int { return allreduce(sendbuf, recvbuf, count, datatype, op, comm); });
 }
 
+int skipring_iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                        MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  return guarded(
+      [&]() -> int { return iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); });
+}
+
 int skipring_reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   return guarded(
@@ -1238,6 +1469,7 @@ int skipring_finalize(void) {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin || !state().initialised || state().keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
+    nb_worker().stop();
     log_fallbacks();
     close_outputs();
     free_all_states();

@@ -390,7 +390,7 @@ Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::st
   }
   w.what = "communicator setup: agreeing on the UCX endpoints";
   const Status agreed =
-      wait_collectives(MPI_Iallreduce(&ep_ok[0], &ep_ok[1], 1, MPI_INT, MPI_MIN, comm, &req), &req,
+      wait_collectives(PMPI_Iallreduce(&ep_ok[0], &ep_ok[1], 1, MPI_INT, MPI_MIN, comm, &req), &req,
                        1, wait, w, nullptr, &ep_ok);
   out->reset(new UcxTransport(std::move(impl)));
   (*out)->rank_ = rank;

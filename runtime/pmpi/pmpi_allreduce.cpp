@@ -146,6 +146,49 @@ int allreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
   return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
 }
 
+// MPI_Iallreduce (issue 40): the same checks as MPI_Allreduce, then skipring_iallreduce (its
+// progress thread under MPI_THREAD_MULTIPLE, else PMPI_Iallreduce, counted with the reason).
+int iallreduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                    MPI_Comm comm, MPI_Request* request) {
+  const int init_rc = ensure_skipring_init();
+  if (init_rc == kMpiNotActive) {
+    if (const char* when = mpi_unusable()) {
+      std::fprintf(stderr, "skipring: MPI_Iallreduce called %s: returns MPI_ERR_OTHER\n", when);
+      std::fflush(stderr);
+      return MPI_ERR_OTHER;
+    }
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  const char* why = nullptr;
+  int code = argument_error(sendbuf, recvbuf, count, datatype, op, comm, &why);
+  if (code == MPI_SUCCESS && (why = buffer_error(sendbuf, recvbuf, count)) != nullptr) {
+    code = MPI_ERR_BUFFER;
+  }
+  if (code == MPI_SUCCESS && request == nullptr) {
+    why = "request is NULL";
+    code = MPI_ERR_REQUEST;
+  }
+  if (code != MPI_SUCCESS) {
+    int rank = -1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "skipring: rank %d: MPI_Iallreduce: %s: %s\n", rank, why,
+                 code == MPI_ERR_REQUEST ? "MPI_ERR_REQUEST" : class_name(code));
+    std::fflush(stderr);
+    return raise_error(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, code);
+  }
+  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
+  if (!global_config().enable) {
+    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  int rc;
+  {
+    ReentryGuard guard;
+    rc = skipring_iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
+}
+
 }  // namespace
 
 bool inside_skipring() { return t_inside_skipring; }
@@ -166,6 +209,20 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 }
 
 }  // namespace skipring::pmpi
+
+extern "C" SKIPRING_PMPI_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                                   MPI_Request* request) {
+  using namespace skipring::pmpi;
+  if (inside_skipring()) {
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  try {
+    return iallreduce_impl(sendbuf, recvbuf, count, datatype, op, comm, request);
+  } catch (...) {
+    return guarded([&] { return raise_error(comm, MPI_ERR_INTERN); });
+  }
+}
 
 extern "C" SKIPRING_PMPI_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
                                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {

@@ -68,19 +68,24 @@ void write_report() {
   if (rc == MPI_SUCCESS) {
     // The fields after time_s were added by issue 40 (the ones before never change): the calls
     // run by the MPI library's all-reduce (`mpi`, inside calls) and the fallbacks by reason.
-    uint64_t c[7] = {0, 0, 0, 0, 0, 0, 0};
-    const char* const names[7] = {"mpi",           "fallback_datatype", "fallback_op",
-                                  "fallback_comm", "fallback_memory",   "fallback_disabled",
-                                  "fallback_other"};
-    for (int i = 0; i < 7; ++i) (void)skipring_get_counter(names[i], &c[i]);
+    uint64_t c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const char* const names[8] = {"mpi",
+                                  "fallback_datatype",
+                                  "fallback_op",
+                                  "fallback_comm",
+                                  "fallback_memory",
+                                  "fallback_disabled",
+                                  "fallback_other",
+                                  "fallback_thread"};
+    for (int i = 0; i < 8; ++i) (void)skipring_get_counter(names[i], &c[i]);
     std::snprintf(line, sizeof(line),
                   "skipring: rank=%d calls=%" PRIu64 " fallbacks=%" PRIu64 " skips=%" PRIu64
                   " late=%" PRIu64 " bytes=%" PRIu64 " time_s=%.6f mpi=%" PRIu64
                   " fallback_datatype=%" PRIu64 " fallback_op=%" PRIu64 " fallback_comm=%" PRIu64
                   " fallback_memory=%" PRIu64 " fallback_disabled=%" PRIu64
-                  " fallback_other=%" PRIu64 "\n",
+                  " fallback_other=%" PRIu64 " fallback_thread=%" PRIu64 "\n",
                   rank, totals.calls, totals.fallbacks, totals.skips, totals.late, totals.bytes,
-                  totals.time_s, c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+                  totals.time_s, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
   } else {
     std::snprintf(line, sizeof(line), "skipring: report unavailable on rank %d: %s\n", rank,
                   skipring_error_string(rc));

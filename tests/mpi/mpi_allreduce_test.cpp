@@ -217,9 +217,10 @@ void bad_input() {
   // Fallbacks by reason (issue 40): the user op is an op fallback, MAXLOC on MPI_2INT a datatype
   // one; the reasons add up to the fallbacks.
   const char* const reasons[] = {"fallback_datatype", "fallback_op",       "fallback_comm",
-                                 "fallback_memory",   "fallback_disabled", "fallback_other"};
-  uint64_t by[6] = {0, 0, 0, 0, 0, 0};
-  for (int r = 0; r < 6; ++r) {
+                                 "fallback_memory",   "fallback_disabled", "fallback_other",
+                                 "fallback_thread"};
+  uint64_t by[7] = {0, 0, 0, 0, 0, 0, 0};
+  for (int r = 0; r < 7; ++r) {
     check(skipring_get_counter(reasons[r], &by[r]) == MPI_SUCCESS,
           std::string("counter ") + reasons[r]);
   }

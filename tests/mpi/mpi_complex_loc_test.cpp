@@ -50,7 +50,8 @@ void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, boo
   for (int i = 0; i < count; ++i) {
     in[i] = gaussian<R>(g_rank, i, prod);
     C acc = gaussian<R>(0, i, prod);
-    for (int r = 1; r < g_size; ++r) acc = prod ? acc * gaussian<R>(r, i, prod) : acc + gaussian<R>(r, i, prod);
+    for (int r = 1; r < g_size; ++r)
+      acc = prod ? acc * gaussian<R>(r, i, prod) : acc + gaussian<R>(r, i, prod);
     ref[i] = acc;
   }
   const std::string what = std::string(name) + (prod ? " PROD" : " SUM") +
@@ -65,7 +66,8 @@ void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, boo
   }
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   bool same = true;
-  for (int i = 0; i < count; ++i) same = same && out[i].real() == ref[i].real() && out[i].imag() == ref[i].imag();
+  for (int i = 0; i < count; ++i)
+    same = same && out[i].real() == ref[i].real() && out[i].imag() == ref[i].imag();
   check(same, what + ": differs from the host reference");
   check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
   // Identical on every rank (as bytes of the values).
@@ -121,13 +123,15 @@ void loc_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in
   }
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   bool same = true;
-  for (int i = 0; i < count; ++i) same = same && out[i].value == ref[i].value && out[i].index == ref[i].index;
+  for (int i = 0; i < count; ++i)
+    same = same && out[i].value == ref[i].value && out[i].index == ref[i].index;
   check(same, what + ": differs from the host reference");
   check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
   // The same on every rank: the maximum and minimum of (value, index) over the ranks agree.
   long long mine[2] = {0, 0};
   for (int i = 0; i < count; ++i) {
-    mine[0] += static_cast<long long>(out[i].value) * 1000003 + static_cast<long long>(out[i].index) * (i + 1);
+    mine[0] += static_cast<long long>(out[i].value) * 1000003 +
+               static_cast<long long>(out[i].index) * (i + 1);
   }
   mine[1] = -mine[0];
   long long all[2];
@@ -146,8 +150,8 @@ int main(int argc, char** argv) {
       for (MPI_Op op : {MPI_SUM, MPI_PROD}) {
         complex_case<float>(MPI_C_FLOAT_COMPLEX, "MPI_C_FLOAT_COMPLEX", op, count, in_place);
         complex_case<double>(MPI_C_DOUBLE_COMPLEX, "MPI_C_DOUBLE_COMPLEX", op, count, in_place);
-        complex_case<long double>(MPI_C_LONG_DOUBLE_COMPLEX, "MPI_C_LONG_DOUBLE_COMPLEX", op,
-                                  count, in_place);
+        complex_case<long double>(MPI_C_LONG_DOUBLE_COMPLEX, "MPI_C_LONG_DOUBLE_COMPLEX", op, count,
+                                  in_place);
         // Fortran COMPLEX and DOUBLE COMPLEX: two REALs / DOUBLE PRECISIONs.
         complex_case<float>(MPI_COMPLEX, "MPI_COMPLEX", op, count, in_place);
         complex_case<double>(MPI_DOUBLE_COMPLEX, "MPI_DOUBLE_COMPLEX", op, count, in_place);

@@ -8,7 +8,8 @@
 #                        [--expect-fail REGEX] -- command [args...]
 #   --expect-output RE  the output (stdout and stderr) must match RE (ERE) too
 #   --field NAME=E      a field after time_s (issue 40: mpi, fallback_datatype, fallback_op,
-#                       fallback_comm, fallback_memory, fallback_disabled, fallback_other)
+#                       fallback_comm, fallback_memory, fallback_disabled, fallback_other,
+#                       fallback_thread)
 #                       must be present with a value as E says on every rank
 #   --no-report         no report line may appear (SKIPRING_REPORT unset)
 #   --expect-fail RE    the command must exit non-zero and its output must match RE (ERE);
@@ -62,6 +63,10 @@ if [[ -n "$expect_fail" ]]; then
     fail "the output does not match '$expect_fail'"
   echo "check_report.sh: OK (failed as expected, output matches '$expect_fail')"
   exit 0
+fi
+if [[ $rc -eq 77 ]]; then
+  echo "check_report.sh: skipped (the command exited with 77)"
+  exit 77
 fi
 [[ $rc -eq 0 ]] || fail "the command exited with status $rc"
 for re in "${expect_output[@]}"; do

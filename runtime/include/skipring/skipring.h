@@ -44,6 +44,18 @@ SKIPRING_API int skipring_init(void);
 SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 
+/* Nonblocking all-reduce (MPI_Iallreduce's semantics): *request completes with MPI_Wait,
+ * MPI_Test and their families, like any MPI request. With MPI_THREAD_MULTIPLE skipring runs it
+ * on a progress thread (skip-ahead as for the blocking call), completing a generalized request;
+ * the program computes meanwhile. Without MPI_THREAD_MULTIPLE, at the small sizes auto hands to
+ * the MPI library, and for what skipring does not run natively, it is PMPI_Iallreduce (the
+ * MPI library's own request; counted as a fallback, reason "thread" for the first). Calls on a
+ * communicator with pending nonblocking all-reduces wait for them first (MPI's order). The
+ * argument errors are skipring_allreduce's; request NULL: MPI_ERR_REQUEST. */
+SKIPRING_API int skipring_iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                     MPI_Request* request);
+
 /* The other collectives, with the same semantics and argument conventions as their MPI
  * namesakes (MPI_IN_PLACE where MPI allows it), run on skipring's engine without skip-ahead:
  * reduce-scatter and allgather as rings, broadcast and reduce as pipelined chains along the
@@ -136,17 +148,18 @@ typedef enum skipring_fallback_reason {
   SKIPRING_FALLBACK_MEMORY = 3,   /* device buffers without a device path */
   SKIPRING_FALLBACK_DISABLED = 4, /* SKIPRING_ENABLE=0 */
   SKIPRING_FALLBACK_OTHER = 5,    /* skipring_count_fallback() */
-  SKIPRING_FALLBACK_REASONS = 6
+  SKIPRING_FALLBACK_THREAD = 6,   /* nonblocking without MPI_THREAD_MULTIPLE */
+  SKIPRING_FALLBACK_REASONS = 7
 } skipring_fallback_reason_t;
 
 /* Adds one fallback with its reason (a skipring_fallback_reason_t; out of range: "other"). */
 SKIPRING_API void skipring_count_fallback_reason(int reason);
 
 /* Process-wide counters by name, since init: "fallback_datatype", "fallback_op",
- * "fallback_comm", "fallback_memory", "fallback_disabled", "fallback_other" (the fallbacks of
- * skipring_totals_t by reason; they add up to it) and "mpi" (calls skipring ran by handing them
- * to the MPI library's own all-reduce, the `mpi` algorithm: counted in calls, not fallbacks).
- * MPI_ERR_ARG for a NULL argument or an unknown name. Works at any time. */
+ * "fallback_comm", "fallback_memory", "fallback_disabled", "fallback_other", "fallback_thread" (the
+ * fallbacks of skipring_totals_t by reason; they add up to it) and "mpi" (calls skipring ran by
+ * handing them to the MPI library's own all-reduce, the `mpi` algorithm: counted in calls, not
+ * fallbacks). MPI_ERR_ARG for a NULL argument or an unknown name. Works at any time. */
 SKIPRING_API int skipring_get_counter(const char* name, uint64_t* value);
 
 /* Test aid: *pending = 1 when a message is waiting unmatched on skipring's internal
