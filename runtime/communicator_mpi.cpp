@@ -11,8 +11,9 @@
 //
 // What the `mpi` row does not do: the watchdog (SKIPRING_TIMEOUT) does not cover it (the MPI
 // library's all-reduce waits as MPI waits; SKIPRING_AUTO_MPI=0 keeps auto off it); 8-bit
-// types (Open MPI 4.1's op/avx component sums them wrongly) and skipring's 16-bit float types
-// (MPI cannot reduce them) run the direct recursive doubling instead (mpi_runs).
+// types (Open MPI 4.1's op/avx component sums them wrongly), unsigned MIN/MAX (MPICH 4.0.2
+// compares them as signed) and skipring's 16-bit float types (MPI cannot reduce them) run the
+// direct recursive doubling instead (mpi_runs).
 #include <mpi.h>
 
 #include <algorithm>
@@ -89,6 +90,12 @@ MPI_Op mpi_op(ROp op) {
 }
 
 bool mpi_runs(DType dtype, ROp op) {
+  // Unsigned MIN/MAX: MPICH 4.0.2 compares every unsigned width as signed (MPI_UINT64_T
+  // included: 0x8000000000000001 comes out as the minimum of it and 5), Open MPI 4.1.4
+  // MPI_UNSIGNED_LONG; skipring's own kernels are exact (mpi_allreduce_np4 under MPICH caught it).
+  const bool is_unsigned =
+      dtype == DType::kUint16 || dtype == DType::kUint32 || dtype == DType::kUint64;
+  if (is_unsigned && (op == ROp::kMin || op == ROp::kMax)) return false;
   return mpi_datatype(dtype) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL;
 }
 

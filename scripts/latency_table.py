@@ -12,6 +12,8 @@ size it prints the medians over the runs of each p50 and the median of the per-r
 the Markdown table of docs/benchmarks.md.
 
 usage: scripts/latency_table.py [--build build] [--np 2 4] [--runs 5] [--max 64M] [--iters 60]
+                                [--mpich]   (a build against MPICH, e.g. --build build-mpich,
+                                             launched with mpiexec.mpich)
 """
 import argparse
 import json
@@ -31,7 +33,15 @@ def size_arg(text):
     return int(t[:-1]) * mult[t[-1]] if t[-1] in mult else int(t)
 
 
+MPICH = False
+
+
 def mpirun(np, env, argv):
+    if MPICH:
+        cmd = ["flock", LOCK, "mpiexec.mpich", "-n", str(np)]
+        for k, v in env.items():
+            cmd += ["-genv", k, v]
+        return cmd + argv
     cmd = ["flock", LOCK, "mpirun", "-np", str(np), "--mca", "op", "^avx"]
     for k, v in env.items():
         cmd += ["-x", f"{k}={v}"]
@@ -77,7 +87,10 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--max", type=size_arg, default=64 << 20)
     ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--mpich", action="store_true", help="launch with mpiexec.mpich")
     a = ap.parse_args()
+    global MPICH
+    MPICH = a.mpich
     for np in a.np:
         capi, pre = [], []
         for i in range(a.runs):  # interleaved: both see the same periods of the machine

@@ -21,16 +21,16 @@
 
 static int g_rank = 0, g_size = 1, g_failed = 0, g_passed = 0;
 
-#define CHECK(cond, ...)                               \
-  do {                                                 \
-    if (cond) {                                        \
-      ++g_passed;                                      \
-    } else {                                           \
-      ++g_failed;                                      \
-      fprintf(stderr, "rank %d FAIL: ", g_rank);       \
-      fprintf(stderr, __VA_ARGS__);                    \
-      fprintf(stderr, "\n");                           \
-    }                                                  \
+#define CHECK(cond, ...)                         \
+  do {                                           \
+    if (cond) {                                  \
+      ++g_passed;                                \
+    } else {                                     \
+      ++g_failed;                                \
+      fprintf(stderr, "rank %d FAIL: ", g_rank); \
+      fprintf(stderr, __VA_ARGS__);              \
+      fprintf(stderr, "\n");                     \
+    }                                            \
   } while (0)
 
 static volatile double g_sink = 0;
