@@ -35,12 +35,15 @@ def fmt_size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 
+SIM = os.path.join(ROOT, "build-sim", "apps", "skipring_sim")
+
+
 def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
     env = dict(os.environ)
     env.setdefault("SKIPRING_SIM_REDUCE_GBPS", "50")
     env.update(env_extra or {})
     cmd = ["bash", os.path.join(HERE, "sim_run.sh"), "-np", str(n),
-           os.path.join(ROOT, "build-sim", "apps", "skipring_sim"), "--bytes", str(size),
+           SIM, "--bytes", str(size),
            "--mode", modes, "--iters", str(iters), "--warmup", str(warmup)]
     if late_us > 0:
         cmd += ["--late-rank", "1", "--late-us", f"{late_us:.3f}"]
@@ -61,15 +64,18 @@ def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
 
 
 def main():
+    global SIM
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="8,16,64")
     ap.add_argument("--sizes", default="16M,64M")
     ap.add_argument("--lates", default="0,0.1,0.25,0.5,1,2,8", help="multiples of T0")
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--sim", default="", help="the SMPI driver (scripts/sim_build.sh)")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
     a = ap.parse_args()
+    SIM = a.sim or SIM
     points = []
     for n in [int(x) for x in a.n.split(",")]:
         for size in [parse_size(x) for x in a.sizes.split(",")]:
