@@ -100,7 +100,13 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_DOUBLE_EQ(p.wait_s, kLateWaitShare * 0.08);
   EXPECT_DOUBLE_EQ(p.wait_suspect_s, kLateWaitSuspectShare * 0.08);
   EXPECT_EQ(p.segment_bytes, kLateChainSegmentBytes);
-  EXPECT_EQ(p.inflight, kLateChainInflight);
+  EXPECT_EQ(p.inflight, kLateChainInflight);  // n = 8: 7 owners
+  for (int n : {16, 64, 300}) {
+    LatePlanInput v = plan_input();
+    v.n = n;
+    v.hosts = n;
+    EXPECT_EQ(plan_late_path(v).inflight, std::min(n - 1, kLateChainMaxInflight)) << n;
+  }
   // auto: not on one host, not below kLateChainMinBytes, not where the census costs over its
   // share of the ring, not without skip-ahead, not for other algorithms.
   for (int variant = 0; variant < 6; ++variant) {
