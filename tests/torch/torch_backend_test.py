@@ -145,6 +145,8 @@ def opname(op):
 def test_collectives(group=None, members=None):
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     case = 0
+    n_allreduce = 0
+    before = skipring_torch.totals()
     dtypes = FLOATS + INTS + [torch.bool] + COMPLEX
     for dtype in dtypes:
         for op in ops_for(dtype):
@@ -154,6 +156,7 @@ def test_collectives(group=None, members=None):
                 want = reduce_ref(ins, op, dtype, size)
                 t = ins[rank].clone()
                 dist.all_reduce(t, op=op, group=group)
+                n_allreduce += 1
                 expect_equal(t, want, f"all_reduce {dtype} {opname(op)} n={n}")
             # reduce to every root (one size); non-roots keep their input
             n = 1000
@@ -217,6 +220,14 @@ def test_collectives(group=None, members=None):
         expect_equal(t, torch.stack([x.double() * 0.5 for x in ins]).sum(0).float(),
                      "all_reduce PREMUL_SUM(0.5)")
     dist.barrier(group=group)
+    # skipring ran the all-reduces itself (none handed to PMPI_Allreduce).
+    after = skipring_torch.totals()
+    global checks
+    checks += 1
+    if after["calls"] - before["calls"] < n_allreduce or after["fallbacks"] != before["fallbacks"]:
+        fail(f"skipring's counters: {after['calls'] - before['calls']} all-reduces run by "
+             f"skipring for {n_allreduce} dist.all_reduce calls, "
+             f"{after['fallbacks'] - before['fallbacks']} fallbacks")
 
 
 def test_async():
