@@ -8,17 +8,12 @@
 // must provide MPI_THREAD_MULTIPLE, or MPI_THREAD_SERIALIZED (then every MPI call of this
 // module takes one process-wide lock, and the application must not call MPI itself while
 // works are outstanding).
-#include <mpi.h>
-#include <skipring/skipring.h>
-
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/csrc/utils/pybind.h>
-
+#include <mpi.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <skipring/skipring.h>
+#include <torch/csrc/utils/pybind.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +32,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
@@ -47,9 +45,9 @@ namespace {
 
 // ---- MPI state of the process -----------------------------------------------------------
 
-std::mutex g_state_mutex;      // guards the fields below
-bool g_we_initialized = false;  // this module called MPI_Init_thread (and will finalize)
-int g_thread_level = -1;       // what MPI provides
+std::mutex g_state_mutex;           // guards the fields below
+bool g_we_initialized = false;      // this module called MPI_Init_thread (and will finalize)
+int g_thread_level = -1;            // what MPI provides
 std::recursive_mutex g_mpi_serial;  // held around MPI calls when only SERIALIZED is provided
 
 bool mpi_active() {
@@ -142,19 +140,32 @@ class WorkSkipring : public c10d::Work {
 // torch's Python names of the dtypes.
 const char* dtype_name(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kChar: return "torch.int8";
-    case at::kByte: return "torch.uint8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    default: return c10::toString(t);
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kChar:
+      return "torch.int8";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kShort:
+      return "torch.int16";
+    case at::kInt:
+      return "torch.int32";
+    case at::kLong:
+      return "torch.int64";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    default:
+      return c10::toString(t);
   }
 }
 
@@ -165,17 +176,28 @@ bool is_float_like(at::ScalarType t) {
 // The MPI datatype of a tensor's elements (complex tensors are passed as their real view).
 MPI_Datatype mpi_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kHalf: return skipring_type_float16();
-    case at::kBFloat16: return skipring_type_bfloat16();
-    case at::kChar: return MPI_INT8_T;
-    case at::kByte: return MPI_UINT8_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kBool: return MPI_C_BOOL;
-    default: break;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kHalf:
+      return skipring_type_float16();
+    case at::kBFloat16:
+      return skipring_type_bfloat16();
+    case at::kChar:
+      return MPI_INT8_T;
+    case at::kByte:
+      return MPI_UINT8_T;
+    case at::kShort:
+      return MPI_INT16_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kBool:
+      return MPI_C_BOOL;
+    default:
+      break;
   }
   TORCH_CHECK(false, "skipring backend: unsupported tensor dtype ", dtype_name(t),
               " (supported: float32, float64, float16, bfloat16, int8, uint8, int16, int32, "
@@ -184,16 +206,26 @@ MPI_Datatype mpi_type(at::ScalarType t) {
 
 const char* op_name(c10d::ReduceOp::RedOpType op) {
   switch (op) {
-    case c10d::ReduceOp::SUM: return "SUM";
-    case c10d::ReduceOp::AVG: return "AVG";
-    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case c10d::ReduceOp::MIN: return "MIN";
-    case c10d::ReduceOp::MAX: return "MAX";
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNKNOWN";
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -221,18 +253,30 @@ Reduction resolve_op(const c10d::ReduceOp& rop, at::ScalarType t) {
     reject("complex tensors take SUM, AVG and PREMUL_SUM");
   }
   switch (op) {
-    case c10d::ReduceOp::SUM: r.op = is_bool ? MPI_LOR : MPI_SUM; break;  // bool as NCCL: any
-    case c10d::ReduceOp::PRODUCT: r.op = is_bool ? MPI_LAND : MPI_PROD; break;
-    case c10d::ReduceOp::MIN: r.op = is_bool ? MPI_LAND : MPI_MIN; break;
-    case c10d::ReduceOp::MAX: r.op = is_bool ? MPI_LOR : MPI_MAX; break;
+    case c10d::ReduceOp::SUM:
+      r.op = is_bool ? MPI_LOR : MPI_SUM;
+      break;  // bool as NCCL: any
+    case c10d::ReduceOp::PRODUCT:
+      r.op = is_bool ? MPI_LAND : MPI_PROD;
+      break;
+    case c10d::ReduceOp::MIN:
+      r.op = is_bool ? MPI_LAND : MPI_MIN;
+      break;
+    case c10d::ReduceOp::MAX:
+      r.op = is_bool ? MPI_LOR : MPI_MAX;
+      break;
     case c10d::ReduceOp::BAND:
     case c10d::ReduceOp::BOR:
     case c10d::ReduceOp::BXOR:
       if (!is_int && !is_bool) reject("bitwise ops need integer or bool tensors");
       if (is_bool) {
-        r.op = op == c10d::ReduceOp::BAND ? MPI_LAND : op == c10d::ReduceOp::BOR ? MPI_LOR : MPI_LXOR;
+        r.op = op == c10d::ReduceOp::BAND  ? MPI_LAND
+               : op == c10d::ReduceOp::BOR ? MPI_LOR
+                                           : MPI_LXOR;
       } else {
-        r.op = op == c10d::ReduceOp::BAND ? MPI_BAND : op == c10d::ReduceOp::BOR ? MPI_BOR : MPI_BXOR;
+        r.op = op == c10d::ReduceOp::BAND  ? MPI_BAND
+               : op == c10d::ReduceOp::BOR ? MPI_BOR
+                                           : MPI_BXOR;
       }
       break;
     case c10d::ReduceOp::AVG:
@@ -258,7 +302,8 @@ Reduction resolve_op(const c10d::ReduceOp& rop, at::ScalarType t) {
       }
       break;
     }
-    default: reject("unknown op");
+    default:
+      reject("unknown op");
   }
   return r;
 }
@@ -296,7 +341,8 @@ void check_tensor(const at::Tensor& t, const char* what) {
               ": only dense (strided) tensors are supported, got a sparse tensor");
   TORCH_CHECK(t.is_contiguous(), "skipring backend: ", what,
               ": the tensor must be contiguous (call .contiguous() first)");
-  if (!at::isComplexType(t.scalar_type())) (void)mpi_type(t.scalar_type());  // raises if unsupported
+  if (!at::isComplexType(t.scalar_type()))
+    (void)mpi_type(t.scalar_type());  // raises if unsupported
 }
 
 at::Tensor single_tensor(std::vector<at::Tensor>& tensors, const char* what) {
@@ -310,8 +356,8 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "skipring backend: ", what,
               ": mismatched dtypes (", dtype_name(a.scalar_type()), " and ",
               dtype_name(b.scalar_type()), ")");
-  TORCH_CHECK(a.numel() == b.numel(), "skipring backend: ", what, ": mismatched sizes (",
-              a.numel(), " and ", b.numel(), " elements)");
+  TORCH_CHECK(a.numel() == b.numel(), "skipring backend: ", what, ": mismatched sizes (", a.numel(),
+              " and ", b.numel(), " elements)");
 }
 
 void check_root(int64_t root, int size, const char* what) {
@@ -475,8 +521,9 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
       at::Tensor in = (red.premul && !is_root) ? t.clone() : t;
       premultiply(in, red);
       const Buf b = buf_of(in);
-      const int rc = is_root ? skipring_reduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, root, comm)
-                             : skipring_reduce(b.data, nullptr, b.count, b.type, red.op, root, comm);
+      const int rc =
+          is_root ? skipring_reduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, root, comm)
+                  : skipring_reduce(b.data, nullptr, b.count, b.type, red.op, root, comm);
       if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce", rc));
       if (is_root && red.average) t.div_(size);
     });
@@ -486,11 +533,15 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& /*opts*/) override {
     at::Tensor in = single_tensor(inputs, "allgather");
-    TORCH_CHECK(outputs.size() == 1, "skipring backend: allgather takes one output list per "
-                "process, got ", outputs.size());
+    TORCH_CHECK(outputs.size() == 1,
+                "skipring backend: allgather takes one output list per "
+                "process, got ",
+                outputs.size());
     std::vector<at::Tensor> outs = outputs[0];
-    TORCH_CHECK(static_cast<int>(outs.size()) == size_, "skipring backend: allgather: the output "
-                "list has ", outs.size(), " tensors, the group has ", size_, " ranks");
+    TORCH_CHECK(static_cast<int>(outs.size()) == size_,
+                "skipring backend: allgather: the output "
+                "list has ",
+                outs.size(), " tensors, the group has ", size_, " ranks");
     for (const auto& o : outs) {
       check_tensor(o, "allgather");
       check_same(o, in, "allgather (output vs input)");
@@ -512,12 +563,14 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
                                                  const c10d::AllgatherOptions& /*opts*/) override {
     check_tensor(input, "_allgather_base");
     check_tensor(output, "_allgather_base");
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "skipring backend: _allgather_base: "
-                "mismatched dtypes (", dtype_name(output.scalar_type()), " and ",
-                dtype_name(input.scalar_type()), ")");
-    TORCH_CHECK(output.numel() == input.numel() * size_, "skipring backend: _allgather_base: "
-                "mismatched sizes: the output has ", output.numel(), " elements, the input ",
-                input.numel(), " x ", size_, " ranks");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+                "skipring backend: _allgather_base: "
+                "mismatched dtypes (",
+                dtype_name(output.scalar_type()), " and ", dtype_name(input.scalar_type()), ")");
+    TORCH_CHECK(output.numel() == input.numel() * size_,
+                "skipring backend: _allgather_base: "
+                "mismatched sizes: the output has ",
+                output.numel(), " elements, the input ", input.numel(), " x ", size_, " ranks");
     at::Tensor out = output, in = input;
     return enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [in, out](MPI_Comm comm) {
       const Buf b = buf_of(in);
@@ -531,52 +584,62 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
     at::Tensor out = single_tensor(outputs, "reduce_scatter");
-    TORCH_CHECK(inputs.size() == 1, "skipring backend: reduce_scatter takes one input list per "
-                "process, got ", inputs.size());
+    TORCH_CHECK(inputs.size() == 1,
+                "skipring backend: reduce_scatter takes one input list per "
+                "process, got ",
+                inputs.size());
     std::vector<at::Tensor> ins = inputs[0];
-    TORCH_CHECK(static_cast<int>(ins.size()) == size_, "skipring backend: reduce_scatter: the "
-                "input list has ", ins.size(), " tensors, the group has ", size_, " ranks");
+    TORCH_CHECK(static_cast<int>(ins.size()) == size_,
+                "skipring backend: reduce_scatter: the "
+                "input list has ",
+                ins.size(), " tensors, the group has ", size_, " ranks");
     for (const auto& i : ins) {
       check_tensor(i, "reduce_scatter");
       check_same(i, out, "reduce_scatter (input vs output)");
     }
     const Reduction red = resolve_op(opts.reduceOp, out.scalar_type());
     const int size = size_;
-    return enqueue(c10d::OpType::REDUCE_SCATTER, {out}, [ins, out, red, size](MPI_Comm comm) mutable {
-      std::vector<at::Tensor> parts;
-      for (const auto& i : ins) parts.push_back(i.reshape(-1));
-      at::Tensor flat = at::cat(parts);
-      premultiply(flat, red);
-      const Buf f = buf_of(flat);
-      const Buf o = buf_of(out);
-      const int rc = skipring_reduce_scatter_block(f.data, o.data, o.count, o.type, red.op, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce_scatter", rc));
-      if (red.average) out.div_(size);
-    });
+    return enqueue(
+        c10d::OpType::REDUCE_SCATTER, {out}, [ins, out, red, size](MPI_Comm comm) mutable {
+          std::vector<at::Tensor> parts;
+          for (const auto& i : ins) parts.push_back(i.reshape(-1));
+          at::Tensor flat = at::cat(parts);
+          premultiply(flat, red);
+          const Buf f = buf_of(flat);
+          const Buf o = buf_of(out);
+          const int rc =
+              skipring_reduce_scatter_block(f.data, o.data, o.count, o.type, red.op, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce_scatter", rc));
+          if (red.average) out.div_(size);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
     check_tensor(input, "_reduce_scatter_base");
     check_tensor(output, "_reduce_scatter_base");
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "skipring backend: "
-                "_reduce_scatter_base: mismatched dtypes (", dtype_name(output.scalar_type()),
-                " and ", dtype_name(input.scalar_type()), ")");
-    TORCH_CHECK(input.numel() == output.numel() * size_, "skipring backend: _reduce_scatter_base: "
-                "mismatched sizes: the input has ", input.numel(), " elements, the output ",
-                output.numel(), " x ", size_, " ranks");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+                "skipring backend: "
+                "_reduce_scatter_base: mismatched dtypes (",
+                dtype_name(output.scalar_type()), " and ", dtype_name(input.scalar_type()), ")");
+    TORCH_CHECK(input.numel() == output.numel() * size_,
+                "skipring backend: _reduce_scatter_base: "
+                "mismatched sizes: the input has ",
+                input.numel(), " elements, the output ", output.numel(), " x ", size_, " ranks");
     const Reduction red = resolve_op(opts.reduceOp, output.scalar_type());
     const int size = size_;
     at::Tensor out = output, in = input;
-    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [in, out, red, size](MPI_Comm comm) mutable {
-      at::Tensor src = red.premul ? in.clone() : in;
-      premultiply(src, red);
-      const Buf f = buf_of(src);
-      const Buf o = buf_of(out);
-      const int rc = skipring_reduce_scatter_block(f.data, o.data, o.count, o.type, red.op, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("_reduce_scatter_base", rc));
-      if (red.average) out.div_(size);
-    });
+    return enqueue(
+        c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [in, out, red, size](MPI_Comm comm) mutable {
+          at::Tensor src = red.premul ? in.clone() : in;
+          premultiply(src, red);
+          const Buf f = buf_of(src);
+          const Buf o = buf_of(out);
+          const int rc =
+              skipring_reduce_scatter_block(f.data, o.data, o.count, o.type, red.op, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("_reduce_scatter_base", rc));
+          if (red.average) out.div_(size);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& /*opts*/) override {
@@ -600,7 +663,8 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     Fn fn;
   };
 
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs, Fn fn) {
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         Fn fn) {
     auto work = c10::make_intrusive<WorkSkipring>(rank_, type, std::move(outputs));
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -720,16 +784,19 @@ PYBIND11_MODULE(_C, m) {
     skipring_torch::ensure_mpi();
     return skipring_torch::g_thread_level;
   });
-  m.def("bcast_str", [](const std::string& s, int root) {
-    skipring_torch::ensure_mpi();
-    skipring_torch::MpiGuard g;
-    int n = static_cast<int>(s.size());
-    MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD);
-    std::string out = s;
-    out.resize(static_cast<size_t>(n));
-    MPI_Bcast(out.data(), n, MPI_CHAR, root, MPI_COMM_WORLD);
-    return out;
-  }, "MPI_Bcast of a string over MPI_COMM_WORLD (the rendezvous address)");
+  m.def(
+      "bcast_str",
+      [](const std::string& s, int root) {
+        skipring_torch::ensure_mpi();
+        skipring_torch::MpiGuard g;
+        int n = static_cast<int>(s.size());
+        MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD);
+        std::string out = s;
+        out.resize(static_cast<size_t>(n));
+        MPI_Bcast(out.data(), n, MPI_CHAR, root, MPI_COMM_WORLD);
+        return out;
+      },
+      "MPI_Bcast of a string over MPI_COMM_WORLD (the rendezvous address)");
   m.def("finalize", &skipring_torch::finalize, py::call_guard<py::gil_scoped_release>());
   m.def("totals", &skipring_torch::totals, "skipring's process-wide counters (the report line)");
   m.def("set_algo", [](const std::string& name) {
