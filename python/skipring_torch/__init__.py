@@ -15,6 +15,8 @@ Collectives run in issue order on a worker thread per group, through skipring's 
 allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR, PREMUL_SUM), allreduce_coalesced,
 broadcast, reduce, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base, barrier.
 Anything else (send/recv, gather, scatter, all_to_all) raises "does not support".
+With TORCH_DISTRIBUTED_DEBUG=DETAIL (or set_check(True)) every collective first checks that
+all ranks make the same call, and raises on every rank, naming each rank's call, if not.
 """
 import atexit
 import os
@@ -26,7 +28,7 @@ import torch.distributed as dist
 from . import _C
 
 __all__ = ["ProcessGroupSkipring", "totals", "report_line", "set_algo", "set_skip", "set_inject",
-           "world", "BACKEND"]
+           "set_check", "get_check", "world", "BACKEND"]
 
 BACKEND = "skipring"
 ProcessGroupSkipring = _C.ProcessGroupSkipring
@@ -34,6 +36,12 @@ totals = _C.totals
 set_algo = _C.set_algo
 set_skip = _C.set_skip
 set_inject = _C.set_inject
+# Cross-rank consistency check of every collective (an extra small all-gather per call): on
+# with TORCH_DISTRIBUTED_DEBUG=DETAIL, as torch does for gloo and NCCL, or set_check(True) on
+# every rank. Ranks that disagree (collective, dtype, size, op, root) all raise, naming each
+# rank's call, instead of exchanging mismatched data.
+set_check = _C.set_check
+get_check = _C.get_check
 
 
 def world():
@@ -119,6 +127,8 @@ def _at_exit():
 
 _C.ensure_mpi()
 _fill_env()
+if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+    set_check(True)
 if not hasattr(dist.Backend, BACKEND.upper()):
     dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 atexit.register(_at_exit)

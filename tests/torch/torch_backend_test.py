@@ -11,7 +11,9 @@ Usage: mpirun -np N /usr/bin/python3 torch_backend_test.py MODE
   errors       bad calls (unsupported dtype or op, mismatched sizes, wrong list lengths,
                non-contiguous, root outside the group, unsupported collective) raise a
                RuntimeError naming the problem, on the calling thread, before any
-               communication; the group still works afterwards
+               communication; with the consistency check on (set_check), ranks that disagree
+               (sizes, dtypes, roots) all raise, naming each rank's call; the group still
+               works afterwards
   subgroup     dist.new_group(ranks) with the skipring backend, results against the host
 
 Every rank computes every rank's inputs (a pure function of rank, case and element index), so
@@ -326,6 +328,24 @@ def test_errors():
                       "does not support send", "send")
     expect_raises(lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size)),
                   "does not support", "all_to_all")
+    # Ranks that disagree, with the consistency check on: every rank raises, naming each
+    # rank's call, and no data moves (without the check skipring's core gets mismatched
+    # messages: see docs/training.md).
+    skipring_torch.set_check(True)
+    n = 1000 if rank == 0 else 2000
+    expect_raises(lambda: dist.all_reduce(torch.ones(n)), "the ranks called different "
+                  "collectives: rank 0: ALLREDUCE torch.float32 x 1000 SUM; rank 1: ALLREDUCE "
+                  "torch.float32 x 2000 SUM", "all_reduce count mismatch across ranks")
+    expect_raises(lambda: dist.all_reduce(torch.ones(8, dtype=torch.float32 if rank == 0 else
+                                                     torch.float64)),
+                  "rank 1: ALLREDUCE torch.float64 x 8 SUM", "all_reduce dtype mismatch across ranks")
+    expect_raises(lambda: dist.broadcast(torch.ones(8), src=rank % 2 if size > 1 else 0)
+                  if size > 1 else (_ for _ in ()).throw(RuntimeError("root 1")),
+                  "root 1", "broadcast root mismatch across ranks")
+    t = torch.ones(100)
+    dist.all_reduce(t)
+    expect_equal(t, torch.full((100,), float(size)), "all_reduce with the check on")
+    skipring_torch.set_check(False)
     # The group still works after all that.
     t = torch.ones(100)
     dist.all_reduce(t)

@@ -365,6 +365,66 @@ void check_root(int64_t root, int size, const char* what) {
               " is outside the group (size ", size, ")");
 }
 
+// ---- cross-rank consistency check ------------------------------------------------------
+// With the check on (TORCH_DISTRIBUTED_DEBUG=DETAIL, as torch does for gloo and NCCL, or
+// skipring_torch.set_check(True) on every rank), each collective first all-gathers its
+// signature over the group's communicator; when the ranks disagree (another collective, dtype,
+// element count, op or root), every rank raises the same error, naming each rank's call, and
+// the group stays usable: no data moved.
+std::atomic<bool> g_check{false};
+
+// What the check throws (a RuntimeError in Python, like every other error of the backend).
+class MismatchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Sig {
+  int64_t type = 0, dtype = -1, numel = 0, op = -1, root = -1;
+};
+
+Sig make_sig(c10d::OpType type, const at::Tensor& t, int64_t numel, int op = -1,
+             int64_t root = -1) {
+  Sig s;
+  s.type = static_cast<int64_t>(type);
+  s.dtype = t.defined() ? static_cast<int64_t>(t.scalar_type()) : -1;
+  s.numel = numel;
+  s.op = op;
+  s.root = root;
+  return s;
+}
+
+std::string describe(const Sig& s) {
+  std::string d = c10d::opTypeToString(static_cast<c10d::OpType>(s.type));
+  if (s.dtype >= 0) {
+    d += std::string(" ") + dtype_name(static_cast<at::ScalarType>(s.dtype)) + " x " +
+         std::to_string(s.numel);
+  }
+  if (s.op >= 0) d += std::string(" ") + op_name(static_cast<c10d::ReduceOp::RedOpType>(s.op));
+  if (s.root >= 0) d += " root " + std::to_string(s.root);
+  return d;
+}
+
+// Throws (the same message on every rank) when the ranks' signatures differ.
+void check_signatures(const Sig& mine, MPI_Comm comm, int size) {
+  int64_t buf[5] = {mine.type, mine.dtype, mine.numel, mine.op, mine.root};
+  std::vector<int64_t> all(5 * static_cast<size_t>(size));
+  const int rc = MPI_Allgather(buf, 5, MPI_INT64_T, all.data(), 5, MPI_INT64_T, comm);
+  if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("consistency check", rc));
+  bool same = true;
+  for (int r = 1; r < size && same; ++r) {
+    same = std::equal(all.begin(), all.begin() + 5, all.begin() + 5 * r);
+  }
+  if (same) return;
+  std::string msg = "skipring backend: the ranks called different collectives:";
+  for (int r = 0; r < size; ++r) {
+    const int64_t* a = &all[5 * static_cast<size_t>(r)];
+    msg += " rank " + std::to_string(r) + ": " + describe(Sig{a[0], a[1], a[2], a[3], a[4]}) +
+           (r + 1 < size ? ";" : "");
+  }
+  throw MismatchError(msg);
+}
+
 // ---- the process group -------------------------------------------------------------------
 
 class ProcessGroupSkipring;
@@ -456,13 +516,15 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     at::Tensor t = single_tensor(tensors, "allreduce");
     const Reduction red = resolve_op(opts.reduceOp, t.scalar_type());
     const int size = size_;
-    return enqueue(c10d::OpType::ALLREDUCE, {t}, [t, red, size](MPI_Comm comm) mutable {
-      premultiply(t, red);
-      const Buf b = buf_of(t);
-      const int rc = skipring_allreduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("allreduce", rc));
-      if (red.average) t.div_(size);
-    });
+    return enqueue(
+        c10d::OpType::ALLREDUCE, make_sig(c10d::OpType::ALLREDUCE, t, t.numel(), opts.reduceOp.op_),
+        {t}, [t, red, size](MPI_Comm comm) mutable {
+          premultiply(t, red);
+          const Buf b = buf_of(t);
+          const int rc = skipring_allreduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("allreduce", rc));
+          if (red.average) t.div_(size);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -477,21 +539,27 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     const Reduction red = resolve_op(opts.reduceOp, tensors[0].scalar_type());
     const int size = size_;
     std::vector<at::Tensor> ts = tensors;
-    return enqueue(c10d::OpType::ALLREDUCE_COALESCED, ts, [ts, red, size](MPI_Comm comm) {
-      std::vector<at::Tensor> flat_parts;
-      for (const auto& t : ts) flat_parts.push_back(t.reshape(-1));
-      at::Tensor flat = at::cat(flat_parts);
-      premultiply(flat, red);
-      const Buf b = buf_of(flat);
-      const int rc = skipring_allreduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("allreduce_coalesced", rc));
-      if (red.average) flat.div_(size);
-      int64_t o = 0;
-      for (const auto& t : ts) {
-        t.view(-1).copy_(flat.narrow(0, o, t.numel()));
-        o += t.numel();
-      }
-    });
+    int64_t total = 0;
+    for (const auto& t : ts) total += t.numel();
+    return enqueue(c10d::OpType::ALLREDUCE_COALESCED,
+                   make_sig(c10d::OpType::ALLREDUCE_COALESCED, ts[0], total, opts.reduceOp.op_), ts,
+                   [ts, red, size](MPI_Comm comm) {
+                     std::vector<at::Tensor> flat_parts;
+                     for (const auto& t : ts) flat_parts.push_back(t.reshape(-1));
+                     at::Tensor flat = at::cat(flat_parts);
+                     premultiply(flat, red);
+                     const Buf b = buf_of(flat);
+                     const int rc =
+                         skipring_allreduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, comm);
+                     if (rc != MPI_SUCCESS)
+                       throw std::runtime_error(error_text("allreduce_coalesced", rc));
+                     if (red.average) flat.div_(size);
+                     int64_t o = 0;
+                     for (const auto& t : ts) {
+                       t.view(-1).copy_(flat.narrow(0, o, t.numel()));
+                       o += t.numel();
+                     }
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -500,11 +568,13 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     check_root(opts.rootRank, size_, "broadcast");
     TORCH_CHECK(opts.rootTensor == 0, "skipring backend: broadcast: rootTensor must be 0");
     const int root = static_cast<int>(opts.rootRank);
-    return enqueue(c10d::OpType::BROADCAST, {t}, [t, root](MPI_Comm comm) {
-      const Buf b = buf_of(t);
-      const int rc = skipring_bcast(b.data, b.count, b.type, root, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("broadcast", rc));
-    });
+    return enqueue(c10d::OpType::BROADCAST,
+                   make_sig(c10d::OpType::BROADCAST, t, t.numel(), -1, root), {t},
+                   [t, root](MPI_Comm comm) {
+                     const Buf b = buf_of(t);
+                     const int rc = skipring_bcast(b.data, b.count, b.type, root, comm);
+                     if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("broadcast", rc));
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -516,17 +586,19 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     const int root = static_cast<int>(opts.rootRank);
     const int size = size_;
     const bool is_root = rank_ == root;
-    return enqueue(c10d::OpType::REDUCE, {t}, [t, red, root, size, is_root](MPI_Comm comm) mutable {
-      // Non-roots keep their tensor unchanged (a premultiplied copy is what they send).
-      at::Tensor in = (red.premul && !is_root) ? t.clone() : t;
-      premultiply(in, red);
-      const Buf b = buf_of(in);
-      const int rc =
-          is_root ? skipring_reduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, root, comm)
-                  : skipring_reduce(b.data, nullptr, b.count, b.type, red.op, root, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce", rc));
-      if (is_root && red.average) t.div_(size);
-    });
+    return enqueue(
+        c10d::OpType::REDUCE, make_sig(c10d::OpType::REDUCE, t, t.numel(), opts.reduceOp.op_, root),
+        {t}, [t, red, root, size, is_root](MPI_Comm comm) mutable {
+          // Non-roots keep their tensor unchanged (a premultiplied copy is what they send).
+          at::Tensor in = (red.premul && !is_root) ? t.clone() : t;
+          premultiply(in, red);
+          const Buf b = buf_of(in);
+          const int rc =
+              is_root ? skipring_reduce(MPI_IN_PLACE, b.data, b.count, b.type, red.op, root, comm)
+                      : skipring_reduce(b.data, nullptr, b.count, b.type, red.op, root, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce", rc));
+          if (is_root && red.average) t.div_(size);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -547,16 +619,18 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
       check_same(o, in, "allgather (output vs input)");
     }
     const int64_t n = in.numel();
-    return enqueue(c10d::OpType::ALLGATHER, outs, [in, outs, n](MPI_Comm comm) {
-      at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * n}, in.options());
-      const Buf b = buf_of(in);
-      const Buf f = buf_of(flat);
-      const int rc = skipring_allgather(b.data, b.count, b.type, f.data, b.count, b.type, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("allgather", rc));
-      for (size_t i = 0; i < outs.size(); ++i) {
-        outs[i].view(-1).copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n));
-      }
-    });
+    return enqueue(
+        c10d::OpType::ALLGATHER, make_sig(c10d::OpType::ALLGATHER, in, n), outs,
+        [in, outs, n](MPI_Comm comm) {
+          at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * n}, in.options());
+          const Buf b = buf_of(in);
+          const Buf f = buf_of(flat);
+          const int rc = skipring_allgather(b.data, b.count, b.type, f.data, b.count, b.type, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("allgather", rc));
+          for (size_t i = 0; i < outs.size(); ++i) {
+            outs[i].view(-1).copy_(flat.narrow(0, static_cast<int64_t>(i) * n, n));
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -572,12 +646,14 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
                 "mismatched sizes: the output has ",
                 output.numel(), " elements, the input ", input.numel(), " x ", size_, " ranks");
     at::Tensor out = output, in = input;
-    return enqueue(c10d::OpType::_ALLGATHER_BASE, {out}, [in, out](MPI_Comm comm) {
-      const Buf b = buf_of(in);
-      const Buf f = buf_of(out);
-      const int rc = skipring_allgather(b.data, b.count, b.type, f.data, b.count, b.type, comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("_allgather_base", rc));
-    });
+    return enqueue(
+        c10d::OpType::_ALLGATHER_BASE, make_sig(c10d::OpType::_ALLGATHER_BASE, in, in.numel()),
+        {out}, [in, out](MPI_Comm comm) {
+          const Buf b = buf_of(in);
+          const Buf f = buf_of(out);
+          const int rc = skipring_allgather(b.data, b.count, b.type, f.data, b.count, b.type, comm);
+          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("_allgather_base", rc));
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -599,19 +675,21 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     }
     const Reduction red = resolve_op(opts.reduceOp, out.scalar_type());
     const int size = size_;
-    return enqueue(
-        c10d::OpType::REDUCE_SCATTER, {out}, [ins, out, red, size](MPI_Comm comm) mutable {
-          std::vector<at::Tensor> parts;
-          for (const auto& i : ins) parts.push_back(i.reshape(-1));
-          at::Tensor flat = at::cat(parts);
-          premultiply(flat, red);
-          const Buf f = buf_of(flat);
-          const Buf o = buf_of(out);
-          const int rc =
-              skipring_reduce_scatter_block(f.data, o.data, o.count, o.type, red.op, comm);
-          if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("reduce_scatter", rc));
-          if (red.average) out.div_(size);
-        });
+    return enqueue(c10d::OpType::REDUCE_SCATTER,
+                   make_sig(c10d::OpType::REDUCE_SCATTER, out, out.numel(), opts.reduceOp.op_),
+                   {out}, [ins, out, red, size](MPI_Comm comm) mutable {
+                     std::vector<at::Tensor> parts;
+                     for (const auto& i : ins) parts.push_back(i.reshape(-1));
+                     at::Tensor flat = at::cat(parts);
+                     premultiply(flat, red);
+                     const Buf f = buf_of(flat);
+                     const Buf o = buf_of(out);
+                     const int rc = skipring_reduce_scatter_block(f.data, o.data, o.count, o.type,
+                                                                  red.op, comm);
+                     if (rc != MPI_SUCCESS)
+                       throw std::runtime_error(error_text("reduce_scatter", rc));
+                     if (red.average) out.div_(size);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -630,7 +708,9 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
     const int size = size_;
     at::Tensor out = output, in = input;
     return enqueue(
-        c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [in, out, red, size](MPI_Comm comm) mutable {
+        c10d::OpType::_REDUCE_SCATTER_BASE,
+        make_sig(c10d::OpType::_REDUCE_SCATTER_BASE, out, out.numel(), opts.reduceOp.op_), {out},
+        [in, out, red, size](MPI_Comm comm) mutable {
           at::Tensor src = red.premul ? in.clone() : in;
           premultiply(src, red);
           const Buf f = buf_of(src);
@@ -643,11 +723,12 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& /*opts*/) override {
-    return enqueue(c10d::OpType::BARRIER, {}, [](MPI_Comm comm) {
-      MpiGuard g;
-      const int rc = MPI_Barrier(comm);
-      if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("barrier", rc));
-    });
+    return enqueue(c10d::OpType::BARRIER, make_sig(c10d::OpType::BARRIER, at::Tensor(), 0), {},
+                   [](MPI_Comm comm) {
+                     MpiGuard g;
+                     const int rc = MPI_Barrier(comm);
+                     if (rc != MPI_SUCCESS) throw std::runtime_error(error_text("barrier", rc));
+                   });
   }
 
   // Works queued and not yet finished (a test aid).
@@ -661,15 +742,17 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
   struct Item {
     c10::intrusive_ptr<WorkSkipring> work;
     Fn fn;
+    Sig sig;
+    bool check = false;
   };
 
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         Fn fn) {
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const Sig& sig,
+                                         std::vector<at::Tensor> outputs, Fn fn) {
     auto work = c10::make_intrusive<WorkSkipring>(rank_, type, std::move(outputs));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       TORCH_CHECK(!stop_, "skipring backend: the process group has been shut down");
-      queue_.push_back(Item{work, std::move(fn)});
+      queue_.push_back(Item{work, std::move(fn), sig, g_check.load()});
     }
     cv_.notify_all();
     return work;
@@ -699,7 +782,12 @@ class ProcessGroupSkipring : public c10d::ProcessGroup {
       } else {
         try {
           MpiGuard g;
+          if (item.check) check_signatures(item.sig, comm_, size_);
           item.fn(comm_);
+        } catch (const MismatchError&) {
+          // The consistency check: every rank raises it and no data moved, so the group
+          // stays usable.
+          error = std::current_exception();
         } catch (const std::exception& e) {
           failed_ = true;
           first_error_ = e.what();
@@ -803,6 +891,10 @@ PYBIND11_MODULE(_C, m) {
     const int rc = skipring_set_algo(name.empty() ? nullptr : name.c_str());
     TORCH_CHECK(rc == MPI_SUCCESS, "skipring backend: set_algo('", name, "') failed");
   });
+  m.def(
+      "set_check", [](bool on) { skipring_torch::g_check = on; },
+      "cross-rank consistency check of every collective (same on every rank)");
+  m.def("get_check", []() { return skipring_torch::g_check.load(); });
   m.def("set_skip", [](bool on) { skipring_set_skip(on ? 1 : 0); });
   m.def("set_inject", [](const std::string& spec) {
     const int rc = skipring_set_inject(spec.c_str());
