@@ -22,6 +22,8 @@ skipring's plain ring: skip-ahead off); each variant starts from the same weight
 
 Checks: every --eval-every steps and at the end the ranks compare a SHA-256 of their
 parameters (an all_gather on the variant's group); a difference exits 4 naming the hashes.
+Each check also scores the test set (accuracy, loss) against the training time so far
+(evaluations and checks left out): `evals`, `time_to_target_s` (--target-acc).
 Rank 0 prints one `ddp-result: {json}` line per variant (time per step, losses, hashes, the
 skipring counters' change). Run with Debian's /usr/bin/python3; skipring_torch must be
 importable (PYTHONPATH=build/python).
@@ -54,7 +56,10 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=8, help="samples per rank per step")
     p.add_argument("--max-steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the timing")
-    p.add_argument("--eval-every", type=int, default=0, help="hash check every K steps (0: end)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="hash check and test accuracy every K steps (0: at the end only)")
+    p.add_argument("--target-acc", type=float, default=0.9,
+                   help="time_to_target_s: training time of the first evaluation >= this")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
@@ -149,11 +154,27 @@ def run_variant(a, variant, group, rank, size, data):
     strag = dp_train.Stragglers(a, rank)
     per_step = size * a.batch
     steps_per_epoch = max(1, len(ytr) // per_step)
+    xte_t, yte_t = torch.from_numpy(np.ascontiguousarray(xte)), torch.from_numpy(yte)
+
+    def evaluate():
+        # Every rank holds the same parameters: each scores the whole test set, no traffic.
+        ddp.module.eval()
+        with torch.no_grad():
+            logits = ddp.module(xte_t)
+            acc = float((logits.argmax(dim=1) == yte_t).float().mean())
+            tloss = float(lossf(logits, yte_t))
+        ddp.module.train()
+        return acc, tloss
+
     hashes = [check_hashes(ddp.module, group, "init")]
+    acc0, tl0 = evaluate()
+    evals = [{"step": 0, "time_s": 0.0, "acc": acc0, "loss": tl0}]
+    train_s = 0.0  # training time: evaluations and hash checks left out
     before = skipring_torch.totals()
     losses, step_s = [], []
     dist.barrier(group=group)
     t_start = time.perf_counter()
+    t_seg = t_start
     micro = 0
     for step in range(a.max_steps):
         t0 = time.perf_counter()
@@ -179,7 +200,11 @@ def run_variant(a, variant, group, rank, size, data):
         step_s.append(time.perf_counter() - t0)
         losses.append(loss_acc)
         if (a.eval_every and (step + 1) % a.eval_every == 0) or step + 1 == a.max_steps:
+            train_s += time.perf_counter() - t_seg
             hashes.append(check_hashes(ddp.module, group, f"step {step + 1}"))
+            acc, tl = evaluate()
+            evals.append({"step": step + 1, "time_s": train_s, "acc": acc, "loss": tl})
+            t_seg = time.perf_counter()
     wall = time.perf_counter() - t_start
     after = skipring_torch.totals()
     # Mean training loss over all ranks (a gloo/skipring all-reduce outside the timing).
@@ -196,7 +221,10 @@ def run_variant(a, variant, group, rank, size, data):
            "bucket_cap_mb": a.bucket_cap_mb, "no_sync_every": a.no_sync_every,
            "step_ms_median": 1e3 * float(step_t.median()), "step_ms_mean": 1e3 * float(step_t.mean()),
            "wall_s": wall, "loss_first5": float(lt[0]), "loss_last5": float(lt[1]),
-           "final_hash": hashes[-1], "hashes": hashes, "skipring_delta_rank": delta}
+           "final_hash": hashes[-1], "hashes": hashes, "skipring_delta_rank": delta,
+           "train_s": train_s, "evals": evals, "final_acc": evals[-1]["acc"],
+           "time_to_target_s": next((e["time_s"] for e in evals if e["acc"] >= a.target_acc),
+                                    None), "target_acc": a.target_acc}
     del ddp
     return res
 
