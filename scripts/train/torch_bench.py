@@ -98,7 +98,17 @@ def base_env(a):
     return env
 
 
-def launch(a, placement, argv, timeout):
+def launch(a, placement, argv, timeout, tries=2):
+    """Runs the job; a failed job is retried once (the emulated cluster's daemons can fail
+    to start on a loaded machine), then the script stops."""
+    for t in range(tries):
+        out = launch_once(a, placement, argv, timeout, last=t == tries - 1)
+        if out is not None:
+            return out
+        print(f"torch_bench: retrying after a failure ({placement})", flush=True)
+
+
+def launch_once(a, placement, argv, timeout, last):
     env = base_env(a)
     xs = ["-x", f"PYTHONPATH={a.pythonpath}", "-x", "OMP_NUM_THREADS=1",
           "-x", "OPENBLAS_NUM_THREADS=1"]
@@ -111,6 +121,8 @@ def launch(a, placement, argv, timeout):
                           text=True, timeout=timeout)
     if proc.returncode != 0:
         print(proc.stdout[-4000:])
+        if not last:
+            return None
         sys.exit(f"torch_bench: failed (exit {proc.returncode}): {' '.join(cmd)}")
     return proc.stdout
 
@@ -156,11 +168,11 @@ def run_allreduce(a):
                          "bytes": int(m.group(2)), "backend": m.group(3),
                          "rep": int(m.group(4)), "k": int(m.group(5)),
                          "us": float(m.group(6))})
-    os.makedirs(os.path.dirname(a.ar_csv), exist_ok=True)
-    with open(a.ar_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        os.makedirs(os.path.dirname(a.ar_csv), exist_ok=True)
+        with open(a.ar_csv, "w", newline="") as f:  # after every placement
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
     print(f"torch_bench: {len(rows)} measurements -> {a.ar_csv} (commit {git_commit()})")
     print("\n| placement | size | skipring µs | gloo µs | skipring / gloo |")
     print("|---|---:|---:|---:|---:|")
