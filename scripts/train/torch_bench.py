@@ -20,6 +20,9 @@ is the median step time (slowest rank per step) of each job, then the median ove
 -> docs/data/torch_ddp.csv, docs/figures/torch_ddp_tta.png (accuracy against training time,
    scenario exp, first repetition; needs python3-matplotlib)
 
+gloo-alone: gloo's own all-reduce time with no skipring and no MPI in the processes (np 4 on
+this host; launched by mpirun only to start them), for reading the allreduce table.
+
 Where the emulated cluster is needed the script brings it up (vcluster.sh up 4) and down again.
 Wrap it in `flock /tmp/skipring-bench.lock` (benchmarks must not overlap). Needs the build's
 python/ (skipring_torch) and Debian's /usr/bin/python3 with torch.
@@ -85,6 +88,45 @@ def worker_allreduce(a):
                           f"us={el.item() * 1e6:.1f}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def worker_gloo_alone(a):
+    """gloo with no skipring and no MPI in the process: its own latency here."""
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    env = os.environ
+    rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
+    size = int(env.get("OMPI_COMM_WORLD_SIZE", env.get("PMI_SIZE", "1")))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank,
+                            world_size=size)
+    for nbytes in [int(x) for x in a.sizes.split(",")]:
+        t = torch.ones(nbytes // 4)
+        k = max(3, min(200, (8 << 20) // nbytes))
+        for _ in range(5):
+            dist.all_reduce(t)
+        for rep in range(a.reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(k):
+                dist.all_reduce(t)
+            el = torch.tensor([(time.perf_counter() - t0) / k])
+            dist.all_reduce(el, op=dist.ReduceOp.MAX)
+            if rank == 0:
+                print(f"torch-ar: np={size} bytes={nbytes} backend=gloo-alone rep={rep} k={k} "
+                      f"us={el.item() * 1e6:.1f}", flush=True)
+    dist.destroy_process_group()
+
+
+def run_gloo_alone(a):
+    out = launch(a, "host", [os.path.abspath(__file__), "worker-gloo-alone", "--reps",
+                             str(a.reps), "--sizes", "1024,65536,1048576"], a.timeout)
+    for nbytes in (1024, 65536, 1048576):
+        v = [float(m.group(1)) for m in re.finditer(
+            rf"^torch-ar: np=\d+ bytes={nbytes} backend=gloo-alone rep=\d+ k=\d+ us=([0-9.]+)$",
+            out, re.M)]
+        print(f"gloo alone (no skipring, no MPI in the process), np {a.np}, {human(nbytes)}: "
+              f"median {statistics.median(v):.0f} µs of {len(v)}")
 
 
 # ---- the driver --------------------------------------------------------------------------
@@ -256,7 +298,9 @@ def run_ddp(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=("allreduce", "ddp", "worker-allreduce"))
+    p.add_argument("mode", choices=("allreduce", "ddp", "gloo-alone", "worker-allreduce",
+                                    "worker-gloo-alone"))
+    p.add_argument("--port", type=int, default=29517, help="gloo-alone's rendezvous port")
     p.add_argument("--placements", default="host,cluster")
     p.add_argument("--placement", default="cluster")
     p.add_argument("--np", type=int, default=4, help="ranks on one host")
@@ -274,9 +318,13 @@ def main():
     a = p.parse_args()
     if a.mode == "worker-allreduce":
         return worker_allreduce(a)
+    if a.mode == "worker-gloo-alone":
+        return worker_gloo_alone(a)
     if not os.path.isdir(os.path.join(a.pythonpath, "skipring_torch")):
         sys.exit(f"torch_bench: no skipring_torch under {a.pythonpath}: build the "
                  f"skipring_torch_ext target (libtorch-dev, pybind11-dev)")
+    if a.mode == "gloo-alone":
+        return run_gloo_alone(a)
     return run_allreduce(a) if a.mode == "allreduce" else run_ddp(a)
 
 
