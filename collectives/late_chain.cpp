@@ -1,5 +1,5 @@
-// Late chain all-reduce: census, the ring of the healthy ranks, the chain of late inputs
-// (late_chain.h).
+// The late path all-reduce: census, the healthy ranks' reduce-scatter (or every rank's ring),
+// the late ranks' pieces straight to the owners and the finals from them (late_chain.h).
 #include "collectives/late_chain.h"
 
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 
+#include "collectives/ring_collectives.h"
 #include "collectives/wire_header.h"
 #include "common/phases.h"
 #include "common/token.h"
@@ -23,25 +24,16 @@ constexpr uint32_t kTokRing = 3;
 // Message kinds (tags tag_span/2 + 2 * kind + parity).
 constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
-constexpr int kKindInput = 2;
+constexpr int kKindPiece = 2;
 constexpr int kKindFinal = 3;
-constexpr int kKindGo = 4;
-constexpr int kKindInputTree1 = 5;  // late inputs and D down the second tree
-constexpr int kOwnTags = 12;
+// Pieces and finals: a tag per segment modulo kSegTags (as ring_collectives.cpp's tag_for: under
+// SimGrid a message below smpi/async-small-thresh can overtake a larger one on the same tag).
+constexpr int kSegTags = 64;
+constexpr int kOwnTags = 4 + 2 * 2 * kSegTags;
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
 }  // namespace
-
-size_t late_segment_bytes(size_t cap, size_t bytes, int n, bool trees) {
-  if (!trees) return cap;
-  size_t depth = 0;
-  for (size_t h = static_cast<size_t>(std::max(n - 1, 1)); h > 1; h /= 2) ++depth;
-  const size_t hops = depth + 2;
-  size_t seg = bytes / 2 / (kLateChainFillShare * hops);
-  seg = std::max(seg - seg % 4096, kLateChainMinSegmentBytes);
-  return seg < cap ? seg : cap;
-}
 
 Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
   SKIPRING_RETURN_IF_ERROR(validate_common(p, why));
@@ -60,10 +52,6 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
   if (!p.late_seen_s.empty() && p.late_seen_s.size() != p.ring.size()) {
     *why =
         fmt::format("late_seen_s has {} entries for {} ranks", p.late_seen_s.size(), p.ring.size());
-    return Status::kErrArg;
-  }
-  if (std::isnan(p.late_pays_after_s)) {
-    *why = "late_pays_after_s is not a number";
     return Status::kErrArg;
   }
   if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
@@ -86,38 +74,41 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
   const size_t seg_bytes = p_.late_segment_bytes > 0 ? p_.late_segment_bytes : p_.segment_bytes;
   seg_elems_ = std::max<size_t>(1, seg_bytes / static_cast<size_t>(elem_));
-  window_ = p_.late_inflight;
 }
 
-int LateChainAllreduce::tag(int kind) const {
-  return p_.tag_span / 2 + 2 * kind + static_cast<int>(p_.seq & 1);
+int LateChainAllreduce::tag(int kind, int seg) const {
+  const int parity = static_cast<int>(p_.seq & 1);
+  if (kind < kKindPiece) return p_.tag_span / 2 + 2 * kind + parity;
+  return p_.tag_span / 2 + 4 + ((kind - kKindPiece) * 2 + parity) * kSegTags + seg % kSegTags;
 }
 
-std::vector<size_t> late_segment_plan(size_t count, size_t seg_elems, int window, bool trees) {
-  std::vector<size_t> off(1, 0);
-  seg_elems = std::max<size_t>(seg_elems, 1);
-  const size_t w = static_cast<size_t>(std::max(window, 1));
-  for (size_t s = 0; off.back() < count; ++s) {
-    const size_t j = trees ? s / 2 : s;  // its place in its stream
-    const size_t len = j + 1 < w ? std::max<size_t>(1, seg_elems * (j + 1) / w) : seg_elems;
-    off.push_back(off.back() + std::min(len, count - off.back()));
-  }
-  return off;
+int LateChainAllreduce::block_of(int gid) const {
+  return static_cast<int>(std::upper_bound(seg_base_.begin(), seg_base_.end(), gid) -
+                          seg_base_.begin()) -
+         1;
 }
 
-uint8_t* LateChainAllreduce::out_ptr(int s) const {
-  return static_cast<uint8_t*>(p_.recvbuf) + seg_offset(s) * elem_;
+size_t LateChainAllreduce::seg_len(int gid) const {
+  const int b = block_of(gid);
+  const size_t g = static_cast<size_t>(gid - seg_base_[b]);
+  return std::min(seg_elems_, block_len(b) - g * seg_elems_);
 }
 
-const uint8_t* LateChainAllreduce::in_ptr(int s) const {
-  return static_cast<const uint8_t*>(p_.sendbuf) + seg_offset(s) * elem_;
+uint8_t* LateChainAllreduce::out_ptr(int gid) const {
+  const int b = block_of(gid);
+  const size_t off = boff_[b] + static_cast<size_t>(gid - seg_base_[b]) * seg_elems_;
+  return static_cast<uint8_t*>(p_.recvbuf) + off * elem_;
 }
 
-// Slots: slots_ per tree, a segment's j-th in its tree in slot j % slots_ of the tree's.
-uint8_t* LateChainAllreduce::slot_ptr(int s, int j) {
-  const int t = tree_of(s), idx = trees_ ? s / 2 : s;
-  const size_t slot = static_cast<size_t>(t) * slots_ + idx % slots_;
-  return buf_.data() + (slot * late_.size() + j) * seg_elems_ * elem_;
+const uint8_t* LateChainAllreduce::in_ptr(int gid) const {
+  const int b = block_of(gid);
+  const size_t off = boff_[b] + static_cast<size_t>(gid - seg_base_[b]) * seg_elems_;
+  return static_cast<const uint8_t*>(p_.sendbuf) + off * elem_;
+}
+
+uint8_t* LateChainAllreduce::piece_ptr(int j, int g) {
+  const size_t own = block_len(hpos_);
+  return buf_.data() + (static_cast<size_t>(j) * own + static_cast<size_t>(g) * seg_elems_) * elem_;
 }
 
 Token LateChainAllreduce::add_op(Op op, int seg, int who) {
@@ -127,16 +118,16 @@ Token LateChainAllreduce::add_op(Op op, int seg, int who) {
 }
 
 void LateChainAllreduce::send(Token t, int peer, int kind, uint8_t* hdr, const void* payload,
-                              size_t bytes, ActionList* out) {
-  out->push_back(
-      message_action(Action::Kind::kSend, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+                              size_t bytes, ActionList* out, int seg) {
+  out->push_back(message_action(Action::Kind::kSend, t, peer, tag(kind, seg), hdr, hdr_bytes_,
+                                payload, bytes));
   ++stats_.messages_sent;
 }
 
 void LateChainAllreduce::recv(Token t, int peer, int kind, uint8_t* hdr, void* payload,
-                              size_t bytes, ActionList* out) {
-  out->push_back(
-      message_action(Action::Kind::kRecv, t, peer, tag(kind), hdr, hdr_bytes_, payload, bytes));
+                              size_t bytes, ActionList* out, int seg) {
+  out->push_back(message_action(Action::Kind::kRecv, t, peer, tag(kind, seg), hdr, hdr_bytes_,
+                                payload, bytes));
 }
 
 Status LateChainAllreduce::start(double now, ActionList* out) {
@@ -164,12 +155,10 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
     suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
     seen_.assign(n_, -1.0);
     seen_[coord_] = 0;
-    seen_as_.assign(n_, Seen::kUsual);
+    suspect_.assign(n_, 0);
     if (p_.late_seen_s.size() == static_cast<size_t>(n_)) {
       for (int r = 0; r < n_; ++r) {
-        const double was = p_.late_seen_s[r];
-        if (r == coord_ || !(was > p_.late_wait_s)) continue;
-        seen_as_[r] = was >= p_.late_pays_after_s ? Seen::kSuspect : Seen::kTooEarly;
+        suspect_[r] = r != coord_ && p_.late_seen_s[r] > p_.late_wait_s;
       }
     }
     for (int r = 0; r < n_; ++r) {
@@ -189,22 +178,18 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
-// The usual ranks get the full wait, suspects the short one; ranks that came too early for the
-// chain to pay last time are not waited for (they stay in).
+// The usual ranks get the full wait; once only suspects are missing, the short one.
 double LateChainAllreduce::decision_time() const {
-  bool suspect_missing = false;
   for (int r = 0; r < n_; ++r) {
-    if (arrived_[r]) continue;
-    if (seen_as_[r] == Seen::kUsual) return deadline_;
-    if (seen_as_[r] == Seen::kSuspect) suspect_missing = true;
+    if (!arrived_[r] && !suspect_[r]) return deadline_;
   }
-  return suspect_missing ? suspect_deadline_ : t0_;
+  return suspect_deadline_;
 }
 
 Status LateChainAllreduce::decide(double now, ActionList* out) {
   decided_ = true;
   for (int r = 0; r < n_; ++r) {
-    if (!arrived_[r] && seen_as_[r] != Seen::kTooEarly) late_set_.add(r);
+    if (!arrived_[r]) late_set_.add(r);
   }
   encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
                      late_set_);
@@ -216,7 +201,8 @@ Status LateChainAllreduce::decide(double now, ActionList* out) {
   return begin(now, out);
 }
 
-// E is known: the ring of the healthy ranks, or the late rank's chain.
+// E is known: every rank's ring (E empty), or the blocks, the healthy ranks' reduce-scatter and
+// the late ranks' pieces.
 Status LateChainAllreduce::begin(double now, ActionList* out) {
   for (int r : p_.ring) {
     if (late_set_.contains(r)) {
@@ -228,9 +214,51 @@ Status LateChainAllreduce::begin(double now, ActionList* out) {
     }
   }
   stats_.late_excluded = static_cast<uint32_t>(late_.size());
+  if (late_.empty()) return start_ring(now, out);
+  const int h = static_cast<int>(healthy_.size());
+  const int m = static_cast<int>(late_.size());
+  boff_ = block_offsets({}, p_.count, h);
+  seg_base_.assign(static_cast<size_t>(h) + 1, 0);
+  for (int i = 0; i < h; ++i) {
+    const size_t len = block_len(i);
+    seg_base_[i + 1] = seg_base_[i] + static_cast<int>((len + seg_elems_ - 1) / seg_elems_);
+  }
+  nseg_ = seg_base_[h];
+  final_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
   if (hpos_ < 0) {
+    // Late: every segment of every block comes back as a final; our pieces go out round-robin
+    // over the owners (each late rank starting at another), segment by segment.
+    finals_expected_ = nseg_;
+    piece_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
+    int most = 0;
+    for (int i = 0; i < h; ++i) most = std::max(most, block_segs(i));
+    for (int g = 0; g < most; ++g) {
+      for (int t = 0; t < h; ++t) {
+        const int i = (t + late_idx_) % h;
+        if (g < block_segs(i)) piece_order_.push_back(seg_base_[i] + g);
+      }
+    }
+    piece_sent_.assign(nseg_, 0);
+    next_final_.assign(h, 0);
     ring_done_ = true;  // we take no part in it
-    return start_chain(now, out);
+    pump_pieces(out);
+    maybe_done(now, out);
+    return Status::kOk;
+  }
+  // Healthy: the late pieces of our block may come at any time from now on.
+  const int own = block_segs(hpos_);
+  finals_expected_ = nseg_ - own;
+  buf_.assign(static_cast<size_t>(m) * block_len(hpos_) * elem_, 0);
+  piece_hdr_.assign(static_cast<size_t>(m) * own * hdr_bytes_, 0);
+  pieces_left_.assign(own, m);
+  folded_.assign(own, 0);
+  for (int g = 0; g < own; ++g) {
+    const int gid = seg_base_[hpos_] + g;
+    for (int j = 0; j < m; ++j) {
+      recv(add_op(Op::kPieceRecv, gid, j), late_[j], kKindPiece,
+           hdr_ptr(&piece_hdr_, static_cast<size_t>(g) * m + j), piece_ptr(j, g),
+           seg_len(gid) * elem_, out, g);
+    }
   }
   return start_ring(now, out);
 }
@@ -242,7 +270,8 @@ Status LateChainAllreduce::start_ring(double now, ActionList* out) {
       out->push_back(copy_action(p_.recvbuf, p_.sendbuf, p_.count * elem_));
     }
     ring_done_ = true;
-    return start_chain(now, out);
+    on_ring_done(now, out);
+    return Status::kOk;
   }
   RingParams rp = p_;
   rp.rank = hpos_;
@@ -250,13 +279,30 @@ Status LateChainAllreduce::start_ring(double now, ActionList* out) {
   std::iota(rp.ring.begin(), rp.ring.end(), 0);
   rp.tag_span = p_.tag_span / 2;
   std::string why;
-  const Status st = RingAllreduce::validate(rp, &why);
-  if (!ok(st)) {
-    fail("ring of the healthy ranks: " + why);
-    return st;
+  std::unique_ptr<CollectiveCore> core;
+  if (late_.empty()) {
+    const Status st = RingAllreduce::validate(rp, &why);
+    if (!ok(st)) {
+      fail("ring of every rank: " + why);
+      return st;
+    }
+    core = std::make_unique<RingAllreduce>(rp, ring_scratch_);
+  } else {
+    // Our block of P lands in place in recvbuf (RingReduceScatter reads sendbuf, in place or
+    // not, and writes only our block).
+    rp.skip = false;
+    CollParams cp;
+    cp.block_counts.resize(h);
+    for (int i = 0; i < h; ++i) cp.block_counts[i] = block_len(i);
+    const Status st = RingReduceScatter::validate(rp, cp, &why);
+    if (!ok(st)) {
+      fail("reduce-scatter of the healthy ranks: " + why);
+      return st;
+    }
+    core = std::make_unique<RingReduceScatter>(rp, cp, ring_scratch_);
   }
   ActionList ring_out;
-  const Status rs = ring_.start(std::make_unique<RingAllreduce>(rp, ring_scratch_), now, &ring_out);
+  const Status rs = ring_.start(std::move(core), now, &ring_out);
   return forward_ring(rs, &ring_out, now, out);
 }
 
@@ -264,8 +310,8 @@ Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, double 
                                         ActionList* out) {
   if (!ok(st)) {
     failed_ = true;
-    error_ = fmt::format("rank {} seq {}: ring of the healthy ranks: {}", p_.rank, p_.seq,
-                         ring_.error());
+    error_ = fmt::format("rank {} seq {}: {} of the healthy ranks: {}", p_.rank, p_.seq,
+                         late_.empty() ? "ring" : "reduce-scatter", ring_.error());
     return st;
   }
   for (Action a : *ring_out) {
@@ -274,184 +320,83 @@ Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, double 
     }
     out->push_back(a);
   }
-  // The ring's completion: P is final on this rank, the chain can start.
   if (ring_.done() && !ring_done_) {
     ring_done_ = true;
-    return start_chain(now, out);
+    on_ring_done(now, out);
   }
   return Status::kOk;
 }
 
-Status LateChainAllreduce::start_chain(double now, ActionList* out) {
-  if (late_.empty()) {
-    maybe_done(now, out);
-    return Status::kOk;
-  }
-  // The chain: H in ring order from the first healthy rank after E's first member.
-  const int first_late_pos =
-      static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), late_[0]) - p_.ring.begin());
-  for (int d = 1; d <= n_; ++d) {
-    const int r = p_.ring[(first_late_pos + d) % n_];
-    if (!late_set_.contains(r)) chain_.push_back(r);
-  }
-  const size_t m = late_.size();
-  trees_ = p_.late_trees && chain_.size() > 2;
-  seg_off_ = late_segment_plan(p_.count, seg_elems_, window_, trees_);
-  nseg_ = static_cast<int>(seg_off_.size()) - 1;
-  seg_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
-  if (hpos_ >= 0) {
-    cpos_ = static_cast<int>(std::find(chain_.begin(), chain_.end(), p_.rank) - chain_.begin());
-    // Receive slots per stream: 2 W. W + 1 left the sender waiting for a slot at every hop
-    // (SimGrid n = 8, W = 2: 6620.6 us with 3, 6412.1 with 4 or more; with the lead-in 6414.2
-    // with 3, 5669.1 with 4 to 12).
-    slots_ = 2 * window_;
-    buf_.assign(static_cast<size_t>(trees_ ? 2 : 1) * slots_ * m * seg_elems_ * elem_, 0);
-    in_hdr_.assign(static_cast<size_t>(nseg_) * m * hdr_bytes_, 0);
-    recvs_left_.assign(nseg_, 0);
-    fwd_left_.assign(nseg_, 0);
-    d_ready_.assign(nseg_, 0);
-    fwd_done_.assign(nseg_, 0);
-    fin_done_.assign(nseg_, 0);
-  } else {
-    in_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
-    input_sent_.assign(nseg_, 0);
-    go_hdr_.assign(static_cast<size_t>(go_count()) * hdr_bytes_, 0);
-    for (int t = 0; t < go_count(); ++t) {
-      recv(add_op(Op::kGoRecv, -1, t), rank_at(t, 0), kKindGo, hdr_ptr(&go_hdr_, t), nullptr, 0,
-           out);
-    }
-  }
-  pump(now, out);
-  const bool root = hpos_ >= 0 && (node_of(0) == 0 || (go_count() == 2 && node_of(1) == 0));
-  if (root) {
-    // Our receives for the late inputs are posted: the late ranks may send.
-    go_hdr_.assign(m * hdr_bytes_, 0);
-    for (size_t j = 0; j < m; ++j) {
-      uint8_t* h = hdr_ptr(&go_hdr_, j);
-      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseGo, static_cast<uint32_t>(j), 0}, late_set_);
-      send(add_op(Op::kGoSend, -1, static_cast<int>(j)), late_[j], kKindGo, h, nullptr, 0, out);
-    }
+// P (our block) is final on this rank: receive the other owners' finals (into recvbuf, which the
+// reduce-scatter no longer reads once it is over, in place too) and fold what has come.
+void LateChainAllreduce::on_ring_done(double now, ActionList* out) {
+  if (!late_.empty() && hpos_ >= 0) {
+    post_finals(out);
+    try_folds(out);
   }
   maybe_done(now, out);
-  return Status::kOk;
 }
 
-int LateChainAllreduce::input_kind(int t) const { return t == 0 ? kKindInput : kKindInputTree1; }
-
-int LateChainAllreduce::tree_segs(int t) const { return trees_ ? (nseg_ - t + 1) / 2 : nseg_; }
-
-int LateChainAllreduce::rank_at(int t, int k) const {
-  return chain_[t == 0 ? k : static_cast<int>(chain_.size()) - 1 - k];
-}
-
-int LateChainAllreduce::node_of(int t) const {
-  return t == 0 ? cpos_ : static_cast<int>(chain_.size()) - 1 - cpos_;
-}
-
-int LateChainAllreduce::kids_of(int k, int kid[2]) const {
-  const int h = static_cast<int>(chain_.size());
-  int nk = 0;
-  if (trees_) {
-    for (int c = 2 * k + 1; c <= 2 * k + 2 && c < h; ++c) kid[nk++] = c;
-  } else if (k + 1 < h) {
-    kid[nk++] = k + 1;
-  }
-  return nk;
-}
-
-int LateChainAllreduce::final_sender(int s) const {
-  const int h = static_cast<int>(chain_.size());
-  if (!trees_) return chain_.back();
-  // Leaves of a heap over h nodes: indices h/2 .. h - 1.
-  const int leaves = h - h / 2;
-  return rank_at(tree_of(s), h / 2 + (s >> 1) % leaves);
-}
-
-// A segment's slot is free again: D went on to our children (if any) and P op D is done.
-bool LateChainAllreduce::seg_finished(int s) const { return fin_done_[s] && fwd_done_[s]; }
-
-// Posts whatever the windows allow. Each tree is its own stream (its own tag, slots and
-// windows, its segments in order): a slow path down one tree does not hold the other's.
-void LateChainAllreduce::pump(double now, ActionList* out) {
-  (void)now;
-  const int m = static_cast<int>(late_.size());
-  const int ntrees = trees_ ? 2 : 1;
-  if (hpos_ < 0) {
-    // Late rank: once the roots said go, input segments to each, at most window_ in flight.
-    for (int t = 0; t < ntrees; ++t) {
-      while (go_ && next_input_[t] < tree_segs(t) && input_flight_[t] < window_) {
-        const int s = seg_at(t, next_input_[t]++);
-        ContributionSet me(n_);
-        me.add(p_.rank);
-        uint8_t* h = hdr_ptr(&seg_hdr_, s);
-        encode_wire_header(h,
-                           WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
-                                      static_cast<uint32_t>(s)},
-                           me);
-        send(add_op(Op::kInputSend, s, late_idx_), rank_at(t, 0), input_kind(t), h, in_ptr(s),
-             seg_count(s) * elem_, out);
-        ++input_flight_[t];
-      }
-    }
-    return;
-  }
-  for (int t = 0; t < ntrees; ++t) {
-    const int k = node_of(t), segs = tree_segs(t);
-    // Receives into free slots: the late inputs at the root, D from the parent elsewhere.
-    while (next_recv_[t] < segs &&
-           (next_recv_[t] < slots_ || seg_finished(seg_at(t, next_recv_[t] - slots_)))) {
-      const int s = seg_at(t, next_recv_[t]++);
-      const size_t bytes = seg_count(s) * elem_;
-      if (k == 0) {
-        recvs_left_[s] = m;
-        for (int j = 0; j < m; ++j) {
-          recv(add_op(Op::kChainRecv, s, j), late_[j], input_kind(t),
-               hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + j), slot_ptr(s, j), bytes, out);
-        }
-      } else {
-        recvs_left_[s] = 1;
-        recv(add_op(Op::kChainRecv, s, -1), rank_at(t, parent_of(k)), input_kind(t),
-             hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m), slot_ptr(s, 0), bytes, out);
-      }
-    }
-    // D on to our children, in order, window_ segments in flight.
-    int kid[2];
-    const int nk = kids_of(k, kid);
-    while (next_fwd_[t] < segs && d_ready_[seg_at(t, next_fwd_[t])] && fwd_flight_[t] < window_) {
-      const int s = seg_at(t, next_fwd_[t]++);
-      if (nk == 0) {
-        fwd_done_[s] = 1;
-        continue;
-      }
-      uint8_t* h = hdr_ptr(&seg_hdr_, s);
-      encode_wire_header(h, WireExpect{p_.seq, kLcPhaseInput, 0, static_cast<uint32_t>(s)},
-                         late_set_);
-      fwd_left_[s] = nk;
-      for (int c = 0; c < nk; ++c) {
-        send(add_op(Op::kChainSend, s, -1), rank_at(t, kid[c]), input_kind(t), h, slot_ptr(s, 0),
-             seg_count(s) * elem_, out);
-      }
-      ++fwd_flight_[t];
+void LateChainAllreduce::post_finals(ActionList* out) {
+  if (finals_posted_) return;
+  finals_posted_ = true;
+  const int h = static_cast<int>(healthy_.size());
+  for (int i = 0; i < h; ++i) {
+    if (i == hpos_) continue;
+    for (int g = 0; g < block_segs(i); ++g) {
+      const int gid = seg_base_[i] + g;
+      recv(add_op(Op::kFinalRecv, gid, i), healthy_[i], kKindFinal, hdr_ptr(&final_hdr_, gid),
+           out_ptr(gid), seg_len(gid) * elem_, out, g);
     }
   }
-  // The final segments we send to the late ranks, in order.
-  while (next_final_ < nseg_) {
-    const int s = next_final_;
-    if (final_sender(s) != p_.rank) {
-      ++next_final_;
-      continue;
-    }
-    if (!fin_done_[s] || final_flight_ >= window_ * m) break;
-    ++next_final_;
-    ContributionSet all(n_);
-    for (int r = 0; r < n_; ++r) all.add(r);
-    uint8_t* h = hdr_ptr(&seg_hdr_, s);
-    encode_wire_header(h, WireExpect{p_.seq, kLcPhaseFinal, 0, static_cast<uint32_t>(s)}, all);
-    for (int j = 0; j < m; ++j) {
-      send(add_op(Op::kFinalSend, s, j), late_[j], kKindFinal, h, out_ptr(s), seg_count(s) * elem_,
-           out);
-      ++final_flight_;
-    }
+}
+
+// Owner: every segment whose late pieces are all in starts its fold (P is final: ring_done_).
+void LateChainAllreduce::try_folds(ActionList* out) {
+  if (!ring_done_) return;
+  const int own = block_segs(hpos_);
+  for (int g = 0; g < own; ++g) {
+    if (pieces_left_[g] != 0) continue;
+    pieces_left_[g] = -1;  // its fold is under way
+    const int gid = seg_base_[hpos_] + g;
+    out->push_back(reduce_action(add_op(Op::kFold, gid, 0), out_ptr(gid), out_ptr(gid),
+                                 piece_ptr(0, g), seg_len(gid), p_.dtype, p_.op));
+  }
+}
+
+// Owner: our final segment g to every other rank, in ring order from our successor on.
+void LateChainAllreduce::send_finals(int g, ActionList* out) {
+  const int gid = seg_base_[hpos_] + g;
+  ContributionSet all(n_);
+  for (int r = 0; r < n_; ++r) all.add(r);
+  uint8_t* h = hdr_ptr(&final_hdr_, gid);
+  encode_wire_header(
+      h, WireExpect{p_.seq, kLcPhaseFinal, static_cast<uint32_t>(hpos_), static_cast<uint32_t>(g)},
+      all);
+  const int pos =
+      static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
+  for (int d = 1; d < n_; ++d) {
+    const int r = p_.ring[(pos + d) % n_];
+    send(add_op(Op::kFinalSend, gid, r), r, kKindFinal, h, out_ptr(gid), seg_len(gid) * elem_, out,
+         g);
+  }
+}
+
+// Late rank: our pieces, at most late_inflight in flight.
+void LateChainAllreduce::pump_pieces(ActionList* out) {
+  ContributionSet me(n_);
+  me.add(p_.rank);
+  while (next_piece_ < piece_order_.size() && piece_flight_ < p_.late_inflight) {
+    const int gid = piece_order_[next_piece_++];
+    const int b = block_of(gid);
+    uint8_t* h = hdr_ptr(&piece_hdr_, gid);
+    encode_wire_header(h,
+                       WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(late_idx_),
+                                  static_cast<uint32_t>(gid - seg_base_[b])},
+                       me);
+    send(add_op(Op::kPieceSend, gid, b), healthy_[b], kKindPiece, h, in_ptr(gid),
+         seg_len(gid) * elem_, out, gid - seg_base_[b]);
+    ++piece_flight_;
   }
 }
 
@@ -492,107 +437,74 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
     }
     case Op::kArriveSend:
     case Op::kDecisionSend:
-    case Op::kGoSend:
+    case Op::kFinalSend:
       break;
-    case Op::kGoRecv:
-      why = decode_wire_header(hdr_ptr(&go_hdr_, o.who), n_,
-                               WireExpect{p_.seq, kLcPhaseGo, static_cast<uint32_t>(late_idx_), 0},
-                               &set);
-      if (why.empty() && set != late_set_) {
-        why = "set " + set.to_string() + ", expected " + late_set_.to_string();
+    case Op::kPieceSend: {
+      --piece_flight_;
+      piece_sent_[o.seg] = 1;
+      // In place the final lands where the piece was: receive it once the piece has gone, in
+      // segment order per owner (each owner sends us its finals in that order on one tag).
+      const int b = o.who;
+      while (next_final_[b] < block_segs(b) && piece_sent_[seg_base_[b] + next_final_[b]]) {
+        const int g = next_final_[b]++;
+        const int gid = seg_base_[b] + g;
+        recv(add_op(Op::kFinalRecv, gid, b), healthy_[b], kKindFinal, hdr_ptr(&final_hdr_, gid),
+             out_ptr(gid), seg_len(gid) * elem_, out, g);
       }
-      if (!why.empty()) return fail("go from the chain's head: " + why);
+      pump_pieces(out);
+      break;
+    }
+    case Op::kPieceRecv: {
+      const int g = o.seg - seg_base_[hpos_];
+      uint8_t* h = hdr_ptr(&piece_hdr_, static_cast<size_t>(g) * m + o.who);
+      why = decode_wire_header(
+          h, n_,
+          WireExpect{p_.seq, kLcPhaseInput, static_cast<uint32_t>(o.who), static_cast<uint32_t>(g)},
+          &set);
+      ContributionSet want(n_);
+      want.add(late_[o.who]);
+      if (why.empty() && set != want) {
+        why = "set " + set.to_string() + ", expected " + want.to_string();
+      }
+      if (!why.empty()) return fail(fmt::format("late piece, segment {}: {}", g, why));
       ++stats_.messages_received;
-      go_ = ++go_in_ == go_count();
+      ++stats_.late_pieces;
+      if (--pieces_left_[g] == 0) try_folds(out);
       break;
-    case Op::kInputSend:
-      --input_flight_[tree_of(o.seg)];
-      input_sent_[o.seg] = 1;
-      // In place the final lands where the input was: receive it once the input has gone, and
-      // in segment order (each final sender sends its share in that order on one tag).
-      while (next_final_ < nseg_ && input_sent_[next_final_]) {
-        const int s = next_final_++;
-        recv(add_op(Op::kFinalRecv, s, -1), final_sender(s), kKindFinal, hdr_ptr(&in_hdr_, s),
-             out_ptr(s), seg_count(s) * elem_, out);
+    }
+    case Op::kFold: {
+      const int g = o.seg - seg_base_[hpos_];
+      if (o.who + 1 < m) {
+        out->push_back(reduce_action(add_op(Op::kFold, o.seg, o.who + 1), out_ptr(o.seg),
+                                     out_ptr(o.seg), piece_ptr(o.who + 1, g), seg_len(o.seg),
+                                     p_.dtype, p_.op));
+        break;
+      }
+      folded_[g] = 1;
+      ++folds_done_;
+      // In segment order: every rank posts its receives for our finals in that order.
+      while (next_final_send_ < block_segs(hpos_) && folded_[next_final_send_]) {
+        send_finals(next_final_send_++, out);
       }
       break;
+    }
     case Op::kFinalRecv: {
       ContributionSet all(n_);
       for (int r = 0; r < n_; ++r) all.add(r);
-      why = decode_wire_header(hdr_ptr(&in_hdr_, o.seg), n_,
-                               WireExpect{p_.seq, kLcPhaseFinal, 0, static_cast<uint32_t>(o.seg)},
+      const int b = o.who;
+      why = decode_wire_header(hdr_ptr(&final_hdr_, o.seg), n_,
+                               WireExpect{p_.seq, kLcPhaseFinal, static_cast<uint32_t>(b),
+                                          static_cast<uint32_t>(o.seg - seg_base_[b])},
                                &set);
       if (why.empty() && set != all) why = "set " + set.to_string() + " is not every rank";
-      if (!why.empty()) return fail(fmt::format("final segment {}: {}", o.seg, why));
+      if (!why.empty()) {
+        return fail(fmt::format("final segment {} of block {}: {}", o.seg - seg_base_[b], b, why));
+      }
       ++stats_.messages_received;
       ++finals_in_;
       break;
     }
-    case Op::kChainRecv: {
-      const int s = o.seg;
-      const bool head = node_of(tree_of(s)) == 0;
-      ContributionSet want(n_);
-      uint8_t* h;
-      if (head) {
-        want.add(late_[o.who]);
-        h = hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m + o.who);
-      } else {
-        want = late_set_;
-        h = hdr_ptr(&in_hdr_, static_cast<size_t>(s) * m);
-      }
-      why = decode_wire_header(
-          h, n_,
-          WireExpect{p_.seq, kLcPhaseInput, head ? static_cast<uint32_t>(o.who) : 0u,
-                     static_cast<uint32_t>(s)},
-          &set);
-      if (why.empty() && set != want) {
-        why = "set " + set.to_string() + ", expected " + want.to_string();
-      }
-      if (!why.empty()) return fail(fmt::format("late input segment {}: {}", s, why));
-      ++stats_.messages_received;
-      if (--recvs_left_[s] > 0) break;
-      if (head && m > 1) {
-        out->push_back(reduce_action(add_op(Op::kFold, s, 1), slot_ptr(s, 0), slot_ptr(s, 0),
-                                     slot_ptr(s, 1), seg_count(s), p_.dtype, p_.op));
-        break;
-      }
-      d_ready_[s] = 1;
-      finish_.push_back(s);
-      break;
-    }
-    case Op::kFold: {
-      const int s = o.seg;
-      if (o.who + 1 < m) {
-        out->push_back(reduce_action(add_op(Op::kFold, s, o.who + 1), slot_ptr(s, 0),
-                                     slot_ptr(s, 0), slot_ptr(s, o.who + 1), seg_count(s), p_.dtype,
-                                     p_.op));
-        break;
-      }
-      d_ready_[s] = 1;
-      finish_.push_back(s);
-      break;
-    }
-    case Op::kChainSend:
-      if (--fwd_left_[o.seg] == 0) {
-        --fwd_flight_[tree_of(o.seg)];
-        fwd_done_[o.seg] = 1;
-      }
-      break;
-    case Op::kFinish:
-      fin_done_[o.seg] = 1;
-      break;
-    case Op::kFinalSend:
-      --final_flight_;
-      break;
   }
-  if (decided_ && ring_done_ && !late_.empty() && !chain_.empty()) pump(now, out);
-  // P op D after D's forward is posted: the send goes out while we add (under SimGrid the
-  // addition is charged as time in which this rank posts nothing).
-  for (const int s : finish_) {
-    out->push_back(reduce_action(add_op(Op::kFinish, s, -1), out_ptr(s), out_ptr(s), slot_ptr(s, 0),
-                                 seg_count(s), p_.dtype, p_.op));
-  }
-  finish_.clear();
   maybe_done(now, out);
   return Status::kOk;
 }
@@ -608,10 +520,10 @@ Status LateChainAllreduce::on_recv(Token t, size_t payload_bytes, double now, Ac
   const size_t idx = token_index_of(t);
   if (token_kind_of(t) != kTokOp) return fail("completion for an unknown receive");
   const bool data =
-      idx < ops_.size() && (ops_[idx].op == Op::kChainRecv || ops_[idx].op == Op::kFinalRecv);
-  if (data && payload_bytes != seg_count(ops_[idx].seg) * elem_) {
+      idx < ops_.size() && (ops_[idx].op == Op::kPieceRecv || ops_[idx].op == Op::kFinalRecv);
+  if (data && payload_bytes != seg_len(ops_[idx].seg) * elem_) {
     return fail(fmt::format("segment {} of {} bytes, expected {}", ops_[idx].seg, payload_bytes,
-                            seg_count(ops_[idx].seg) * elem_));
+                            seg_len(ops_[idx].seg) * elem_));
   }
   return on_op(idx, now, out);
 }
@@ -652,14 +564,9 @@ double LateChainAllreduce::next_deadline() const {
 void LateChainAllreduce::maybe_done(double now, ActionList* out) {
   if (done_ || failed_ || pending_ != 0 || !decided_ || !ring_done_) return;
   if (!late_.empty()) {
-    if (hpos_ < 0) {
-      if (finals_in_ < nseg_) return;
-    } else {
-      for (int s = 0; s < nseg_; ++s) {
-        if (!seg_finished(s)) return;
-      }
-      if (next_final_ < nseg_) return;
-    }
+    if (finals_in_ < finals_expected_) return;
+    if (hpos_ < 0 && next_piece_ < piece_order_.size()) return;
+    if (hpos_ >= 0 && (!finals_posted_ || next_final_send_ < block_segs(hpos_))) return;
   }
   if (ring_.started()) {
     const CollectiveStats& rs = ring_.core().stats();
@@ -683,16 +590,20 @@ void LateChainAllreduce::maybe_done(double now, ActionList* out) {
 }
 
 std::string LateChainAllreduce::describe() const {
-  std::string s = fmt::format("late chain rank {}: {}, pending {}, late {}", p_.rank,
+  std::string s = fmt::format("late path rank {}: {}, pending {}, late {}", p_.rank,
                               !decided_       ? "census"
-                              : !ring_done_   ? "ring"
+                              : !ring_done_   ? (late_.empty() ? "ring" : "reduce-scatter")
                               : late_.empty() ? "done"
-                                              : "chain",
+                                              : "late pieces",
                               pending_, late_set_.to_string());
-  if (decided_ && !late_.empty() && ring_done_) {
-    s += fmt::format(" chain pos {} recv {} fwd {} final {} go {} inputs {} finals in {}/{}", cpos_,
-                     next_recv_[0] + next_recv_[1], next_fwd_[0] + next_fwd_[1], next_final_, go_,
-                     next_input_[0] + next_input_[1], finals_in_, nseg_);
+  if (decided_ && !late_.empty()) {
+    if (hpos_ >= 0) {
+      s += fmt::format(" owner of block {}: folded {}/{} finals in {}/{}", hpos_, folds_done_,
+                       block_segs(hpos_), finals_in_, finals_expected_);
+    } else {
+      s += fmt::format(" pieces sent {}/{} finals in {}/{}", next_piece_, piece_order_.size(),
+                       finals_in_, finals_expected_);
+    }
   }
   if (ring_.started() && !ring_done_) s += "\n    ring: " + ring_.core().describe();
   return s;
@@ -709,12 +620,20 @@ std::string LateChainAllreduce::describe_wait(double now) const {
     return "census: waiting for the arrival of ranks " + missing;
   }
   if (ring_.started() && !ring_done_) {
-    return "ring of the healthy ranks: " + ring_.core().describe_wait(now);
+    return (late_.empty() ? "ring of every rank: " : "reduce-scatter of the healthy ranks: ") +
+           ring_.core().describe_wait(now);
   }
-  if (hpos_ < 0 && !go_ && !chain_.empty()) {
-    return fmt::format("waiting for go from the chain's head{} (rank {}{}), {} read",
-                       go_count() > 1 ? "s" : "", rank_at(0, 0),
-                       go_count() > 1 ? fmt::format(" and {}", rank_at(1, 0)) : "", go_in_);
+  if (hpos_ >= 0 && !late_.empty()) {
+    for (int g = 0; g < block_segs(hpos_); ++g) {
+      if (pieces_left_[g] > 0) {
+        std::string who;
+        for (int j = 0; j < static_cast<int>(late_.size()); ++j) {
+          who += (who.empty() ? "" : ",") + std::to_string(late_[j]);
+        }
+        return fmt::format("waiting for late ranks {}'s pieces of block {} (segment {} of {})", who,
+                           hpos_, g, block_segs(hpos_));
+      }
+    }
   }
   return describe();
 }

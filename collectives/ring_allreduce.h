@@ -103,28 +103,19 @@ struct RingParams {
   // (SimGrid, n = 16: 14.4 -> 24.4 ms after the late arrival with 4), so the driver asks for 4
   // only when every rank is on one host.
   int quiet_polls = 1;
-  // Late broadcast (routed allgather only, n >= 3; collectives/ring/late_bcast.cpp): once a
-  // rank bypasses its late successor, each owner completes those segments without the late
-  // rank's input and allgathers the partial among the healthy ranks (and to the late rank);
-  // the late rank, once it arrives, sends its input down two binary trees of healthy ranks
-  // (alternating by segment) and every rank computes partial op input. After a late arrival the
-  // late rank's links then carry S each way with no dependency on an owner. Ignored without skip.
-  bool late_bcast = false;
-  // Late chain (collectives/late_chain.h; not read by the ring itself): how long the census's
-  // coordinator waits for every rank to arrive before it takes the missing ones out, and how
-  // many chain messages each rank keeps in flight.
+  // The late path (collectives/late_chain.h; not read by the ring itself; plan_late_path in
+  // collectives/late_plan.h sets them): how long the census's coordinator waits for every rank
+  // to arrive before it takes the missing ones out, a late rank's piece sends in flight and the
+  // late path's segment.
   double late_wait_s = 0;
   int late_inflight = 1;
-  size_t late_segment_bytes = 0;  // the chain's segment; 0: segment_bytes
-  bool late_trees = false;        // two binary trees of healthy ranks instead of the chain
+  size_t late_segment_bytes = 0;  // 0: segment_bytes
   // The coordinator's memory of the last census (the driver keeps it; other ranks ignore it):
   // how late each rank arrived, in seconds after the coordinator itself (LateChainAllreduce::
-  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s and at least
-  // late_pays_after_s last time (a "suspect") is taken out after late_wait_suspect_s once every
-  // other rank is in; one that came later than late_wait_s but earlier than late_pays_after_s
-  // stays in without a wait (the chain would not pay for it); any other rank gets late_wait_s.
+  // lateness(); empty or < 0: not known). A rank that came later than late_wait_s last time (a
+  // "suspect") is taken out after late_wait_suspect_s once every other rank is in; any other
+  // rank gets late_wait_s.
   std::vector<double> late_seen_s;
-  double late_pays_after_s = 0;
   double late_wait_suspect_s = 0;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
@@ -139,12 +130,14 @@ struct RingParams {
 };
 
 // The message tag of a ring all-reduce data message: kind 0 reduce-scatter piece, 1 allgather
-// segment, 2 piece to the owner, 3 redirect ack, 4 late rank's input down the trees, 5 owner's
-// partial or decision to the late rank (collectives/ring/internal.h). Consecutive collectives
-// (sequence numbers) use disjoint tags: with the late broadcast a healthy rank can finish a
-// collective and send messages of the next one while an owner still has a receive from any
-// source posted in this one. Ranks are never two collectives apart (finishing one takes every
-// rank's input to it).
+// segment, 2 piece to the owner, 3 redirect ack (collectives/ring/internal.h). Consecutive
+// collectives (sequence numbers) use disjoint tags. They were made disjoint for the late
+// broadcast (removed), where a healthy rank could finish a collective and send messages of the
+// next one while an owner still had a receive from any source posted in this one. Kept: under
+// the late path (late_chain.h), which embeds this ring, ranks also leave a collective at
+// different times, and nobody has shown that no any-source receive of one collective can then
+// meet a message of the next; the parity costs one bit of tag space. Ranks are never two
+// collectives apart (finishing one takes every rank's input to it).
 int ring_data_tag(uint32_t seq, int seg_id, int kind);
 
 // The ring's segment across hosts: at most `max_bytes` (SKIPRING_SEGMENT_BYTES), and small
@@ -230,8 +223,7 @@ class RingAllreduce final : public CoreBase {
 
   // --- reduce_scatter.cpp: the receive window, ring sends, reductions in receive order
   void post_receives(double now, ActionList* out);
-  // Posts allgather receive i if it is admitted (or finishes it unposted: the late rank's
-  // segment in late-broadcast mode); false if it must wait.
+  // Posts allgather receive i if it is admitted; false if it must wait.
   bool post_ag_recv(size_t i, double now, ActionList* out);
   // Posts the admitted allgather receives after next_post_ (unwindowed receives only).
   void post_ag_out_of_order(double now, ActionList* out);
@@ -246,8 +238,7 @@ class RingAllreduce final : public CoreBase {
   Status on_ring_piece(size_t idx, double now, ActionList* out);
   Status on_piece_reduced(size_t idx, double now, ActionList* out);
   void post_send(Phase phase, int record, int c, int g, uint8_t* hdr, const void* payload, int slot,
-                 double now, ActionList* out, bool reads_input = false, int peer = -1,
-                 int tag_kind = -1);
+                 double now, ActionList* out, bool reads_input = false, int peer = -1);
   Status start_reduces(double now, ActionList* out);
   void advance_wait_cursor();
   // Reduce-scatter step 0: our own input for the chunk before ours goes to the successor.
@@ -257,7 +248,7 @@ class RingAllreduce final : public CoreBase {
   // Sends an allgather segment to `peer`: posted now, or once a straggler is around, queued
   // behind the segments already going to that peer (at most kAgInFlight in flight per peer).
   void send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer, double now,
-               ActionList* out, int tag_kind = -1);
+               ActionList* out);
   void pump_ag(int peer, double now, ActionList* out);
   // Passes an allgather segment on, as its header's route says (ring, or around a late rank).
   void forward_ag(size_t idx, double now, ActionList* out);
@@ -278,7 +269,7 @@ class RingAllreduce final : public CoreBase {
                      ActionList* out, const uint8_t* hdr = nullptr);
   void post_ctrl_recv(int channel, double now, ActionList* out);
   void send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
-                 const ContributionSet* set = nullptr, uint32_t route = 0);
+                 const ContributionSet* set = nullptr);
   int ctrl_tag(int channel) const { return p_.tag_span - 1 - channel; }
   // Own contribution for a ring piece we will not get (skip or predecessor bypassed us).
   void forward_own(size_t idx, double now, ActionList* out);
@@ -308,7 +299,7 @@ class RingAllreduce final : public CoreBase {
   Status on_control(size_t aux, double now, ActionList* out);
   Status on_bypass_request(double now, ActionList* out);
   void on_notice(int seg_id);
-  Status on_bypassed(int seg_id, uint32_t route, double now, ActionList* out);
+  Status on_bypassed(int seg_id, double now, ActionList* out);
   Status on_ack(size_t aux, double now, ActionList* out);
   Status on_to_owner_sent(size_t aux, double now, ActionList* out);
 
@@ -318,42 +309,6 @@ class RingAllreduce final : public CoreBase {
   void post_to_owner_recvs(double now, ActionList* out);
   Status on_owner_merged(int g, double now, ActionList* out);
   Status on_to_owner_piece(size_t aux, size_t payload_bytes, double now, ActionList* out);
-
-  // --- late_bcast.cpp: the late broadcast (RingParams::late_bcast)
-  bool lb_on() const;
-  // Owner: decides segment g's late-broadcast mode once it can (partial or requests).
-  Status lb_owner_decide(int g, double now, ActionList* out);
-  // Owner: every input but that of `late` is merged into segment g: allgather the partial.
-  void lb_go_partial(int g, int late, double now, ActionList* out);
-  // Owner: tells the late rank its input for segment g reached us (the race).
-  void lb_send_request(int g, double now, ActionList* out);
-  // Healthy rank: the allgather receive idx brought a partial lacking the late rank's input.
-  Status lb_on_partial(size_t idx, int late, double now, ActionList* out);
-  // Late rank: our predecessor bypassed us for segment (c, g) in late-broadcast mode and our
-  // input has not gone out (race: it has).
-  void lb_late_emit(int c, int g, bool race, double now, ActionList* out);
-  int lb_new_entry(int c, int g);
-  void lb_post_recv(int e, int peer, int tag_kind, double now, ActionList* out);
-  void lb_pump(double now, ActionList* out);
-  Status lb_on_recv(size_t e, size_t payload_bytes, double now, ActionList* out);
-  Status lb_on_send(size_t e, double now, ActionList* out);
-  Status lb_on_reduce(size_t e, double now, ActionList* out);
-  void lb_try_final(int e, double now, ActionList* out);
-  void lb_finish(int e, double now, ActionList* out);
-  // Late rank: our input for entry e goes down the trees (kLbInFlight at a time).
-  void lb_queue_bcast(int e, double now, ActionList* out);
-  // The tree the late rank's input for segment seg_id goes down (two binary trees over the
-  // healthy ranks, alternating by segment): where it comes from (-1 at the late rank) and
-  // where it goes on (the late rank: the root).
-  void lb_tree(int late, int seg_id, int* from, int to[2], int* nto) const;
-  // Whether `set` holds every input from chunk c's start up to us (no one routed around).
-  bool lb_path_complete(int c, const ContributionSet& set) const;
-  // A send reading late-broadcast segment seg_id completed.
-  void lb_read_done(int seg_id, double now, ActionList* out);
-  // Late rank: the owner's decision for entry e arrived.
-  Status lb_on_decision(int e, double now, ActionList* out);
-  // A piece of a late-broadcast segment dropped by its owner (its input came down the trees).
-  Status lb_drop_late_piece(int g, const OwnerItem& item, double now, ActionList* out);
 
   // --- late.cpp: the late rank's pieces to the owners go out chunk by chunk, a few at a time
   // Queues the to-owner piece `piece` (chunk c, segment g) among the paced ones.
@@ -427,14 +382,6 @@ class RingAllreduce final : public CoreBase {
   std::vector<std::unique_ptr<uint8_t[]>> overflow_slots_;  // receive slots beyond depth
   std::vector<std::unique_ptr<uint8_t[]>> overflow_send_;   // send slots beyond depth
   std::vector<double> piece_waits_;
-
-  // Late broadcast (late_bcast.cpp): its segments at this rank, and the late rank's inputs
-  // waiting to go down the trees (at most kLbInFlight in flight).
-  std::vector<ring::LbEntry> lb_;
-  std::deque<int> lb_queue_;
-  std::unique_ptr<uint8_t[]> lb_zero_;  // payload of the owner's requests (a segment of zeros)
-  int lb_in_flight_ = 0;
-  int lb_open_ = 0;  // entries not done
 
   int pending_ = 0;  // receives + sends + reduces not finished
   ContributionSet scratch_set_;

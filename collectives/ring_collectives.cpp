@@ -14,7 +14,16 @@
 namespace skipring {
 namespace {
 
-int tag_for(uint8_t phase, int round) { return (static_cast<int>(phase) << 6) | (round & 63); }
+// A message's tag: its phase and, in the low 6 bits, its round plus its segment. Consecutive
+// segments of a stream go on different tags: SimGrid's SMPI (smpi/async-small-thresh, which the
+// simulations set to 64 KiB as real MPI's eager limit) delivers a message under the threshold
+// through another mailbox than a larger one, so a block's short last segment could overtake the
+// whole ones before it on one tag (MPI's non-overtaking rule broken: the late path's healthy
+// reduce-scatter failed with "37448 payload bytes, expected 262144" at n = 8, 16 MiB). On
+// distinct tags each receive can only match its own segment (up to 64 in flight).
+int tag_for(uint8_t phase, int round, uint32_t segment) {
+  return (static_cast<int>(phase) << 6) | ((round + static_cast<int>(segment & 63)) & 63);
+}
 
 // Tags are phase << 6 | round, below 11 << 6.
 Status validate_tags(const RingParams& p, std::string* why) {
@@ -151,7 +160,7 @@ int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chun
   Op op;
   op.kind = Kind::kSend;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, round);
+  op.tag = tag_for(phase, round, segment);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;
@@ -168,7 +177,7 @@ int ScheduleCore::add_recv(int peer_pos, uint8_t phase, int round, uint32_t chun
   Op op;
   op.kind = Kind::kRecv;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, round);
+  op.tag = tag_for(phase, round, segment);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;

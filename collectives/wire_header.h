@@ -38,19 +38,6 @@ constexpr uint32_t kRouteAround = 1u << 31;
 // On an allgather segment: "the chunk's owner sent this to every rank itself: do not pass it on"
 // (skip-ahead's direct allgather, RingParams::direct_allgather).
 constexpr uint32_t kRouteDirect = 1u << 30;
-// Late broadcast (collectives/ring/late_bcast.cpp). kRouteBcast: on a piece a rank sent to the
-// owner around its late successor, and on the "bypassed" control to that successor: the
-// segment completes without the late rank (the owner allgathers the partial, the late rank's
-// input goes down two trees of healthy ranks); on that input itself. kRouteBcastPass: on the
-// late rank's "bypassed" control to its successor: its input for the segment comes down the
-// chain, not on the ring (the successor is not late itself). kRouteComing: on the late rank's
-// input: "my piece for this segment also went to the owner before I learnt the mode".
-constexpr uint32_t kRouteBcast = 1u << 29;
-constexpr uint32_t kRouteBcastPass = 1u << 28;
-constexpr uint32_t kRouteComing = 1u << 27;
-// On an owner's decision to a late rank (kTagPartial) that is not the partial: "send me your
-// piece for this segment after all" (its payload is zeros).
-constexpr uint32_t kRouteRequest = 1u << 26;
 
 struct WireHeader {
   // CRC32C (Castagnoli) of the rest of the header (the fixed part after this word, then the

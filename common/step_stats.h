@@ -52,10 +52,6 @@ struct CollectiveStats {
   uint32_t bypass_requests = 0;  // late-rank bypasses this rank asked for (0 or 1)
   uint32_t direct_segments =
       0;  // own final segments sent straight to every rank (direct allgather)
-  // Late broadcast (RingParams::late_bcast): segments this rank completed as an owner without
-  // the late rank's input (partials), or, being the late rank, whose input it sent down the
-  // chain of healthy ranks.
-  uint32_t bcast_segments = 0;
   // Skip-ahead's allgather receive window (RingAllreduce::sync_ag_window): 0 kept throughout,
   // 1 opened because a straggler was around (this rank disturbed, or a segment came on a
   // route other than the ring), 2 opened by the stall timer.

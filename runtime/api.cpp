@@ -945,7 +945,6 @@ int skipring_last_stats(MPI_Comm comm, skipring_stats_t* out) {
     out->skips = s.skips;
     out->late_pieces = s.late_pieces;
     out->direct_segments = s.direct_segments;
-    out->bcast_segments = s.bcast_segments;
     out->late_excluded = s.late_excluded;
     out->slowest_neighbour = s.slowest_neighbour;
     out->skip_threshold_s = s.skip_threshold_s;

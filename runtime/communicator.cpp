@@ -17,6 +17,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/late_chain.h"
+#include "collectives/late_plan.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
@@ -935,47 +936,6 @@ double Communicator::late_usual_time_s(size_t bytes) const {
   return std::isfinite(t) ? t : 0;
 }
 
-// The census's wait (only the coordinator's counts): SKIPRING_LATE_WAIT_US, else a quarter of
-// the usual time, at least the skip threshold's floor. A rank later than that is taken out: the
-// chain costs up to about S/B when it comes just after, and saves up to (n-2)/n S/B when it
-// comes after the healthy ranks' ring (docs/skip_ahead.md, "Tenth round").
-double Communicator::late_wait_s(size_t bytes) const {
-  if (cfg_.late_wait_us > 0) return cfg_.late_wait_us * 1e-6;
-  return std::max(skip_floor_s_, 0.25 * late_usual_time_s(bytes));
-}
-
-// The census's wait for the ranks it took out last time, once every other rank is in:
-// SKIPRING_LATE_WAIT_SUSPECT_US, else 2 % of the usual time, at least the skip threshold's
-// floor. A rank that was later than the full wait last time is likely late again (a slow node):
-// taking it out at once lets the healthy ranks' ring run while it is away.
-double Communicator::late_wait_suspect_s(size_t bytes) const {
-  if (cfg_.late_wait_suspect_us > 0) return cfg_.late_wait_suspect_us * 1e-6;
-  return std::max(skip_floor_s_, 0.02 * late_usual_time_s(bytes));
-}
-
-// How late a rank must have come last time for the census to take it out at once: when it comes
-// that late, the healthy ranks' ring (modelled as the usual time scaled from n to n - 1 ranks,
-// begun after the suspect's wait) is over, or so nearly that the chain still gains over the
-// skip-ahead ring (the chain saves about kLateChainGain of the usual time once the late rank is
-// in). Earlier than that the skip-ahead ring with it is the better bet.
-double Communicator::late_pays_after_s(size_t bytes, double wait_suspect_s) const {
-  const auto ring_share = [](int k) { return k > 1 ? (k - 1.0) / k : 0.0; };
-  const double usual = late_usual_time_s(bytes);
-  const double healthy_ring = usual * ring_share(size_ - 1) / std::max(ring_share(size_), 1e-9);
-  return wait_suspect_s + healthy_ring - kLateChainGain * usual;
-}
-
-// SKIPRING_LATE_CHAIN=auto across hosts: from kLateChainMinBytes, and where the census (a gather
-// and a scatter of headers at the coordinator: two latencies and 2n messages of the engine) costs
-// at most kLateChainMaxCensusShare of the ring's modelled time. Under SimGrid at n = 4, 1 MiB,
-// it cost 11 of 147 us. Every rank decides alike (agreed sizes, topology and cost model).
-bool Communicator::late_chain_pays(Algo algo, size_t bytes) const {
-  if (bytes < kLateChainMinBytes) return false;
-  const double census = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
-  const double ring = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
-  return std::isfinite(ring) && census <= kLateChainMaxCensusShare * ring;
-}
-
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return refuse_broken("allreduce");
@@ -1056,33 +1016,35 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   const bool one_host = topo_summary_.hosts == 1;
   p.direct_allgather = cfg_.direct_allgather < 0 ? one_host : cfg_.direct_allgather == 1;
   p.quiet_polls = one_host ? 4 : 1;
-  p.late_bcast = cfg_.late_bcast;
-  // The late chain (collectives/late_chain.h): skip-ahead behind a census, across hosts from
-  // kLateChainMinBytes by default. Every rank decides alike (agreed config, count, topology).
-  const bool late_chain =
-      p.skip && algo == Algo::kSkipRing &&
-      (cfg_.late_chain == 1 || (cfg_.late_chain < 0 && !one_host && late_chain_pays(algo, bytes)));
+  // The late path (collectives/late_chain.h), planned by a pure function of agreed values
+  // (collectives/late_plan.h) and the coordinator's memory: every rank decides alike.
+  LatePlanInput li;
+  li.skip = p.skip;
+  li.skipring = algo == Algo::kSkipRing;
+  li.bytes = bytes;
+  li.n = size_;
+  li.hosts = topo_summary_.hosts;
+  li.late_chain = cfg_.late_chain;
+  li.late_wait_us = cfg_.late_wait_us;
+  li.late_wait_suspect_us = cfg_.late_wait_suspect_us;
+  li.late_segment_bytes = cfg_.late_segment_bytes;
+  li.late_inflight = cfg_.late_inflight;
+  li.segment_bytes = cfg_.segment_bytes;
+  li.census_s = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
+  li.skip_floor_s = skip_floor_s_;
+  if (li.skip && li.skipring && cfg_.late_chain != 0) {  // the models only where they are read
+    li.ring_model_s = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+    li.usual_s = late_usual_time_s(bytes);
+  }
+  const LatePlan plan = plan_late_path(li);
+  const bool late_chain = plan.late_path;
   if (late_chain) {
-    // Every rank decides alike (agreed config and size); the healthy ranks are about n - 1.
-    p.late_trees =
-        cfg_.late_trees == 1 || (cfg_.late_trees < 0 && size_ - 1 >= kLateTreesMinHealthy);
-    // The chain streams the whole vector: SKIPRING_LATE_SEGMENT_BYTES, else
-    // kLateChainSegmentBytes (at most SKIPRING_SEGMENT_BYTES), smaller down the trees where their
-    // fill would cost more than 1/kLateChainFillShare (late_segment_bytes); not the ring's
-    // cross-host cut (the path fills in segments, whatever the chunk).
-    p.late_segment_bytes =
-        cfg_.late_segment_bytes > 0
-            ? cfg_.late_segment_bytes
-            : late_segment_bytes(std::min(cfg_.segment_bytes, kLateChainSegmentBytes), bytes, size_,
-                                 p.late_trees);
-    p.late_inflight = cfg_.late_inflight > 0 ? cfg_.late_inflight
-                      : p.late_trees         ? kLateTreesInflight
-                                             : kLateChainInflight;
-    p.late_wait_s = late_wait_s(bytes);
+    p.late_segment_bytes = plan.segment_bytes;
+    p.late_inflight = plan.inflight;
+    p.late_wait_s = plan.wait_s;
     p.late_seen_s = late_seen_s_;
-    p.late_wait_suspect_s = std::min(p.late_wait_s, late_wait_suspect_s(bytes));
-    p.late_pays_after_s = late_pays_after_s(bytes, p.late_wait_suspect_s);
-    SKIPRING_LOG_DEBUG("allreduce seq {}: late chain, census wait {:.6f}s", seq_, p.late_wait_s);
+    p.late_wait_suspect_s = plan.wait_suspect_s;
+    SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan.to_string());
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);

@@ -150,10 +150,6 @@ class Communicator {
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
   double late_usual_time_s(size_t bytes) const;
-  double late_wait_s(size_t bytes) const;
-  bool late_chain_pays(Algo algo, size_t bytes) const;
-  double late_wait_suspect_s(size_t bytes) const;
-  double late_pays_after_s(size_t bytes, double wait_suspect_s) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;

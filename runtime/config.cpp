@@ -87,11 +87,9 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //                              on the other)
   //   SKIPRING_SKIP              skip-ahead's control messages
   //   SKIPRING_DIRECT_ALLGATHER  who sends the final segments to whom
-  //   SKIPRING_LATE_BCAST        whether owners complete a late rank's segments without it
-  //   SKIPRING_LATE_CHAIN        the algorithm (the census and chain or the ring alone)
-  //   SKIPRING_LATE_SEGMENT_BYTES  the chain's message sizes
-  //   SKIPRING_LATE_TREES        the chain's or the trees' messages
-  //   SKIPRING_LATE_INFLIGHT     the late path's lead-in segments (late_segment_plan)
+  //   SKIPRING_LATE_CHAIN        the algorithm (the census and the late path, or the ring alone)
+  //   SKIPRING_LATE_SEGMENT_BYTES  the late path's segments (both ends cut the blocks alike)
+  //   SKIPRING_LATE_INFLIGHT     kept agreed (a late rank's window; harmless to agree on)
   //   SKIPRING_ALGO              the algorithm
   //   SKIPRING_HOST_MAP          hosts and ring order (gather_topology checks it too)
   //   SKIPRING_TREE_GRAPH        the trees (the file's contents are compared, not its path)
@@ -104,17 +102,26 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   //   SKIPRING_GPU_STAGING       device-buffer calls run in skipring (staged) or in PMPI
   //   SKIPRING_SIM_REDUCE_GBPS   auto's choice under SimGrid (the SimGrid build only)
   static const char* const kNames[] = {
-      "SKIPRING_ENABLE",           "SKIPRING_SEGMENT_BYTES",
-      "SKIPRING_PIPELINE_DEPTH",   "SKIPRING_CHECK",
-      "SKIPRING_TRANSPORT",        "SKIPRING_SKIP",
-      "SKIPRING_DIRECT_ALLGATHER", "SKIPRING_ALGO",
-      "SKIPRING_HOST_MAP",         "SKIPRING_TREE_GRAPH",
-      "SKIPRING_MULTITREE_K",      "SKIPRING_MODEL_LAT_US",
-      "SKIPRING_MODEL_GBPS",       "SKIPRING_MODEL_REDUCE_GBPS",
-      "SKIPRING_SKIP_T_US",        "SKIPRING_GPU_STAGING",
-      "SKIPRING_AUTO_STRAGGLER",   "SKIPRING_LATE_BCAST",
-      "SKIPRING_LATE_CHAIN",       "SKIPRING_LATE_SEGMENT_BYTES",
-      "SKIPRING_LATE_TREES",       "SKIPRING_LATE_INFLIGHT",
+      "SKIPRING_ENABLE",
+      "SKIPRING_SEGMENT_BYTES",
+      "SKIPRING_PIPELINE_DEPTH",
+      "SKIPRING_CHECK",
+      "SKIPRING_TRANSPORT",
+      "SKIPRING_SKIP",
+      "SKIPRING_DIRECT_ALLGATHER",
+      "SKIPRING_ALGO",
+      "SKIPRING_HOST_MAP",
+      "SKIPRING_TREE_GRAPH",
+      "SKIPRING_MULTITREE_K",
+      "SKIPRING_MODEL_LAT_US",
+      "SKIPRING_MODEL_GBPS",
+      "SKIPRING_MODEL_REDUCE_GBPS",
+      "SKIPRING_SKIP_T_US",
+      "SKIPRING_GPU_STAGING",
+      "SKIPRING_AUTO_STRAGGLER",
+      "SKIPRING_LATE_CHAIN",
+      "SKIPRING_LATE_SEGMENT_BYTES",
+      "SKIPRING_LATE_INFLIGHT",
 #ifdef SKIPRING_SIMGRID
       "SKIPRING_SIM_REDUCE_GBPS",
 #endif
@@ -132,10 +139,8 @@ std::vector<AgreedValue> agreed_values(const Config& cfg) {
   raw(cfg.transport);
   raw(cfg.skip);
   raw(cfg.direct_allgather);
-  raw(cfg.late_bcast);
   raw(cfg.late_chain);
   raw(cfg.late_segment_bytes);
-  raw(cfg.late_trees);
   raw(cfg.late_inflight);
   raw(cfg.algo);
   raw(cfg.multitree_k);

@@ -55,22 +55,15 @@ struct Config {
   // Skip-ahead's allgather once a straggler was met: -1 auto (direct when every rank is on one
   // host), 0 routed around the late rank, 1 direct from each owner (RingParams::direct_allgather).
   int direct_allgather = -1;  // SKIPRING_DIRECT_ALLGATHER
-  // Late broadcast across hosts (RingParams::late_bcast; docs/skip_ahead.md). Off by default:
-  // faster under SimGrid, slower on the emulated TCP cluster (docs/skip_ahead.md).
-  bool late_bcast = false;  // SKIPRING_LATE_BCAST
-  // Late chain (collectives/late_chain.h; docs/skip_ahead.md "Tenth round"): -1 auto (skip-ahead
-  // across hosts from kLateChainMinBytes), 0 off, 1 whenever skip-ahead runs.
+  // The late path (collectives/late_chain.h; docs/skip_ahead.md "The late path"): -1 auto
+  // (skip-ahead across hosts from kLateChainMinBytes), 0 off, 1 whenever skip-ahead runs.
   int late_chain = -1;              // SKIPRING_LATE_CHAIN
   double late_wait_us = 0;          // SKIPRING_LATE_WAIT_US: the census's wait (0: derived)
   double late_wait_suspect_us = 0;  // SKIPRING_LATE_WAIT_SUSPECT_US: for last time's late ranks
-  // SKIPRING_LATE_TREES: -1 auto (from kLateTreesMinHealthy healthy ranks), 0 the chain, 1 two
-  // binary trees (RingParams::late_trees).
-  int late_trees = -1;
   // SKIPRING_LATE_SEGMENT_BYTES: the late path's message size; 0: kLateChainSegmentBytes (at most
-  // SKIPRING_SEGMENT_BYTES), smaller down the trees (late_segment_bytes, collectives/late_chain.h).
+  // SKIPRING_SEGMENT_BYTES; collectives/late_chain.h).
   size_t late_segment_bytes = 0;
-  // SKIPRING_LATE_INFLIGHT: chain / tree sends in flight per rank; 0: kLateChainInflight or
-  // kLateTreesInflight (collectives/late_chain.h).
+  // SKIPRING_LATE_INFLIGHT: a late rank's piece sends in flight; 0: kLateChainInflight.
   int late_inflight = 0;
   // Algorithm choice and topology (issue 5).
   Algo algo = Algo::kAuto;  // SKIPRING_ALGO (collectives/algorithms.h)

@@ -187,8 +187,6 @@ const CustomParam kDirectAllgather{
     }};
 const CustomParam kLateChain{"enum", "auto, 0, 1", parse_auto_bool<&Config::late_chain>,
                              print_auto_bool<&Config::late_chain>};
-const CustomParam kLateTrees{"enum", "auto, 0, 1", parse_auto_bool<&Config::late_trees>,
-                             print_auto_bool<&Config::late_trees>};
 // What SKIPRING_ALGO accepts: the names of the algorithm table (collectives/algorithms.h).
 const char* algo_accepts() {
   static const std::string names = algo_names(", ");
@@ -297,16 +295,11 @@ const std::vector<ParamDef>& param_table() {
        "allgather once skip-ahead met a straggler: 1 = each owner sends its final segments to "
        "every rank (one hop), 0 = around the ring and past the late rank; auto = 1 when all "
        "ranks share one host ([docs/skip_ahead.md](docs/skip_ahead.md))"},
-      {"SKIPRING_LATE_BCAST", &Config::late_bcast, {}, "",
-       "routed allgather only: owners complete the segments of a bypassed late rank without it "
-       "and allgather the partials; the late rank's input then goes down two trees of healthy "
-       "ranks and every rank adds it (experimental: faster under SimGrid, slower over TCP; "
-       "[docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_CHAIN", kLateChain, {}, "",
-       "skip-ahead with a census first: ranks that have not arrived within "
-       "`SKIPRING_LATE_WAIT_US` are taken out, the others run the ring, and the late inputs go "
-       "down a chain of healthy ranks once they come; auto = across hosts from 1 MiB "
-       "([docs/skip_ahead.md](docs/skip_ahead.md))"},
+       "the late path: skip-ahead with a census first; ranks that have not arrived within "
+       "`SKIPRING_LATE_WAIT_US` are taken out, the others run their reduce-scatter, and a late "
+       "rank's input goes straight to the block owners the moment it comes; auto = across hosts "
+       "from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
        "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
        "seen on the communicator (the cost model's before any), at least the skip threshold's "
@@ -315,15 +308,11 @@ const std::vector<ParamDef>& param_table() {
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
        "skip threshold's floor"},
-      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: derived)",
-       "late chain: messages each rank keeps in flight down the chain or the trees; 0 = 1 (the "
-       "SimGrid build: 2 down the chain, 4 down the trees; docs/skip_ahead.md)"},
-      {"SKIPRING_LATE_TREES", kLateTrees, {}, "",
-       "late chain: the late inputs go down two binary trees of healthy ranks instead of the "
-       "chain; auto = from 22 healthy ranks (n >= 23)"},
+      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: 8, or n - 1 up to 64 where that is more)",
+       "late path: a late rank's input messages in flight to the block owners"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
-       "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`; less down the trees where their fill would cost over 1/8)",
-       "late chain: the size of its messages (the SimGrid build's 0: `SKIPRING_SEGMENT_BYTES`)"},
+       "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`)",
+       "late path: the size of the late pieces and of the owners' final segments"},
       {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
       {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},

@@ -41,21 +41,16 @@ void RingAllreduce::forward_ag(size_t idx, double now, ActionList* out) {
 }
 
 void RingAllreduce::send_ag(int record, int c, int g, uint8_t* hdr, const void* payload, int peer,
-                            double now, ActionList* out, int tag_kind) {
-  // A late-broadcast segment's partial: the final reduction waits until no send reads it.
-  const int sid = layout_.first_segment(c) + g;
-  const bool lb_read = seg_[sid].lb;
-  if (lb_read) ++seg_[sid].out_reads;
+                            double now, ActionList* out) {
   if (!mode_.ag_queued()) {
-    post_send(Phase::kAllgather, record, c, g, hdr, payload, -1, now, out, false, peer, tag_kind);
-    sends_.back().lb_read = lb_read;
+    post_send(Phase::kAllgather, record, c, g, hdr, payload, -1, now, out, false, peer);
     return;
   }
   if (ag_queue_.empty()) {
     ag_queue_.resize(n_);
     ag_in_flight_.assign(n_, 0);
   }
-  ag_queue_[peer].push_back(QueuedSend{record, c, g, hdr, payload, tag_kind, lb_read});
+  ag_queue_[peer].push_back(QueuedSend{record, c, g, hdr, payload});
   ++ag_waiting_;
   pump_ag(peer, now, out);
 }
@@ -68,9 +63,8 @@ void RingAllreduce::pump_ag(int peer, double now, ActionList* out) {
     --ag_waiting_;
     ++ag_in_flight_[peer];
     post_send(Phase::kAllgather, qs.record, qs.chunk, qs.seg, qs.hdr, qs.payload, -1, now, out,
-              false, peer, qs.tag_kind);
+              false, peer);
     sends_.back().ag_peer = peer;
-    sends_.back().lb_read = qs.lb_read;
   }
 }
 
@@ -110,14 +104,6 @@ Status RingAllreduce::on_ag_segment(size_t idx, double now, ActionList* out) {
   // order from now on (sync_ag_window opens the window).
   if (wire_route(r.header) & (kRouteAround | kRouteDirect)) mode_.ag_rerouted = true;
   if (!scratch_set_.full()) {
-    // Late broadcast: a partial lacking exactly the rank it is routed around.
-    const uint32_t route = wire_route(r.header);
-    const int late = static_cast<int>(route & kRouteLateMask) - 1;
-    if (lb_on() && (route & kRouteAround) && late >= 0 && late < n_ && late != p_.rank &&
-        late != p_.ring[r.chunk] && scratch_set_.count() == n_ - 1 &&
-        !scratch_set_.contains(late)) {
-      return lb_on_partial(idx, late, now, out);
-    }
     return fail(fmt::format("allgather of chunk {} carries incomplete set {}", r.chunk,
                             scratch_set_.to_string()));
   }

@@ -19,17 +19,13 @@ enum TokenKind : uint32_t {
   kTokReduce = 2,       // ring piece reduction (index: receive)
   kTokAux = 3,          // skip-ahead protocol message (index: aux op)
   kTokOwnerReduce = 4,  // owner merge (index: owner segment)
-  kTokLbRecv = 5,       // late broadcast: input or partial received (index: lb_ entry)
-  kTokLbSend = 6,       // late broadcast: the late rank's input sent or forwarded (lb_ entry)
-  kTokLbReduce = 7,     // late broadcast: final = partial op late input (lb_ entry)
 };
 // Tag = kTagKinds * (2 * segment id + parity of the collective) + kind (tag_for); the control
 // tags are tag_span - 1 .. tag_span - 3.
 // Segments are made large enough that every tag of a collective is distinct
-// (effective_segment_bytes), so tags never wrap. kTagBcast: the late rank's input down the
-// chain of healthy ranks; kTagPartial: an owner's partial to the late rank (late_bcast.cpp).
-constexpr int kTagRs = 0, kTagAg = 1, kTagToOwner = 2, kTagAck = 3, kTagBcast = 4, kTagPartial = 5;
-constexpr int kTagKinds = 6;
+// (effective_segment_bytes), so tags never wrap.
+constexpr int kTagRs = 0, kTagAg = 1, kTagToOwner = 2, kTagAck = 3;
+constexpr int kTagKinds = 4;
 // A skipped piece still missing this many thresholds after it was due triggers the bypass.
 constexpr double kBypassFactor = 4.0;
 // Skip cascade suppression: a ring piece of reduce-scatter step s depends on s upstream ranks,
@@ -44,8 +40,6 @@ constexpr double kStepGrace = 0.5;
 constexpr int kPacedInFlight = 8;
 // Allgather sends in flight per peer once a straggler is around (RingAllreduce::send_ag).
 constexpr int kAgInFlight = 2;
-// The late rank's inputs going down the broadcast trees in flight at once (late_bcast.cpp).
-constexpr int kLbInFlight = 4;
 // A skipped piece that still came on the ring within this many thresholds is a normal wait
 // for the threshold's learning (RingAllreduce::record_piece_waits).
 constexpr double kLearnSkipped = 2.0;

@@ -38,12 +38,6 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
     }
     if (late_rank_ < 0) late_rank_ = static_cast<int>(late - 1);
   }
-  if (late != 0 && (wire_route(hdr) & kRouteBcast) && lb_on() &&
-      std::find(o.named.begin(), o.named.end(), static_cast<int>(late - 1)) == o.named.end()) {
-    // A bypassed piece in late-broadcast mode: its late rank waits for our decision.
-    o.named.push_back(static_cast<int>(late - 1));
-  }
-  if (o.partial()) return lb_drop_late_piece(g, item, now, out);
   if (scratch_set_.empty() || scratch_set_.overlaps(o.acc)) {
     return fail(fmt::format("owner of chunk {} segment {}: piece {} overlaps what it holds {}",
                             pos_, g, scratch_set_.to_string(), o.acc.to_string()));
@@ -68,7 +62,7 @@ void RingAllreduce::post_to_owner_recvs(double now, ActionList* out) {
   if (!p_.skip) return;
   for (size_t g = 0; g < owner_.size(); ++g) {
     OwnerPiece& o = owner_[g];
-    if (!o.wants_to_owner() || o.to_owner_posted) continue;
+    if (o.full || o.to_owner_posted) continue;
     const int aux = add_aux(AuxKind::kToOwnerRecv, pos_, static_cast<int>(g));
     aux_[aux].owner_slot = static_cast<int>(g);
     aux_[aux].t = now;
@@ -95,9 +89,6 @@ Status RingAllreduce::on_owner_merged(int g, double now, ActionList* out) {
   } else {
     o.to_owner_posted = false;  // its slot is free again
   }
-  // Late broadcast: the partial, or the request to a late rank whose input came after all.
-  SKIPRING_RETURN_IF_ERROR(lb_owner_decide(g, now, out));
-  if (o.partial()) return Status::kOk;
   if (o.acc.full()) {
     // Chunk segment complete: its allgather starts now. Nothing more can come straight to
     // us for it (it would overlap), so the standing receive for such pieces is cancelled.

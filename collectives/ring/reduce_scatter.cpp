@@ -23,16 +23,13 @@ void RingAllreduce::send_first_pieces(double now, ActionList* out) {
 
 void RingAllreduce::post_send(Phase phase, int record, int c, int g, uint8_t* hdr,
                               const void* payload, int slot, double now, ActionList* out,
-                              bool reads_input, int peer, int tag_kind) {
+                              bool reads_input, int peer) {
   SendOp s{phase, record, layout_.first_segment(c) + g, slot, false, now, reads_input};
   sends_.push_back(s);
   Action a = message_action(
       Action::Kind::kSend, make_token(kTokSend, sends_.size() - 1), peer >= 0 ? peer : succ_,
-      tag_for(tag_kind >= 0                    ? tag_kind
-              : phase == Phase::kReduceScatter ? kTagRs
-                                               : kTagAg,
-              s.seg_id),
-      hdr, hdr_bytes_, payload, layout_.segment_count(c, g) * layout_.elem_size());
+      tag_for(phase == Phase::kReduceScatter ? kTagRs : kTagAg, s.seg_id), hdr, hdr_bytes_, payload,
+      layout_.segment_count(c, g) * layout_.elem_size());
   a.phase = static_cast<int8_t>(phase);
   a.step = static_cast<int16_t>(phase == Phase::kReduceScatter ? record : record - (n_ - 1));
   out->push_back(a);
@@ -81,13 +78,6 @@ void RingAllreduce::post_receives(double now, ActionList* out) {
 
 bool RingAllreduce::post_ag_recv(size_t i, double now, ActionList* out) {
   RecvOp& r = recvs_[i];
-  if (seg_[r.seg_id].skip_ag) {
-    // The late rank's segment in late-broadcast mode: its final is computed here from the
-    // owner's partial (late_bcast.cpp), nothing comes in the allgather.
-    r.state = OpState::kFinished;
-    r.t_posted = r.t_arrived = now;
-    return true;
-  }
   if (!ag_recv_admitted(r)) return false;
   // With skip-ahead the owner routes each segment (ring, around a late rank, or direct):
   // exactly one message per segment reaches every rank, from whichever rank the route
@@ -112,7 +102,7 @@ void RingAllreduce::post_ag_out_of_order(double now, ActionList* out) {
   // names, so their order does not matter: one whose segment still holds input an unfinished
   // send reads (in place) must not hold up the others. (A rank whose step-0 pieces to a late
   // successor are parked, its predecessor, could otherwise post no allgather receive until
-  // the late rank arrived, and every partial and final segment routed through it waited.)
+  // the late rank arrived, and every final segment routed through it waited.)
   for (size_t i = next_post_ + 1; i < recvs_.size(); ++i) {
     if (recvs_[i].state == OpState::kWaiting && recvs_[i].phase == Phase::kAllgather) {
       post_ag_recv(i, now, out);

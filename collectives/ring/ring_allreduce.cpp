@@ -270,12 +270,6 @@ void RingAllreduce::cancel_aux(int aux, ActionList* out) {
 
 Status RingAllreduce::on_recv(Token t, size_t payload_bytes, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (token_kind(t) == kTokLbRecv) {
-    SKIPRING_RETURN_IF_ERROR(lb_on_recv(token_index(t), payload_bytes, now, out));
-    post_to_owner_recvs(now, out);
-    finish_event(now, out);
-    return Status::kOk;
-  }
   if (token_kind(t) == kTokAux) {
     if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
     return on_aux(token_index(t), payload_bytes, now, out);
@@ -327,9 +321,7 @@ StepRecord& RingAllreduce::step_record(const RecvOp& r) {
 Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
   const size_t idx = token_index(t);
-  if (token_kind(t) == kTokLbReduce) {
-    SKIPRING_RETURN_IF_ERROR(lb_on_reduce(idx, now, out));
-  } else if (token_kind(t) == kTokOwnerReduce) {
+  if (token_kind(t) == kTokOwnerReduce) {
     if (idx >= owner_.size() || !owner_[idx].merging) return fail("unknown owner reduction");
     SKIPRING_RETURN_IF_ERROR(on_owner_merged(static_cast<int>(idx), now, out));
   } else {
@@ -346,12 +338,6 @@ Status RingAllreduce::on_reduce(Token t, double now, ActionList* out) {
 
 Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
   if (failed_) return Status::kErrProtocol;
-  if (token_kind(t) == kTokLbSend) {
-    SKIPRING_RETURN_IF_ERROR(lb_on_send(token_index(t), now, out));
-    post_to_owner_recvs(now, out);
-    finish_event(now, out);
-    return Status::kOk;
-  }
   if (token_kind(t) == kTokAux) {
     if (token_index(t) >= aux_.size()) return fail("completion for an unknown message");
     return on_aux(token_index(t), 0, now, out);
@@ -369,7 +355,6 @@ Status RingAllreduce::on_send(Token t, double now, ActionList* out) {
     --ag_in_flight_[sent.ag_peer];
     pump_ag(sent.ag_peer, now, out);
   }
-  if (sent.lb_read) lb_read_done(sent.seg_id, now, out);
   if (sent.slot >= 0) {
     free_send_slots_.push_back(sent.slot);
     SKIPRING_RETURN_IF_ERROR(start_reduces(now, out));
@@ -418,18 +403,6 @@ std::string RingAllreduce::describe() const {
   }
   int owner_open = 0;
   for (const auto& o : owner_) owner_open += o.full ? 0 : 1;
-  for (const ring::LbEntry& e : lb_) {
-    if (e.done) continue;
-    unsent += fmt::format(" LB{}:c{}g{}late{}{}{}{}{}", e.late_role ? "late" : "", e.chunk, e.seg,
-                          e.late, e.race ? "race" : "", e.recv_done ? "R" : "",
-                          e.send_needed ? "S" : "", e.send_done ? "s" : "");
-  }
-  for (size_t g = 0; g < owner_.size(); ++g) {
-    const ring::OwnerPiece& o = owner_[g];
-    if (o.named.empty()) continue;
-    unsent += fmt::format(" OWN{}:named{}partial{}acc{}", g, o.named.size(), o.partial_for,
-                          o.acc.to_string());
-  }
   return fmt::format(
       "rank {} pending={} next_post={}/{} rs_unresolved={} rs_to_emit={} open={}{}{} "
       "bypass={} owner_open={} free_recv={} free_send={} reduce_cursor={} awaiting={} |{}",
@@ -522,9 +495,8 @@ void RingAllreduce::finish_event(double now, ActionList* out) {
 }
 
 void RingAllreduce::maybe_done(double now, ActionList* out) {
-  if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 || lb_open_ != 0 ||
-      !lb_queue_.empty() || next_post_ != recvs_.size() || awaiting_reduce_ != 0 ||
-      ctrl_.any_open()) {
+  if (done_ || failed_ || pending_ != 0 || !paced_.empty() || ag_waiting_ != 0 ||
+      next_post_ != recvs_.size() || awaiting_reduce_ != 0 || ctrl_.any_open()) {
     return;
   }
   for (const auto& o : owner_) {

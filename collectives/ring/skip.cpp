@@ -57,12 +57,12 @@ void RingAllreduce::post_ctrl_recv(int channel, double now, ActionList* out) {
 }
 
 void RingAllreduce::send_ctrl(int channel, uint8_t flags, int c, int g, double now, ActionList* out,
-                              const ContributionSet* set, uint32_t route) {
+                              const ContributionSet* set) {
   const int aux = add_aux(AuxKind::kCtrlSend, c, g);
   aux_[aux].hdr.assign(hdr_bytes_, 0);
   scratch_set_.clear();
   write_header(aux_[aux].hdr.data(), Phase::kReduceScatter, std::max(c, 0), std::max(g, 0),
-               set != nullptr ? *set : scratch_set_, flags, route);
+               set != nullptr ? *set : scratch_set_, flags);
   const int peer = channel == kBack  ? pred_
                    : channel == kFwd ? succ_
                                      : p_.ring[(pos_ - 2 + 2 * n_) % n_];
@@ -102,20 +102,15 @@ void RingAllreduce::bypass_to_owner(int c, int g, uint8_t* hdr, const void* payl
   // Our successor is late (the rank after it asked): the piece goes straight to the owner
   // and the successor learns it has only its own input to send for (c, g).
   // The route word names the late rank: the owner routes its allgather around it.
-  // In late-broadcast mode (kRouteBcast) the owner completes the segment without it. Only
-  // when our piece holds every input from the chunk's start up to us: then no other rank was
-  // routed around upstream, so at most one rank per segment is (the owner's partial then lacks
-  // exactly one input, that late rank's, which can therefore send it down the chain at once).
-  const uint32_t bcast = lb_on() && lb_path_complete(c, set) ? kRouteBcast : 0u;
   write_header(hdr, Phase::kReduceScatter, c, g, set, kFlagToOwner,
-               static_cast<uint32_t>(succ_ + 1) | bcast);
+               static_cast<uint32_t>(succ_ + 1));
   const int piece = add_aux(AuxKind::kToOwnerSend, c, g);
   aux_[piece].send_slot = slot;
   aux_[piece].reads_input = reads_input;
   post_aux_send(piece, p_.ring[c], tag_for(kTagToOwner, aux_[piece].seg_id), payload,
                 layout_.segment_count(c, g) * layout_.elem_size(), now, out, hdr);
   ++stats_.messages_sent;
-  send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set, bcast);
+  send_ctrl(kFwd, kFlagBypassed, c, g, now, out, &set);
 }
 
 void RingAllreduce::redirect_to_owner(int c, int g, uint8_t* hdr, const void* payload, int slot,
@@ -188,12 +183,9 @@ void RingAllreduce::resolve_bypassed(size_t idx, double now, ActionList* out) {
   r.t_arrived = now;
   free_recv_slots_.push_back(r.slot);
   --rs_unresolved_;
-  if (seg_[r.seg_id].bcast_offer) {
-    lb_late_emit(r.chunk, r.seg, /*race=*/r.skipped, now, out);
-  } else if (!r.skipped && r.chunk != pos_) {
-    // (our own chunk: the late rank's input comes down the broadcast chain instead)
-    forward_own(idx, now, out);
-  }
+  // (Never our own chunk: a rank bypasses its successor only for chunks the successor passes
+  // on, emit_piece.)
+  if (!r.skipped && r.chunk != pos_) forward_own(idx, now, out);
   advance_wait_cursor();
   post_receives(now, out);
   resolve_rs_recv(now, out);
@@ -262,7 +254,7 @@ Status RingAllreduce::on_control(size_t idx, double now, ActionList* out) {
       on_notice(seg_id);
     } else {
       if (!(h.flags & kFlagBypassed)) return fail("malformed bypass");
-      SKIPRING_RETURN_IF_ERROR(on_bypassed(seg_id, h.route, now, out));
+      SKIPRING_RETURN_IF_ERROR(on_bypassed(seg_id, now, out));
     }
   }
   post_ctrl_recv(channel, now, out);
@@ -284,15 +276,11 @@ void RingAllreduce::on_notice(int seg_id) {
   seg_[seg_id].on_notice();
 }
 
-Status RingAllreduce::on_bypassed(int seg_id, uint32_t route, double now, ActionList* out) {
-  // Our predecessor sent its piece for this segment straight to the owner; or, being late
-  // itself (kRouteBcastPass), its input for it comes down the broadcast chain.
+Status RingAllreduce::on_bypassed(int seg_id, double now, ActionList* out) {
+  // Our predecessor sent its piece for this segment straight to the owner.
   if (!seg_[seg_id].on_pred_bypassed()) return fail("malformed bypass");
-  if (!(route & kRouteBcastPass)) {
-    mode_.self_late = true;
-    mode_.pred_bypassing = true;
-    if (lb_on() && (route & kRouteBcast)) seg_[seg_id].bcast_offer = true;
-  }
+  mode_.self_late = true;
+  mode_.pred_bypassing = true;
   size_t ri = recvs_.size();
   for (size_t i = 0; i < next_post_; ++i) {
     if (recvs_[i].phase == Phase::kReduceScatter && recvs_[i].seg_id == seg_id) ri = i;
@@ -395,11 +383,7 @@ void RingAllreduce::resolve_bypassed_unposted(double now, ActionList* out) {
   r.t_posted = r.t_arrived = now;
   ++next_post_;
   --rs_unresolved_;
-  if (seg_[r.seg_id].bcast_offer) {
-    lb_late_emit(r.chunk, r.seg, /*race=*/false, now, out);
-  } else if (r.chunk != pos_) {
-    forward_own(next_post_ - 1, now, out);
-  }
+  if (r.chunk != pos_) forward_own(next_post_ - 1, now, out);
   advance_wait_cursor();
   resolve_rs_recv(now, out);
 }

@@ -46,7 +46,6 @@ struct SendOp {
   double t_posted = 0;
   bool reads_input = false;  // payload is our input: input may change once it completes
   int ag_peer = -1;          // an allgather send from a per-peer queue (ag_queue_): its peer
-  bool lb_read = false;      // reads a late-broadcast segment in recvbuf (SegmentState::out_reads)
 };
 
 // An allgather send waiting for its turn on the link to `peer` (ag_queue_).
@@ -56,8 +55,6 @@ struct QueuedSend {
   int seg;
   uint8_t* hdr;
   const void* payload;
-  int tag_kind = -1;  // -1: the allgather tag
-  bool lb_read = false;
 };
 
 // Messages of the skip-ahead protocol (control, redirect acks, pieces to the owner).
@@ -104,8 +101,6 @@ enum class PieceState : uint8_t {
   kSentRing,     // sent to the successor on the ring
   kSentBypass,   // sent to the owner around our late successor (+ a "bypassed" message)
   kSentToOwner,  // sent to the owner after the successor's notice (+ a redirect ack)
-  kSentBcast,    // late broadcast: our input alone goes down two trees of healthy ranks
-                 // (+ a "bypassed" control to the successor); see late_bcast.cpp
 };
 
 // One segment (layout-wide id) as this rank sees it in the reduce-scatter.
@@ -116,16 +111,6 @@ struct SegmentState {
   bool pred_bypassed = false;
   // Our reduce-scatter part no longer reads the input (in place: allgather may overwrite it).
   bool input_released = false;
-  // Late broadcast (late_bcast.cpp). `bcast_offer`: we are the late rank and our predecessor
-  // bypassed us for this segment in late-broadcast mode (the owner completes it without us).
-  // `lb`: this rank handles the segment in late-broadcast mode (final = partial op late input).
-  // `skip_ag`: the late rank's allgather receive for it is never posted (or was cancelled).
-  // `out_reads`: sends reading the segment in recvbuf still in flight (the final reduction
-  // overwrites it only once they are done).
-  bool bcast_offer = false;
-  bool lb = false;
-  bool skip_ag = false;
-  int out_reads = 0;
 
   bool sent() const { return piece >= PieceState::kSentRing; }
   // The successor's notice (it skipped us for this segment).
@@ -189,55 +174,6 @@ struct OwnerPiece {
   std::vector<OwnerItem> queue;  // arrived pieces, in arrival order
   OwnerItem merging_item;        // the piece being merged (while `merging`)
   double merge_t = 0;            // when that merge started
-  // Late broadcast (late_bcast.cpp). `named`: the late rank a bypassed piece named in
-  // late-broadcast mode (at most one); it gets exactly one decision from us on kTagPartial:
-  // the partial (we went `partial`: every other input is merged, its input comes down the
-  // chain) or, where its input reached us first (a race), a request (`decided` once sent).
-  // After going partial the late rank's own piece may still come (it had sent it before it
-  // learnt the mode): `xl_known` once its input arrived down the trees, whose header says
-  // whether such a piece is `coming`; `late_seen` once it came (dropped: its input is in the
-  // chain).
-  std::vector<int> named;
-  bool decided = false;
-  int partial_for = -1;  // the late rank we went partial for
-  bool xl_known = false;
-  bool coming = false;
-  bool late_seen = false;
-  bool partial() const { return partial_for >= 0; }
-  // Whether a to-owner receive must stay posted for this segment.
-  bool wants_to_owner() const {
-    if (!partial()) return !full;
-    return !xl_known || (coming && !late_seen);
-  }
-};
-
-// One segment in late-broadcast mode at this rank (late_bcast.cpp).
-//   healthy rank (owner or not): the partial is in recvbuf; `buf` receives the late rank's
-//     input from the ring predecessor, which is forwarded to the successor unless that is the
-//     late rank; final = partial op input, once no send reads the partial any more.
-//   the late rank: `buf` receives the owner's decision: the partial (our input then goes down
-//     the chain to the successor; final = partial op our input once that send is done: in place
-//     it reads recvbuf) or a request (our input goes to the owner as a piece and the final
-//     comes in the allgather, on receive 1).
-struct LbEntry {
-  int chunk = -1;
-  int seg = -1;
-  int seg_id = -1;
-  int late = -1;           // the late rank
-  bool late_role = false;  // we are the late rank
-  bool race = false;       // late rank: our input had gone out before we learnt the mode
-  int ag_recv = -1;        // healthy non-owner: index of the allgather receive in recvs_
-  std::unique_ptr<uint8_t[]> buf;
-  bool recv_done = false;
-  bool send_needed = false, send_done = false;
-  int from = -1;         // healthy rank: where the late rank's input comes from
-  int to[2] = {-1, -1};  // where it goes on (healthy: children in the tree; late: root)
-  int nto = 0;
-  int sends_left = 0;
-  bool reducing = false, reduced = false;
-  bool done = false;
-  double t = 0;
-  std::vector<uint8_t> hdr;  // the late rank's header for its input
 };
 
 // What this rank knows of its predecessor (the skip rule).

@@ -18,7 +18,7 @@ Usage: cluster_test.py --vcluster scripts/vcluster.sh [--rate 1gbit] SCENARIO [o
        --program pmpi_allreduce_c
       an unmodified MPI program with the PMPI library preloaded: exact results (the program
       checks them), one SKIPRING_REPORT line per rank with calls > 0 (skipring ran them)
-  late --hosts N [--per-host K] --test mpi_straggler_test [--late-rank R] [--late-ms MS] [--bcast]
+  late --hosts N [--per-host K] --test mpi_straggler_test [--late-rank R] [--late-ms MS]
       [--chain]
       one rank arrives late at every call: skips > 0, exact, and the allgather was routed
       (direct_segments == 0 on every rank: the direct allgather is for one host only)
@@ -172,12 +172,6 @@ def test_late(cluster, a):
     if a.chain:
         env["SKIPRING_LATE_CHAIN"] = "1"
         args = [a.test, "--expect-excluded", "--iters", "4"]
-    if a.bcast:
-        # Small segments and 2 send slots: the late rank's predecessor parks 2 pieces with it and
-        # bypasses it for the rest, which is what the late broadcast takes over.
-        env.update({"SKIPRING_SEGMENT_BYTES": "32768", "SKIPRING_PIPELINE_DEPTH": "2",
-                    "SKIPRING_LATE_BCAST": "1"})
-        args = [a.test, "--expect-skips", "--expect-routed", "--expect-bcast", "--iters", "4"]
     rc, out = cluster.run(a.per_host, mpirun_args + args, env=env)
     check(rc == 0, "mpi_straggler_test exited 0 (exact, skips > 0, direct_segments == 0)")
     if a.transport == "ucx":
@@ -190,10 +184,6 @@ def test_late(cluster, a):
     else:
         m = re.search(r"^skips=(\d+) late=(\d+)$", out, re.M)
         check(m is not None and int(m.group(1)) > 0, "the late rank made ranks skip ahead")
-    if a.bcast:
-        m = re.search(r"^bcast_segments=(\d+)$", out, re.M)
-        check(m is not None and int(m.group(1)) > 0,
-              "segments completed without the late rank, its input down the trees")
     check(re.search(r"^\d+ passed, 0 failed$", out, re.M) is not None, "0 failed")
 
 
@@ -211,8 +201,6 @@ def main():
     ap.add_argument("--program")
     ap.add_argument("--chain", action="store_true",
                     help="late: the late chain (SKIPRING_LATE_CHAIN=1): the census takes it out")
-    ap.add_argument("--bcast", action="store_true",
-                    help="late: small segments, 2 slots, and the late broadcast asserted")
     ap.add_argument("--late-rank", type=int, default=1)
     ap.add_argument("--late-ms", type=float, default=50)
     ap.add_argument("--transport", choices=["mpi", "ucx"], default="mpi",

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
 #include <string>
 
 #include "collectives/late_chain.h"
+#include "collectives/late_plan.h"
 #include "collectives/reduce_kernels.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
@@ -75,65 +77,74 @@ Seen run_exact(const harness::Options& o, const std::string& what, bool wide_flo
   return s;
 }
 
-// The default segment: the cap down the chain; down the trees the cap unless the hops would fill
-// for more than 1/8 of a tree's stream.
-TEST(LateChain, SegmentBoundsTheFill) {
-  const size_t KiB = 1024, MiB = 1024 * KiB;
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 64, false), 256 * KiB);  // chain: the cap
-  EXPECT_EQ(late_segment_bytes(60 * KiB, 1 * MiB, 4, false), 60 * KiB);
-  // 256 ranks, two trees of depth 7 (9 hops), 4 MiB each: 4 MiB / 72 rounded down to 4 KiB.
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 8 * MiB, 256, true), 56 * KiB);
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 64 * MiB, 64, true), 256 * KiB);  // 512 KiB: capped
-  EXPECT_EQ(late_segment_bytes(60 * KiB, 64 * MiB, 64, true), 60 * KiB);
-  // 41 ranks (depth 5, 7 hops), 2 MiB: 1 MiB / 56 = 18724, rounded down to 16 KiB.
-  EXPECT_EQ(late_segment_bytes(60 * KiB, 2 * MiB, 41, true), 16 * KiB);
-  EXPECT_EQ(late_segment_bytes(256 * KiB, 100, 300, true), kLateChainMinSegmentBytes);
-  EXPECT_EQ(late_segment_bytes(8 * KiB, 100, 300, true), 8 * KiB);  // a cap below the floor wins
-  for (int n = 2; n < 300; n += 7) {
-    for (size_t bytes : {size_t{1}, 3 * MiB + 5, 64 * MiB}) {
-      EXPECT_EQ(late_segment_bytes(200 * KiB, bytes, n, false), 200 * KiB);
-      const size_t seg = late_segment_bytes(200 * KiB, bytes, n, true);
-      EXPECT_LE(seg, 200 * KiB);
-      EXPECT_TRUE(seg == 200 * KiB || seg % 4096 == 0) << seg;
-      EXPECT_GE(seg, kLateChainMinSegmentBytes);
-    }
-  }
+// The plan (collectives/late_plan.h): where the late path runs and with what.
+LatePlanInput plan_input() {
+  LatePlanInput in;
+  in.skip = true;
+  in.skipring = true;
+  in.bytes = 16 << 20;
+  in.n = 8;
+  in.hosts = 8;
+  in.segment_bytes = 256 * 1024;
+  in.ring_model_s = 0.1;
+  in.census_s = 1e-4;
+  in.usual_s = 0.08;
+  in.skip_floor_s = 1e-4;
+  return in;
 }
 
-// Whole segments, each stream led in by W - 1 growing ones (1/W .. (W - 1)/W), covering the count
-// exactly with nothing empty.
-TEST(LateChain, SegmentPlanLeadsEachStreamIn) {
-  auto sizes = [](const std::vector<size_t>& off) {
-    std::vector<size_t> out;
-    for (size_t s = 0; s + 1 < off.size(); ++s) out.push_back(off[s + 1] - off[s]);
-    return out;
-  };
-  using V = std::vector<size_t>;
-  EXPECT_EQ(sizes(late_segment_plan(10, 4, 1, false)), (V{4, 4, 2}));  // W = 1: as before
-  EXPECT_EQ(sizes(late_segment_plan(10, 4, 1, true)), (V{4, 4, 2}));
-  EXPECT_EQ(sizes(late_segment_plan(10, 4, 2, false)), (V{2, 4, 4}));  // the chain: 1/2
-  EXPECT_EQ(sizes(late_segment_plan(20, 8, 4, false)), (V{2, 4, 6, 8}));
-  // Two trees (segment s down tree s & 1): each tree's first W - 1.
-  EXPECT_EQ(sizes(late_segment_plan(40, 8, 4, true)), (V{2, 2, 4, 4, 6, 6, 8, 8}));
-  EXPECT_EQ(sizes(late_segment_plan(3, 8, 4, true)), (V{2, 1}));
-  EXPECT_EQ(late_segment_plan(0, 8, 2, false), (V{0}));                    // nothing to send
-  EXPECT_EQ(sizes(late_segment_plan(5, 1, 3, true)), (V{1, 1, 1, 1, 1}));  // at least an element
-  for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{65537}}) {
-    for (size_t seg : {size_t{1}, size_t{3}, size_t{256}, size_t{65536}}) {
-      for (int w = 1; w <= 5; ++w) {
-        for (bool trees : {false, true}) {
-          const V off = late_segment_plan(count, seg, w, trees);
-          ASSERT_GE(off.size(), 2u);
-          EXPECT_EQ(off.front(), 0u);
-          EXPECT_EQ(off.back(), count);
-          for (size_t s = 0; s + 1 < off.size(); ++s) {
-            EXPECT_GT(off[s + 1], off[s]) << count << " " << seg << " " << w;
-            EXPECT_LE(off[s + 1] - off[s], seg);
-          }
-        }
-      }
-    }
+TEST(LatePlan, WhereItRuns) {
+  LatePlanInput in = plan_input();
+  LatePlan p = plan_late_path(in);
+  EXPECT_TRUE(p.late_path) << p.to_string();
+  EXPECT_DOUBLE_EQ(p.wait_s, kLateWaitShare * 0.08);
+  EXPECT_DOUBLE_EQ(p.wait_suspect_s, kLateWaitSuspectShare * 0.08);
+  EXPECT_EQ(p.segment_bytes, kLateChainSegmentBytes);
+  EXPECT_EQ(p.inflight, kLateChainInflight);  // n = 8: 7 owners
+  for (int n : {16, 64, 300}) {
+    LatePlanInput v = plan_input();
+    v.n = n;
+    v.hosts = n;
+    EXPECT_EQ(plan_late_path(v).inflight, std::min(n - 1, kLateChainMaxInflight)) << n;
   }
+  // auto: not on one host, not below kLateChainMinBytes, not where the census costs over its
+  // share of the ring, not without skip-ahead, not for other algorithms.
+  for (int variant = 0; variant < 6; ++variant) {
+    LatePlanInput v = plan_input();
+    if (variant == 0) v.hosts = 1;
+    if (variant == 1) v.bytes = kLateChainMinBytes - 1;
+    if (variant == 2) v.census_s = 2 * kLateChainMaxCensusShare * v.ring_model_s;
+    if (variant == 3) v.skip = false;
+    if (variant == 4) v.skipring = false;
+    if (variant == 5) v.ring_model_s = std::numeric_limits<double>::infinity();
+    EXPECT_FALSE(plan_late_path(v).late_path) << "variant " << variant;
+    // SKIPRING_LATE_CHAIN=1 forces it wherever skip-ahead runs the ring.
+    v.late_chain = 1;
+    EXPECT_EQ(plan_late_path(v).late_path, variant < 3 || variant == 5) << "forced " << variant;
+  }
+  in.late_chain = 0;
+  EXPECT_FALSE(plan_late_path(in).late_path);
+}
+
+TEST(LatePlan, WaitsAndOverrides) {
+  LatePlanInput in = plan_input();
+  in.usual_s = 0;  // nothing known: the skip floor
+  LatePlan p = plan_late_path(in);
+  EXPECT_DOUBLE_EQ(p.wait_s, in.skip_floor_s);
+  EXPECT_DOUBLE_EQ(p.wait_suspect_s, in.skip_floor_s);
+  in = plan_input();
+  in.late_wait_us = 300;
+  in.late_wait_suspect_us = 500;  // above the wait: capped by it
+  in.late_segment_bytes = 4096;
+  in.late_inflight = 3;
+  p = plan_late_path(in);
+  EXPECT_DOUBLE_EQ(p.wait_s, 300e-6);
+  EXPECT_DOUBLE_EQ(p.wait_suspect_s, 300e-6);
+  EXPECT_EQ(p.segment_bytes, 4096u);
+  EXPECT_EQ(p.inflight, 3);
+  in = plan_input();
+  in.segment_bytes = 8192;  // a smaller SKIPRING_SEGMENT_BYTES caps the default
+  EXPECT_EQ(plan_late_path(in).segment_bytes, 8192u);
 }
 
 TEST(LateChain, NoStragglerIsTheRing) {
@@ -157,10 +168,10 @@ TEST(LateChain, EveryLateRank) {
   for (int n : {2, 3, 4, 6, 9}) {
     for (int late = 0; late < n; ++late) {
       for (int variant = 0; variant < 4; ++variant) {
-        const bool in_place = variant & 1, trees = variant & 2;
+        const bool in_place = variant & 1, wide = variant & 2;
         harness::Options o = base(n, 300 + 10 * n + late + 1000 * variant);
         o.in_place = in_place;
-        o.late_trees = trees;
+        if (wide) o.segment_bytes = 8 * 1024;  // one segment per block
         o.collectives = 2;
         o.ring.resize(n);
         std::iota(o.ring.begin(), o.ring.end(), 0);
@@ -169,7 +180,7 @@ TEST(LateChain, EveryLateRank) {
         o.start_time[late] = 5e-3;
         const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late) +
                                  " in_place=" + std::to_string(in_place) +
-                                 " trees=" + std::to_string(trees);
+                                 " wide=" + std::to_string(wide);
         const Seen s = run_exact(o, what);
         EXPECT_TRUE(s.ok) << what;
         // Collective 0 excludes the late rank on all n ranks; collective 1 starts together.
@@ -179,17 +190,15 @@ TEST(LateChain, EveryLateRank) {
   }
 }
 
-// The coordinator's memory of the last census (RingParams::late_seen_s): a rank that came late
-// enough for the chain to pay gets only the short wait once every other rank is in; one that came
-// after the wait but too early for the chain to pay is not waited for and stays in; anyone else
-// gets the full wait.
+// The coordinator's memory of the last census (RingParams::late_seen_s): a rank that came later
+// than the wait last time gets only the short wait once every other rank is in; anyone else gets
+// the full wait.
 TEST(LateChain, LastLatenessDecides) {
   for (int n : {3, 5}) {
     for (int late = 1; late < n; ++late) {
       harness::Options o = base(n, 900 + n * 7 + late);
       o.late_wait_s = 1.0;  // far beyond the 2 ms lateness: nobody is taken out on it
       o.late_wait_suspect_s = 50e-6;
-      o.late_pays_after_s = 3.0;
       o.start_time.assign(n, 0.0);
       o.start_time[late] = 2e-3;
       const std::string what = "n=" + std::to_string(n) + " late=" + std::to_string(late);
@@ -204,7 +213,7 @@ TEST(LateChain, LastLatenessDecides) {
       s = run_exact(o, what + " other suspect");
       EXPECT_TRUE(s.ok);
       EXPECT_EQ(s.excluded, 0u) << what;
-      // The late rank came after the wait and late enough to pay: taken out after the short wait.
+      // The late rank came after the wait last time: taken out after the short wait.
       o.late_seen_s.assign(n, 0.0);
       o.late_seen_s[late] = 5.0;
       s = run_exact(o, what + " suspect");
@@ -215,19 +224,6 @@ TEST(LateChain, LastLatenessDecides) {
       s = run_exact(o, what + " within the wait");
       EXPECT_TRUE(s.ok);
       EXPECT_EQ(s.excluded, 0u) << what;
-      // A short wait that would take it out, but it came too early for the chain to pay last
-      // time: not waited for, it stays in.
-      o.late_wait_s = 100e-6;
-      o.late_seen_s[late] = 1e-3;
-      o.late_pays_after_s = 3e-3;
-      s = run_exact(o, what + " too early to pay");
-      EXPECT_TRUE(s.ok);
-      EXPECT_EQ(s.excluded, 0u) << what;
-      // ... and without that memory it is taken out.
-      o.late_seen_s = {};
-      s = run_exact(o, what + " too early, forgotten");
-      EXPECT_TRUE(s.ok);
-      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n)) << what;
     }
   }
 }
@@ -259,44 +255,40 @@ TEST(LateChain, CoordinatorMeasuresLateness) {
   }
 }
 
-// The late inputs' paths: down the chain the late rank sends every input segment to one rank and
-// reads every final from one (the tail); down two trees it sends to both roots and reads the
-// finals from the leaves, and every healthy rank's uplink carries about the vector once.
-TEST(LateChain, TreesSplitTheLateInput) {
+// The late input's path: the late rank sends each block's segments to its owner and reads each
+// final from it (every healthy rank), nothing goes through another rank, and every link carries
+// about the vector: the late rank's uplink S, each owner's uplink about S of finals on top of its
+// reduce-scatter.
+TEST(LateChain, OwnersCarryTheLateInput) {
   const int n = 8, late = 3;
-  for (bool trees : {false, true}) {
-    harness::Options o = base(n, 55 + trees);
-    o.count = 400;
-    o.segment_bytes = 64;  // 50 segments of 8 int64
-    o.late_trees = trees;
+  for (bool in_place : {false, true}) {
+    harness::Options o = base(n, 55 + in_place);
+    o.in_place = in_place;
+    o.count = 700;
+    o.segment_bytes = 64;  // 8 int64 a segment, 13 segments a block of 100
     o.start_time.assign(n, 0.0);
     o.start_time[late] = 5e-3;
     std::set<int> to, from;
-    std::vector<size_t> chain_bytes(n, 0);
-    const int chain_tag_lo = o.tag_span / 2;
+    std::vector<size_t> own_tag_bytes(n, 0);
+    const int own_tag_lo = o.tag_span / 2;
     o.tamper = [&](int src, int dst, int tag, std::vector<uint8_t>*,
                    std::vector<uint8_t>* payload) {
       if (!payload->empty() && src == late) to.insert(dst);
       if (!payload->empty() && dst == late) from.insert(src);
-      if (!payload->empty() && tag >= chain_tag_lo && src != late) {
-        chain_bytes[src] += payload->size();
-      }
+      if (!payload->empty() && tag >= own_tag_lo) own_tag_bytes[src] += payload->size();
       return 1;
     };
-    const Seen s = run_exact(o, trees ? "trees" : "chain");
+    const Seen s = run_exact(o, in_place ? "in place" : "out of place");
     EXPECT_TRUE(s.ok);
     EXPECT_EQ(s.excluded, static_cast<uint64_t>(n));
-    EXPECT_EQ(to.size(), trees ? 2u : 1u);
-    if (trees) {
-      EXPECT_GE(from.size(), 3u);  // the 4 leaves of each heap of 7 share the finals
-    } else {
-      EXPECT_EQ(from.size(), 1u);
-    }
-    // Each healthy rank sends at most the vector (two children of half the segments, or the
-    // finals of its share) plus one segment of rounding; the chain's tail sends it once.
+    EXPECT_EQ(to.size(), static_cast<size_t>(n - 1));
+    EXPECT_EQ(from.size(), static_cast<size_t>(n - 1));
     const size_t vec = o.count * 8;
+    EXPECT_EQ(own_tag_bytes[late], vec);  // its input, once
     for (int r = 0; r < n; ++r) {
-      EXPECT_LE(chain_bytes[r], vec + 2 * 64 * 4) << "rank " << r << " trees " << trees;
+      if (r == late) continue;
+      // An owner's block (100 elements) to the n - 1 others.
+      EXPECT_EQ(own_tag_bytes[r], static_cast<size_t>(n - 1) * vec / (n - 1)) << "rank " << r;
     }
   }
 }
@@ -306,7 +298,6 @@ TEST(LateChain, FloatBitsIdentical) {
   for (int n : {3, 5, 8}) {
     for (int lates = 1; lates <= 2; ++lates) {
       harness::Options o = base(n, 700 + n * 3 + lates);
-      o.late_trees = (n + lates) % 2 == 0;
       o.dtype = n == 5 ? DType::kDouble : DType::kFloat;
       o.count = 257;
       o.segment_bytes = 64;
@@ -318,6 +309,44 @@ TEST(LateChain, FloatBitsIdentical) {
       EXPECT_EQ(s.excluded, static_cast<uint64_t>(n * lates)) << n;
     }
   }
+}
+
+// Lateness across the whole range (issue 38): one or two ranks late by nothing, by less than the
+// census's wait, just after the decision, during the healthy ranks' reduce-scatter and long
+// after it, at sizes whose blocks split into different numbers of segments (and into blocks of
+// unequal length), n up to 32 (the trees of the old chain failed from n = 23 on), in place or
+// not: always exact, identical bits, nothing left in flight.
+TEST(LateChain, LatenessSweep) {
+  uint64_t excluded_runs = 0;
+  int i = 0;
+  for (int n : {4, 7, 23, 24, 32}) {
+    for (double late_us : {0.0, 50.0, 199.0, 201.0, 230.0, 400.0, 900.0, 3000.0}) {
+      const int lates = 1 + i % 2;
+      harness::Options o = base(n, 5000 + i);
+      o.count = static_cast<size_t>(n) * (3 + i % 5) + static_cast<size_t>(i % 7);
+      o.segment_bytes = 8 * (1 + i % 4);
+      o.in_place = i % 3 == 0;
+      o.latency_max = 2e-6;
+      o.start_time.assign(n, 0.0);
+      for (int k = 0; k < lates; ++k) o.start_time[1 + (k * 5) % (n - 1)] = late_us * 1e-6;
+      const std::string what = "n=" + std::to_string(n) + " late_us=" + std::to_string(late_us) +
+                               " lates=" + std::to_string(lates) +
+                               " count=" + std::to_string(o.count);
+      const Seen s = run_exact(o, what);
+      EXPECT_TRUE(s.ok) << what;
+      // Later than the wait (200 us) by a clear margin: taken out; well within it: kept in.
+      if (late_us >= 230) {
+        EXPECT_GT(s.excluded, 0u) << what;
+      }
+      if (late_us <= 50) {
+        EXPECT_EQ(s.excluded, 0u) << what;
+      }
+      if (s.excluded > 0) ++excluded_runs;
+      ++i;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GE(excluded_runs, 15u);
 }
 
 // Random schedules: 0-3 ranks late by anything from nothing to far beyond the census's wait
@@ -344,13 +373,11 @@ TEST(LateChain, RandomSchedules) {
     o.skip_threshold_s = 1e-6 * (5 + rng() % 40);
     o.links = rng() % 3 == 0;
     o.late_inflight = 1 + static_cast<int>(rng() % 3);
-    o.late_trees = rng() % 2 == 0;
     o.late_wait_s = 1e-6 * (rng() % 200);
     o.late_wait_suspect_s = 1e-6 * (rng() % 50);
     if (rng() % 2 == 0) {
       o.late_seen_s.assign(n, 0.0);
       o.late_seen_s[rng() % n] = 1e-6 * (rng() % 2000);
-      o.late_pays_after_s = 1e-6 * (rng() % 1000);
     }
     o.ring.resize(n);
     std::iota(o.ring.begin(), o.ring.end(), 0);
@@ -411,5 +438,23 @@ TEST(LateChain, RejectsBadParameters) {
   EXPECT_NE(why.find("tag_span"), std::string::npos) << why;
 }
 
+}  // namespace
+}  // namespace skipring
+namespace skipring {
+namespace {
+// Blocks of several whole segments and a short last one (4 MiB of int32 over 7 healthy ranks).
+TEST(LateChain, LargeBlocks) {
+  harness::Options o = base(8, 1);
+  o.dtype = DType::kInt32;
+  o.count = 4194304 / 16;
+  o.segment_bytes = 262144 / 16;
+  o.late_segment_bytes = 61440 / 16;
+  o.late_wait_s = 590e-6;
+  o.collectives = 3;
+  o.start_time.assign(8, 0.0);
+  o.start_time[1] = 1e-3;
+  const Seen s = run_exact(o, "large blocks");
+  EXPECT_TRUE(s.ok);
+}
 }  // namespace
 }  // namespace skipring

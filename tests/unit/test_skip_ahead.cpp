@@ -22,7 +22,6 @@ struct Outcome {
   uint64_t skips = 0;
   uint64_t late = 0;
   uint64_t bypasses = 0;
-  uint64_t bcast = 0;  // late-broadcast segments (owners' partials + the late rank's inputs)
   // Ranks whose allgather receive window opened because of a straggler / by the stall timer.
   uint64_t ag_open_straggler = 0;
   uint64_t ag_open_stall = 0;
@@ -51,7 +50,6 @@ Outcome run_exact(const harness::Options& o, const std::string& what) {
       out.skips += res.stats[c][r].skips;
       out.late += res.stats[c][r].late_pieces;
       out.bypasses += res.stats[c][r].bypass_requests;
-      out.bcast += res.stats[c][r].bcast_segments;
       out.ag_open_straggler += res.stats[c][r].ag_window_opened == 1;
       out.ag_open_stall += res.stats[c][r].ag_window_opened == 2;
     }
@@ -141,34 +139,24 @@ TEST(SkipAhead, SkipOffIsPlainRing) {
 
 TEST(SkipAhead, LateArrival) {
   for (int n : {2, 3, 4, 6, 9}) {
-    // Each late rank three times: routed allgather, direct allgather, late broadcast.
-    for (int late = 0; late < 3 * n; ++late) {
+    // Each late rank twice: routed allgather, direct allgather.
+    for (int late = 0; late < 2 * n; ++late) {
       harness::Options o = base(n, 900 + 10 * n + late);
       o.start_time.assign(n, 0.0);
       o.start_time[late % n] = 5e-3;
       o.collectives = 2;
-      o.direct_allgather = late >= n && late < 2 * n;
-      o.late_bcast = late >= 2 * n;
+      o.direct_allgather = late >= n;
       o.quiet_polls = o.direct_allgather ? 4 : 1;  // what the driver sets on one host
       for (bool in_place : {false, true}) {
         o.in_place = in_place;
         const Outcome r =
             run_exact(o, "n=" + std::to_string(n) + " late=" + std::to_string(late % n) +
                              " direct=" + std::to_string(o.direct_allgather) +
-                             " bcast=" + std::to_string(o.late_bcast) +
                              " in_place=" + std::to_string(in_place));
-        // A rank 250 thresholds late is skipped, and from 3 ranks on also bypassed; with the
-        // late broadcast the owners then complete its segments without it (from 6 ranks on:
-        // with fewer, its predecessor has sent every piece it bypasses it for on the ring
-        // before the bypass request comes).
+        // A rank 250 thresholds late is skipped, and from 3 ranks on also bypassed.
         if (n >= 3) {
           EXPECT_GT(r.skips, 0u) << "n=" << n << " late=" << late;
           EXPECT_GT(r.bypasses, 0u) << "n=" << n << " late=" << late;
-        }
-        if (n >= 6 && o.late_bcast) {
-          EXPECT_GT(r.bcast, 0u) << "n=" << n << " late=" << late;
-        } else if (!o.late_bcast) {
-          EXPECT_EQ(r.bcast, 0u) << "n=" << n << " late=" << late;
         }
       }
     }
@@ -220,52 +208,6 @@ TEST(SkipAhead, StragglerCollectivesTeachTheSuccessorNothing) {
   }
 }
 
-// The late broadcast under random schedules: one to three ranks arriving late by a few to
-// hundreds of thresholds (several late ranks in one segment's path make owners send requests
-// instead of partials), slow steps on top, in place or not, eager or rendezvous sends. Every
-// schedule must be exact and leave nothing in flight.
-TEST(SkipAhead, LateBroadcastSchedules) {
-  std::mt19937_64 rng(77);
-  const char* limit = std::getenv("SR_TEST_SCHEDULES");
-  const int kSchedules = limit != nullptr ? std::min(std::atoi(limit), 3000) : 3000;
-  uint64_t bcast = 0;
-  for (int i = 0; i < kSchedules; ++i) {
-    const int n = 3 + static_cast<int>(rng() % 10);
-    harness::Options o = base(n, rng());
-    o.late_bcast = true;
-    o.count = rng() % (20 * n + 1);
-    o.dtype = i % 3 == 0 ? DType::kInt32 : DType::kInt64;
-    o.op = i % 5 == 0 ? ROp::kBxor : ROp::kSum;
-    draw_geometry_and_timing(&o, &rng);
-    o.links = rng() % 3 == 0;
-    o.start_time.assign(n, 0.0);
-    const int lates = 1 + static_cast<int>(rng() % 3);
-    for (int k = 0; k < lates; ++k) {
-      o.start_time[rng() % n] = o.skip_threshold_s * (2 + rng() % 400);
-    }
-    if (rng() % 3 == 0) {
-      const uint64_t slow_mask = rng();
-      const double scale = o.skip_threshold_s * (0.5 + (rng() % 40) / 10.0);
-      o.step_delay = [slow_mask, scale](int rank, int, Phase ph, int step) {
-        return (slow_mask >> (rank % 64) & 1) && ((step + static_cast<int>(ph)) % 3 == 0) ? scale
-                                                                                          : 0.0;
-      };
-    }
-    const char* only = std::getenv("SR_TEST_SCHEDULE");
-    if (only != nullptr && std::atoi(only) != i) continue;
-    const Outcome r = run_exact(
-        o, "late-broadcast schedule " + std::to_string(i) + " n=" + std::to_string(n) +
-               " count=" + std::to_string(o.count) + " seg=" + std::to_string(o.segment_bytes) +
-               " depth=" + std::to_string(o.depth) + " in_place=" + std::to_string(o.in_place) +
-               " lates=" + std::to_string(lates));
-    bcast += r.bcast;
-    if (::testing::Test::HasFailure()) break;
-  }
-  if (std::getenv("SR_TEST_SCHEDULE") == nullptr && kSchedules >= 3000) {
-    EXPECT_GT(bcast, 1000u);
-  }
-}
-
 // Exhaustive for small rings: every non-empty set of slow ranks x delay around the threshold
 // (just under, at, just over, far over) x eager / rendezvous / mixed sends.
 TEST(SkipAhead, ExhaustiveSmallRings) {
@@ -310,7 +252,6 @@ TEST(SkipAhead, RandomSchedules) {
     o.op = i % 7 == 0 ? ROp::kBxor : (i % 11 == 0 ? ROp::kMax : ROp::kSum);
     draw_geometry_and_timing(&o, &rng);
     o.direct_allgather = i % 2 == 1;  // not drawn: the other draws stay as they were
-    o.late_bcast = i % 4 == 0;
     o.quiet_polls = 1 + i % 4;
     if (rng() % 4 == 0) {
       o.start_time.assign(n, 0.0);
@@ -353,8 +294,8 @@ TEST(SkipAhead, RandomSchedules) {
 }
 
 // The lead-in across hosts (RingParams::lead_in: a chunk of at least 16 segments starts with half
-// a segment): skip-ahead, the routed and direct allgathers and the late broadcast over chunks
-// whose first segment is shorter than the rest, with stragglers and late starts.
+// a segment): skip-ahead, the routed and direct allgathers over chunks whose first segment is
+// shorter than the rest, with stragglers and late starts.
 TEST(SkipAhead, LeadInSchedules) {
   std::mt19937_64 rng(4242);
   const char* limit = std::getenv("SR_TEST_SCHEDULES");
@@ -372,7 +313,6 @@ TEST(SkipAhead, LeadInSchedules) {
     // Mostly chunks of 16 segments or more (led in), some just below.
     o.count = static_cast<size_t>(n) * (o.segment_bytes / elem) * (14 + rng() % 7) + rng() % n;
     o.direct_allgather = i % 2 == 1;
-    o.late_bcast = i % 4 == 0;
     if (rng() % 3 == 0) {
       o.start_time.assign(n, 0.0);
       o.start_time[rng() % n] = o.skip_threshold_s * (2 + rng() % 100);
@@ -415,8 +355,7 @@ struct LateCost {
   uint64_t bypass_requests = 0;
 };
 
-LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links = true,
-                   bool bcast = false) {
+LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links = true) {
   LateCost out;
   for (bool skip : {true, false}) {
     harness::Options o = base(n, 4242 + n);
@@ -430,7 +369,6 @@ LateCost late_cost(int n, int late, int segs_per_chunk, bool direct, bool links 
     o.control_eager = true;
     o.skip = skip;
     o.direct_allgather = direct;
-    o.late_bcast = bcast;
     o.quiet_polls = direct ? 4 : 1;  // what the driver sets on one host / across hosts
     o.skip_threshold_s = 30e-6;
     const double arrive = 20e-3;  // long after the others are done with what they can do
@@ -491,26 +429,6 @@ TEST(SkipAhead, LateArrivalCost) {
     // share a NIC) gains less here or costs. The bounds guard against regressions.
     EXPECT_LE(c.skip_after, 1.6 * c.ring_after) << "n=" << n;
     EXPECT_LE(c.skip_after, 3.3 * c.lower_bound) << "n=" << n;
-  }
-}
-
-// The late broadcast on per-rank links: owners complete the late rank's segments without it
-// before it arrives; after the arrival its input goes down two trees of healthy ranks.
-TEST(SkipAhead, LateArrivalCostBroadcast) {
-  for (int n : {4, 8}) {
-    const LateCost routed = late_cost(n, 1, 32, /*direct=*/false);
-    const LateCost bcast = late_cost(n, 1, 32, /*direct=*/false, /*links=*/true, /*bcast=*/true);
-    print_cost("routed allgather, links", n, routed);
-    print_cost("late broadcast, links", n, bcast);
-    EXPECT_EQ(bcast.bypass_requests, 1u) << "n=" << n;
-    EXPECT_LE(bcast.skips_elsewhere, 8u) << "n=" << n;
-    // Measured 324.6 / 681.9 us against the routed allgather's 291.0 / 587.5 us (3.30 / 2.97 L
-    // against 2.96 / 2.56 L; n = 4 / 8). This model gives each link to one transfer at a time
-    // in matching order, so a tree's inner rank sending every segment twice holds its link
-    // twice as long; SimGrid's shared links and TCP are the yardsticks (docs/skip_ahead.md,
-    // "Late broadcast"), where it is the faster one. The bounds guard against regressions.
-    EXPECT_LE(bcast.skip_after, 1.25 * routed.skip_after) << "n=" << n;
-    EXPECT_LE(bcast.skip_after, 3.5 * bcast.lower_bound) << "n=" << n;
   }
 }
 

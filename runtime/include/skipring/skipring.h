@@ -107,9 +107,6 @@ typedef struct skipring_stats {
                                 "tree", "multitree", "hier" ("" before any all-reduce) */
   uint32_t direct_segments;  /* segments of its own chunk this rank sent straight to every
                                 rank after a straggler (SKIPRING_DIRECT_ALLGATHER) */
-  uint32_t bcast_segments;   /* late broadcast (SKIPRING_LATE_BCAST): segments of its own chunk
-                                this rank completed without a late rank's input, or, being
-                                late, whose input it sent down the trees of healthy ranks */
   uint32_t late_excluded;    /* late chain (SKIPRING_LATE_CHAIN): ranks the census took out of
                                 the ring because they had not arrived (0: none) */
 } skipring_stats_t;

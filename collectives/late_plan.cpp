@@ -1,0 +1,55 @@
+// The late path's per-call plan (late_plan.h).
+#include "collectives/late_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "collectives/late_chain.h"
+
+namespace skipring {
+
+std::string LatePlan::to_string() const {
+  if (!late_path) return "no late path";
+  return fmt::format(
+      "late path: census wait {:.1f} us (suspects {:.1f} us), segment {} B, {} in flight",
+      wait_s * 1e6, wait_suspect_s * 1e6, segment_bytes, inflight);
+}
+
+LatePlan plan_late_path(const LatePlanInput& in) {
+  LatePlan plan;
+  if (!in.skip || !in.skipring || in.n < 2) return plan;
+  if (in.late_chain == 0) return plan;
+  if (in.late_chain < 0) {
+    // auto: across hosts, from kLateChainMinBytes, where the census costs at most
+    // kLateChainMaxCensusShare of the ring's modelled time (under SimGrid at n = 4, 1 MiB, it
+    // cost 11 of 147 us).
+    if (in.hosts <= 1 || in.bytes < kLateChainMinBytes) return plan;
+    if (!std::isfinite(in.ring_model_s) ||
+        in.census_s > kLateChainMaxCensusShare * in.ring_model_s) {
+      return plan;
+    }
+  }
+  plan.late_path = true;
+  const double usual = std::isfinite(in.usual_s) ? std::max(0.0, in.usual_s) : 0.0;
+  plan.wait_s = in.late_wait_us > 0 ? in.late_wait_us * 1e-6
+                                    : std::max(in.skip_floor_s, kLateWaitShare * usual);
+  const double suspect = in.late_wait_suspect_us > 0
+                             ? in.late_wait_suspect_us * 1e-6
+                             : std::max(in.skip_floor_s, kLateWaitSuspectShare * usual);
+  plan.wait_suspect_s = std::min(plan.wait_s, suspect);
+  plan.segment_bytes =
+      in.late_segment_bytes > 0
+          ? in.late_segment_bytes
+          : std::min(in.segment_bytes > 0 ? in.segment_bytes : kLateChainSegmentBytes,
+                     kLateChainSegmentBytes);
+  // A late rank's window: kLateChainInflight, or one piece per owner where there are more
+  // owners (n - 1), at most kLateChainMaxInflight.
+  plan.inflight = in.late_inflight > 0
+                      ? in.late_inflight
+                      : std::max(kLateChainInflight, std::min(in.n - 1, kLateChainMaxInflight));
+  return plan;
+}
+
+}  // namespace skipring
