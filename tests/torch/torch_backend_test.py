@@ -15,6 +15,10 @@ Usage: mpirun -np N /usr/bin/python3 torch_backend_test.py MODE
                (sizes, dtypes, roots) all raise, naming each rank's call; the group still
                works afterwards
   subgroup     dist.new_group(ranks) with the skipring backend, results against the host
+  thread-serialized  MPI initialised by mpi4py at MPI_THREAD_SERIALIZED first: the module
+               serialises its MPI calls; the async test
+  thread-funneled    MPI initialised by mpi4py at MPI_THREAD_FUNNELED first: importing
+               skipring_torch raises, naming the level and what it needs
 
 Every rank computes every rank's inputs (a pure function of rank, case and element index), so
 references need no communication. Inputs are small integers or dyadic fractions, so results are
@@ -33,8 +37,23 @@ try:
 except ImportError as e:
     print(f"SKIPPED: {sys.executable} cannot import torch ({e}); Debian: python3-torch")
     sys.exit(SKIP)
+MODE = sys.argv[1] if len(sys.argv) > 1 else "collectives"
+if MODE.startswith("thread-"):
+    # MPI initialised by mpi4py first, at a lower thread level than skipring_torch asks for.
+    try:
+        import mpi4py
+    except ImportError as e:
+        print(f"SKIPPED: {sys.executable} has no mpi4py ({e}); Debian: python3-mpi4py")
+        sys.exit(SKIP)
+    mpi4py.rc.thread_level = MODE[len("thread-"):]
+    from mpi4py import MPI  # noqa: F401,E402
 try:
     import skipring_torch
+except RuntimeError as e:
+    if MODE == "thread-funneled" and "MPI_THREAD_FUNNELED" in str(e) and "MPI_THREAD_MULTIPLE" in str(e):
+        print(f"torch_backend_test thread-funneled: import raised as it should: {e}", flush=True)
+        sys.exit(0)
+    raise
 except ImportError as e:
     print(f"SKIPPED: skipring_torch is not importable ({e}); build with libtorch-dev and "
           f"pybind11-dev, and put build/python on PYTHONPATH")
@@ -361,14 +380,26 @@ def test_subgroup():
     dist.barrier()
 
 
+def test_serialized():
+    # MPI_THREAD_SERIALIZED: the module serialises its own MPI calls; the async test as is.
+    from mpi4py import MPI
+    global checks
+    checks += 1
+    if MPI.Query_thread() != MPI.THREAD_SERIALIZED:
+        fail(f"thread level {MPI.Query_thread()}, expected MPI_THREAD_SERIALIZED")
+    test_async()
+
+
 def main():
-    mode = sys.argv[1] if len(sys.argv) > 1 else "collectives"
+    mode = MODE
+    if mode == "thread-funneled":
+        fail("import skipring_torch did not raise under MPI_THREAD_FUNNELED")
     dist.init_process_group("skipring")
     if dist.get_backend() != "skipring":
         fail(f"default backend is {dist.get_backend()}")
     try:
         {"collectives": test_collectives, "async": test_async, "errors": test_errors,
-         "subgroup": test_subgroup}[mode]()
+         "subgroup": test_subgroup, "thread-serialized": test_serialized}[mode]()
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         sys.stdout.flush()
