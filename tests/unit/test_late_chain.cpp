@@ -349,6 +349,37 @@ TEST(LateChain, LatenessSweep) {
   EXPECT_GE(excluded_runs, 15u);
 }
 
+// SMPI's small-message mailbox (harness::Options::small_overtakes_bytes): a block's short last
+// segment may overtake the whole ones before it on the same source and tag. Under SimGrid that
+// broke the late path's reduce-scatter ("37448 payload bytes, expected 262144") and, before
+// issue 38, the trees ("segment 3 of 43008 bytes, expected 86016"); with a tag per segment each
+// receive can only match its own segment. Late ranks at every stage, blocks of several whole
+// segments and a short last one. (The guarantee is 64 messages of distance on a channel: a
+// latency spread of 20 us against 1 us steps can still break it at n = 23, 84 messages.)
+TEST(LateChain, SmallMessagesOvertakeLarge) {
+  int i = 0;
+  for (int n : {4, 8, 23}) {
+    for (double late_us : {0.0, 250.0, 3000.0}) {
+      for (bool in_place : {false, true}) {
+        harness::Options o = base(n, 8100 + i++);
+        o.in_place = in_place;
+        o.segment_bytes = 64;                       // 8 int64: whole segments of 64 bytes
+        o.count = static_cast<size_t>(n) * 30 + 3;  // blocks of 29-31: a last segment of 40-56
+        o.small_overtakes_bytes = 63;               // every short last segment overtakes
+        o.eager_probability = 1.0;
+        o.latency_min = 5e-6;  // SMPI's platforms: one latency (small messages quicker still)
+        o.latency_max = 5e-6;
+        o.start_time.assign(n, 0.0);
+        o.start_time[1] = late_us * 1e-6;
+        const std::string what = "n=" + std::to_string(n) + " late_us=" + std::to_string(late_us) +
+                                 " in_place=" + std::to_string(in_place);
+        EXPECT_TRUE(run_exact(o, what).ok) << what;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
 // Random schedules: 0-3 ranks late by anything from nothing to far beyond the census's wait
 // (arriving before the decision, during the healthy ranks' ring, after it), random ring orders,
 // slow steps on top (skip-ahead inside the healthy ring), eager and rendezvous, links or not,
