@@ -67,17 +67,7 @@ def parse_args(argv):
     p.add_argument("--find-unused-parameters", action="store_true")
     p.add_argument("--no-sync-every", type=int, default=1,
                    help="K > 1: K-1 micro-steps under no_sync(), then one that all-reduces")
-    p.add_argument("--straggler-dist", choices=("none", "exp", "pareto", "lognormal", "const"),
-                   default="none")
-    p.add_argument("--straggler-ranks", default="1")
-    p.add_argument("--straggler-ms", type=float, default=5.0)
-    p.add_argument("--pareto-shape", type=float, default=1.5)
-    p.add_argument("--lognormal-sigma", type=float, default=1.0)
-    p.add_argument("--slow-rank", type=int, default=-1)
-    p.add_argument("--slow-ms", type=float, default=0.0)
-    p.add_argument("--stall-rank", type=int, default=-1)
-    p.add_argument("--stall-every", type=int, default=0)
-    p.add_argument("--stall-ms", type=float, default=0.0)
+    dp_train.add_straggler_args(p)
     p.add_argument("--json", default="", help="rank 0 appends one JSON line per variant")
     a = p.parse_args(argv)
     a.hidden_sizes = [int(x) for x in a.hidden.split(",") if x.strip()]
