@@ -44,7 +44,11 @@ LatePlan plan_late_path(const LatePlanInput& in) {
           ? in.late_segment_bytes
           : std::min(in.segment_bytes > 0 ? in.segment_bytes : kLateChainSegmentBytes,
                      kLateChainSegmentBytes);
-  plan.inflight = in.late_inflight > 0 ? in.late_inflight : kLateChainInflight;
+  // A late rank's window: kLateChainInflight, or one piece per owner where there are more
+  // owners (n - 1), at most kLateChainMaxInflight.
+  plan.inflight = in.late_inflight > 0
+                      ? in.late_inflight
+                      : std::max(kLateChainInflight, std::min(in.n - 1, kLateChainMaxInflight));
   return plan;
 }
 

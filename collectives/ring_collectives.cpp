@@ -14,15 +14,21 @@
 namespace skipring {
 namespace {
 
-// A message's tag: its phase and, in the low 6 bits, its round plus its segment. Consecutive
-// segments of a stream go on different tags: SimGrid's SMPI (smpi/async-small-thresh, which the
-// simulations set to 64 KiB as real MPI's eager limit) delivers a message under the threshold
-// through another mailbox than a larger one, so a block's short last segment could overtake the
-// whole ones before it on one tag (MPI's non-overtaking rule broken: the late path's healthy
-// reduce-scatter failed with "37448 payload bytes, expected 262144" at n = 8, 16 MiB). On
-// distinct tags each receive can only match its own segment (up to 64 in flight).
-int tag_for(uint8_t phase, int round, uint32_t segment) {
-  return (static_cast<int>(phase) << 6) | ((round + static_cast<int>(segment & 63)) & 63);
+// A message's tag: its phase and, in the low 6 bits, its round (Rabenseifner's rounds), or for
+// the segmented ring and chain schedules (round 0) its index among the messages of its channel
+// (kind, peer, phase) in schedule order, modulo 64. Consecutive messages of a stream thus go on
+// different tags: SimGrid's SMPI (smpi/async-small-thresh, which the simulations set to 64 KiB
+// as real MPI's eager limit) delivers a message under the threshold through another mailbox
+// than a larger one, so a block's short last segment could overtake whole segments sent before
+// it on one tag (MPI's non-overtaking rule broken: the late path's healthy reduce-scatter failed
+// with "37448 payload bytes, expected 262144" at n = 8, 16 MiB; the harness reproduces it with
+// Options::small_overtakes_bytes, LateChain.SmallMessagesOvertakeLarge). Both ends number a
+// channel's messages alike (they are matched in that order anyway), and a receive can then only
+// match a message 64 messages apart from its own.
+int tag_for(uint8_t phase, int low) { return (static_cast<int>(phase) << 6) | (low & 63); }
+
+bool segmented_phase(uint8_t phase) {
+  return phase == kRsPhase || phase == kAgPhase || phase == kBcastPhase || phase == kReducePhase;
 }
 
 // Tags are phase << 6 | round, below 11 << 6.
@@ -154,13 +160,19 @@ int ScheduleCore::add_op(Op op, const Deps& deps) {
   return id;
 }
 
+int ScheduleCore::channel_index(bool send, int peer_pos, uint8_t phase) {
+  const uint64_t key = (static_cast<uint64_t>(send) << 40) |
+                       (static_cast<uint64_t>(static_cast<uint32_t>(peer_pos)) << 8) | phase;
+  return channel_count_[key]++;
+}
+
 int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chunk, uint32_t segment,
                            const void* payload, size_t elems, int set_var, const Deps& deps,
                            int step) {
   Op op;
   op.kind = Kind::kSend;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, round, segment);
+  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(true, peer_pos, phase) : round);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;
@@ -177,7 +189,7 @@ int ScheduleCore::add_recv(int peer_pos, uint8_t phase, int round, uint32_t chun
   Op op;
   op.kind = Kind::kRecv;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, round, segment);
+  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(false, peer_pos, phase) : round);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;

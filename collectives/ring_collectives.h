@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,9 @@ class ScheduleCore : public CoreBase {
   };
 
   int add_op(Op op, const Deps& deps);
+  // The next index of a message on the channel (send or receive, peer, phase): its tag's low
+  // bits in the segmented schedules (ring_collectives.cpp, tag_for).
+  int channel_index(bool send, int peer_pos, uint8_t phase);
   uint8_t* header_of(int id) { return hdrs_.data() + static_cast<size_t>(id) * hdr_bytes_; }
   Status issue(int id, double now, ActionList* out);
   Status finish(int id, double now, ActionList* out);
@@ -142,6 +146,7 @@ class ScheduleCore : public CoreBase {
   std::vector<ContributionSet> vars_;
   std::vector<int> ready_;
   std::vector<std::pair<uint64_t, int>> channels_;
+  std::map<uint64_t, int> channel_count_;
   int pending_ = 0;  // ops not finished
   bool started_ = false;
 };

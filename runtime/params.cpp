@@ -308,7 +308,7 @@ const std::vector<ParamDef>& param_table() {
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
        "skip threshold's floor"},
-      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: 2)",
+      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: 8, or n - 1 up to 64 where that is more)",
        "late path: a late rank's input messages in flight to the block owners"},
       {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
        "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`)",

@@ -29,7 +29,7 @@ available (vcluster.sh up says why), non-zero if a run fails, any variant return
 element or the plain ring skips. The cluster is taken down at the end (--keep-up: not).
 
 Usage: scripts/cluster_bench.py [--bench build-release/apps/skipring_bench] [--rate 1gbit]
-           [--hosts 4] [--per-host 1] [--sizes 16M,64M] [--late-rank 1] [--late-ms 200]
+           [--hosts 4] [--per-host 1] [--sizes 16M,64M] [--late-rank 1] [--late-ms 200[,MS...]] [--no-none]
            [--repeat 5] [--iters 5] [--iters-none 20] [--warmup 1] [--out FILE]
            [--runs-out FILE]
 Build the benchmark first: cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release &&
@@ -126,11 +126,11 @@ def r4(x):
 
 
 def summarize(key, rows, a, L_ms, floor_ms, commit, env_text):
-    scenario, size = key
+    scenario, size, late_ms = key
     p = {"scenario": scenario, "size_bytes": size, "hosts": a.hosts,
          "ranks_per_host": a.per_host, "nranks": a.hosts * a.per_host, "rate": a.rate,
          "late_rank": a.late_rank if scenario == "late" else "",
-         "late_ms": f"{a.late_ms:g}" if scenario == "late" else 0, "repeats": len(rows),
+         "late_ms": f"{late_ms:g}" if scenario == "late" else 0, "repeats": len(rows),
          "iters": iters_of(a, scenario), "L_ms": r4(L_ms), "skipring_env": env_text,
          "commit": commit,
          "date": datetime.date.today().isoformat()}
@@ -215,7 +215,9 @@ def main():
     ap.add_argument("--per-host", type=int, default=1, help="ranks per host")
     ap.add_argument("--sizes", type=parse_sizes, default=parse_sizes("16M,64M"))
     ap.add_argument("--late-rank", type=int, default=1)
-    ap.add_argument("--late-ms", type=float, default=200.0)
+    ap.add_argument("--late-ms", type=lambda t: [float(x) for x in t.split(",")], default=[200.0],
+                    help="how late, ms; a comma-separated list gives a late row per value")
+    ap.add_argument("--no-none", action="store_true", help="no no-straggler rows")
     ap.add_argument("--repeat", type=int, default=5, help="runs per point")
     ap.add_argument("--iters", type=int, default=5, help="timed iterations per run")
     ap.add_argument("--iters-none", type=int, default=20,
@@ -247,7 +249,9 @@ def main():
 
     vcluster("up", str(a.hosts), a.rate)
     try:
-        points = [(scen, size) for size in a.sizes for scen in ("late", "none")]
+        points = [("late", size, ms) for size in a.sizes for ms in a.late_ms]
+        if not a.no_none:
+            points += [("none", size, 0.0) for size in a.sizes]
         print(f"cluster_bench: {a.hosts} emulated hosts x {a.per_host} rank(s) at {a.rate}, "
               f"sizes {', '.join(sd.fmt_size(s) for s in a.sizes)}, {a.repeat} runs per point "
               f"of {a.iters} iterations ({a.iters_none} without a straggler), commit {commit}"
@@ -257,17 +261,17 @@ def main():
         runs = []
         problems = []
         for rep in range(a.repeat):
-            for scen, size in points:
+            for scen, size, late_ms in points:
                 label = (f"{sd.fmt_size(size)} " +
-                         (f"rank {a.late_rank} {a.late_ms:g} ms late" if scen == "late"
+                         (f"rank {a.late_rank} {late_ms:g} ms late" if scen == "late"
                           else "no straggler") + f" (run {rep + 1}/{a.repeat})")
-                extra = (["--late-rank", str(a.late_rank), "--late-ms", f"{a.late_ms:g}",
+                extra = (["--late-rank", str(a.late_rank), "--late-ms", f"{late_ms:g}",
                           "--compare", "mpi"] if scen == "late"
                          else ["--overhead", "--compare", "mpi"])
                 cmd = (["bash", VCLUSTER, "run", "-p", str(a.per_host), a.bench,
                         "-b", str(size), "-e", str(size), "-n", str(iters_of(a, scen)),
                         "-w", str(a.warmup)] + extra)
-                tag = f"{scen}-{size}-run{rep + 1}"
+                tag = f"{scen}-{size}-{late_ms:g}-run{rep + 1}"
                 progress.begin(label)
                 try:
                     row = sd.run_bench(cmd, os.path.join(a.work_dir, tag + ".json"),
@@ -277,10 +281,10 @@ def main():
                     raise
                 bad = sd.row_problems(row)
                 problems += [f"{label}: {p}" for p in bad]
-                rows[(scen, size)].append(row)
+                rows[(scen, size, late_ms)].append(row)
                 run = {"scenario": scen, "size_bytes": size, "repeat": rep + 1,
                        "nranks": nranks, "rate": a.rate,
-                       "late_ms": f"{a.late_ms:g}" if scen == "late" else 0,
+                       "late_ms": f"{late_ms:g}" if scen == "late" else 0,
                        "iters": iters_of(a, scen),
                        "warmup": a.warmup}
                 run.update({k: row.get(k) for k in RUN_FIELDS if k not in run})
@@ -292,13 +296,13 @@ def main():
             vcluster("down", check=False)
 
     summary = []
-    for scen, size in points:
+    for scen, size, late_ms in points:
         L_ms = (nranks - 1) / nranks * size / bps * 1e3
         # The floor assumes every message crosses a downlink: one rank per host.
-        floor_ms = (late_floor_ms(a.hosts, size, bps, a.late_ms)
+        floor_ms = (late_floor_ms(a.hosts, size, bps, late_ms)
                     if scen == "late" and a.per_host == 1 else None)
-        summary.append(summarize((scen, size), rows[(scen, size)], a, L_ms, floor_ms, commit,
-                                 env_text))
+        summary.append(summarize((scen, size, late_ms), rows[(scen, size, late_ms)], a, L_ms,
+                                 floor_ms, commit, env_text))
     for path, fields, data in ((a.out, POINT_FIELDS, summary), (a.runs_out, RUN_FIELDS, runs)):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", newline="") as f:

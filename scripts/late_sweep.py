@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Late-arrival sweep under SimGrid (issue 38): skip-ahead (defaults) against the plain ring
 (SKIPRING_SKIP=0) and the floor for any schedule, with one rank late by a multiple of T0 (the
 plain ring's time with no straggler, measured first in the same configuration).
@@ -35,12 +35,15 @@ def fmt_size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 
+SIM = os.path.join(ROOT, "build-sim", "apps", "skipring_sim")
+
+
 def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
     env = dict(os.environ)
     env.setdefault("SKIPRING_SIM_REDUCE_GBPS", "50")
     env.update(env_extra or {})
     cmd = ["bash", os.path.join(HERE, "sim_run.sh"), "-np", str(n),
-           os.path.join(ROOT, "build-sim", "apps", "skipring_sim"), "--bytes", str(size),
+           SIM, "--bytes", str(size),
            "--mode", modes, "--iters", str(iters), "--warmup", str(warmup)]
     if late_us > 0:
         cmd += ["--late-rank", "1", "--late-us", f"{late_us:.3f}"]
@@ -61,17 +64,32 @@ def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
 
 
 def main():
+    global SIM
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="8,16,64")
     ap.add_argument("--sizes", default="16M,64M")
     ap.add_argument("--lates", default="0,0.1,0.25,0.5,1,2,8", help="multiples of T0")
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--sim", default="", help="the SMPI driver (scripts/sim_build.sh)")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--cluster-csv", default="",
+                    help="scripts/cluster_bench.py's CSV (late rows with several --late-ms): a "
+                    "second panel of the plot, skip/ring and floor/ring against lateness in ms")
+    ap.add_argument("--from-csv", default="",
+                    help="comma-separated CSVs of earlier runs: no simulation, only --out, "
+                    "--plot and the table from their rows")
     a = ap.parse_args()
+    SIM = a.sim or SIM
     points = []
-    for n in [int(x) for x in a.n.split(",")]:
+    if a.from_csv:
+        for path in a.from_csv.split(","):
+            with open(path) as fh:
+                for r in csv.DictReader(fh):
+                    points.append({k: (float(v) if k not in ("n", "bytes") else int(v))
+                                   for k, v in r.items()})
+    for n in ([] if a.from_csv else [int(x) for x in a.n.split(",")]):
         for size in [parse_size(x) for x in a.sizes.split(",")]:
             t0 = sim(n, size, "ring", 0, 1, a.warmup)["ring"]
             for f in [float(x) for x in a.lates.split(",")]:
@@ -88,6 +106,15 @@ def main():
                       f"skip {p['skip_us']:9.1f} ring {p['ring_us']:9.1f} floor {p['floor_us']:9.1f}"
                       f"  skip/ring {p['skip_over_ring']:.3f} floor/ring {p['floor_over_ring']:.3f}"
                       f" skip/floor {p['skip_over_floor']:.3f}", flush=True)
+    print()
+    print("| n | size | late (T0) | late (us) | skip-ahead (us) | plain ring (us) | floor (us) "
+          "| skip/ring | floor/ring | skip/floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for p in points:
+        print(f"| {p['n']} | {fmt_size(p['bytes'])} | {p['late_t0']:g} | {p['late_us']:.0f} | "
+              f"{p['skip_us']:.1f} | {p['ring_us']:.1f} | {p['floor_us']:.1f} | "
+              f"**{p['skip_over_ring']:.3f}** | {p['floor_over_ring']:.3f} | "
+              f"{p['skip_over_floor']:.3f} |")
     if a.out:
         with open(a.out, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(points[0].keys()))
@@ -98,7 +125,13 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         keys = sorted({(p["n"], p["bytes"]) for p in points})
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        cluster = []
+        if a.cluster_csv:
+            with open(a.cluster_csv) as fh:
+                cluster = [r for r in csv.DictReader(fh) if r["scenario"] == "late"]
+        fig, axes = plt.subplots(1, 2 if cluster else 1, figsize=(12 if cluster else 7, 4.4),
+                                 squeeze=False)
+        ax = axes[0][0]
         for k in keys:
             ps = [p for p in points if (p["n"], p["bytes"]) == k and p["late_t0"] > 0]
             xs = [p["late_t0"] for p in ps]
@@ -110,8 +143,24 @@ def main():
         ax.set_xscale("log")
         ax.set_xlabel("lateness (multiples of T0, the plain ring's time)")
         ax.set_ylabel("time after the last arrival / plain ring")
-        ax.set_title("SimGrid cluster-N: skip-ahead and the floor against the plain ring")
-        ax.legend(fontsize=7, ncol=2)
+        ax.set_title("SimGrid cluster-N (100 Gbit/s, 5 us)")
+        ax.legend(fontsize=6, ncol=2)
+        if cluster:
+            bx = axes[0][1]
+            for size in sorted({int(r["size_bytes"]) for r in cluster}):
+                rs = sorted((r for r in cluster if int(r["size_bytes"]) == size),
+                            key=lambda r: float(r["late_ms"]))
+                xs = [float(r["late_ms"]) for r in rs]
+                line, = bx.plot(xs, [float(r["skip_over_ring"]) for r in rs], marker="o",
+                                label=f"skip/ring {fmt_size(size)}")
+                bx.plot(xs, [float(r["floor_over_ring"]) for r in rs], linestyle="--",
+                        color=line.get_color(), label=f"floor/ring {fmt_size(size)}")
+            bx.axhline(1.0, color="grey", linewidth=0.8)
+            bx.set_xscale("log")
+            bx.set_xlabel("lateness (ms)")
+            bx.set_title(f"{cluster[0]['hosts']} emulated hosts x 1 rank, {cluster[0]['rate']} "
+                         "(medians of runs)")
+            bx.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(a.plot, dpi=120)
 

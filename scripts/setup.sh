@@ -11,6 +11,8 @@
 #               the default mpicc/mpirun: /etc/alternatives is restored after the install)
 #   slurm       also SLURM's daemons and client commands (the slurm-labelled tests)
 #   train       also mpi4py, scikit-learn and PyTorch (scripts/train/, the training clients)
+#   torch       also libtorch-dev, pybind11 and torchvision (the skipring torch.distributed
+#               backend, python/skipring_torch; with the train group's python3-torch)
 #   all         every group above
 # The base group is always included: no other group is useful without it.
 set -euo pipefail
@@ -27,8 +29,10 @@ group_cluster=(iproute2)
 group_mpich=(mpich libmpich-dev)
 group_slurm=(slurm-wlm slurm-client)
 group_train=(python3-mpi4py python3-numpy python3-sklearn python3-torch)
+group_torch=(python3-torch python3-numpy python3-sklearn python3-dev libtorch-dev pybind11-dev
+             python3-pybind11 python3-torchvision)
 
-usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,18s/^# \{0,1\}//p' "$0"; }
 
 wanted=("${base[@]}")
 for group in "$@"; do
@@ -41,9 +45,10 @@ for group in "$@"; do
     mpich) wanted+=("${group_mpich[@]}") ;;
     slurm) wanted+=("${group_slurm[@]}") ;;
     train) wanted+=("${group_train[@]}") ;;
+    torch) wanted+=("${group_torch[@]}") ;;
     all) wanted+=("${group_simgrid[@]}" "${group_plots[@]}" "${group_lint[@]}"
                   "${group_cluster[@]}" "${group_mpich[@]}" "${group_slurm[@]}"
-                  "${group_train[@]}") ;;
+                  "${group_train[@]}" "${group_torch[@]}") ;;
     -h|--help) usage; exit 0 ;;
     *) echo "setup.sh: unknown group '$group'" >&2; usage >&2; exit 2 ;;
   esac

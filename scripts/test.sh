@@ -11,8 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite;
 # cluster: iproute2 for the emulated-cluster tests (label cluster); slurm: SLURM's daemons and
 # commands for the slurm-labelled tests (docs/slurm.md); train: mpi4py, numpy, scikit-learn,
-# PyTorch for the training tests (tests/train/, label train).
-bash scripts/setup.sh simgrid cluster lint slurm train
+# PyTorch for the training tests (tests/train/, label train); torch: libtorch-dev, pybind11 and
+# torchvision for the skipring torch.distributed backend and its tests (tests/torch/, label torch).
+bash scripts/setup.sh simgrid cluster lint slurm train torch
 
 # Every C/C++/CUDA source as .clang-format says (issue 12): fails fast, before the build.
 bash scripts/check_format.sh

@@ -46,6 +46,21 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 
+def add_straggler_args(p):
+    """The straggler flags (Stragglers reads them); ddp_train.py takes the same."""
+    p.add_argument("--straggler-dist", choices=("none", "exp", "pareto", "lognormal", "const"),
+                   default="none")
+    p.add_argument("--straggler-ranks", default="1")
+    p.add_argument("--straggler-ms", type=float, default=5.0)
+    p.add_argument("--pareto-shape", type=float, default=1.5)
+    p.add_argument("--lognormal-sigma", type=float, default=1.0)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--stall-rank", type=int, default=-1)
+    p.add_argument("--stall-every", type=int, default=0)
+    p.add_argument("--stall-ms", type=float, default=0.0)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--framework", choices=("numpy", "torch"), default="numpy")
@@ -68,17 +83,7 @@ def parse_args(argv):
                    help="all-reduce the gradients in buckets of about this many MiB (0: one "
                    "all-reduce per step)")
     p.add_argument("--late-at", choices=("first", "spread"), default="first")
-    p.add_argument("--straggler-dist", choices=("none", "exp", "pareto", "lognormal", "const"),
-                   default="none")
-    p.add_argument("--straggler-ranks", default="1")
-    p.add_argument("--straggler-ms", type=float, default=5.0)
-    p.add_argument("--pareto-shape", type=float, default=1.5)
-    p.add_argument("--lognormal-sigma", type=float, default=1.0)
-    p.add_argument("--slow-rank", type=int, default=-1)
-    p.add_argument("--slow-ms", type=float, default=0.0)
-    p.add_argument("--stall-rank", type=int, default=-1)
-    p.add_argument("--stall-every", type=int, default=0)
-    p.add_argument("--stall-ms", type=float, default=0.0)
+    add_straggler_args(p)
     p.add_argument("--json", default="", help="rank 0 writes the result here")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)

@@ -140,7 +140,12 @@ class FakeNetwork {
   // message never arrives before an earlier one with the same envelope.
   void deliver(const std::shared_ptr<Message>& m, double sent) {
     double at = sent + opt_.latency_min + (opt_.latency_max - opt_.latency_min) * uniform();
-    auto key = std::make_tuple(m->src, m->dst, m->tag);
+    // With small_overtakes_bytes the small and the large messages of an envelope keep their
+    // order each among themselves only (two mailboxes).
+    const bool small = opt_.small_overtakes_bytes > 0 && m->payload_bytes > 0 &&
+                       m->payload_bytes <= opt_.small_overtakes_bytes;
+    auto key = std::make_tuple(m->src, m->dst, small ? -1 - m->tag : m->tag);
+    if (small) at = sent + opt_.latency_min * uniform();  // the small mailbox is quicker
     at = std::max(at, last_arrival_[key] + 1e-9);
     last_arrival_[key] = at;
     schedule(at, [this, m] {

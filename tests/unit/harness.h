@@ -57,6 +57,11 @@ struct Options : RingParams {
   // freely (only the protocol's ordering is under test).
   bool links = false;
   double eager_probability = 0.5;
+  // SimGrid's SMPI with smpi/async-small-thresh: a message whose payload is at most this many
+  // bytes goes through another mailbox than a larger one, so it may arrive (and match) before
+  // a larger message sent earlier on the same source and tag: MPI's non-overtaking rule then
+  // holds only among the small ones and among the large ones. 0: never (real MPI).
+  size_t small_overtakes_bytes = 0;
   // Header-only messages (control, acks) are always eager, as MPI sends small messages, and
   // with `links` their bytes cross the links when sent (buffered at the receiver until it
   // matches them) rather than after matching.

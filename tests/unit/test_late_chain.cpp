@@ -100,7 +100,13 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_DOUBLE_EQ(p.wait_s, kLateWaitShare * 0.08);
   EXPECT_DOUBLE_EQ(p.wait_suspect_s, kLateWaitSuspectShare * 0.08);
   EXPECT_EQ(p.segment_bytes, kLateChainSegmentBytes);
-  EXPECT_EQ(p.inflight, kLateChainInflight);
+  EXPECT_EQ(p.inflight, kLateChainInflight);  // n = 8: 7 owners
+  for (int n : {16, 64, 300}) {
+    LatePlanInput v = plan_input();
+    v.n = n;
+    v.hosts = n;
+    EXPECT_EQ(plan_late_path(v).inflight, std::min(n - 1, kLateChainMaxInflight)) << n;
+  }
   // auto: not on one host, not below kLateChainMinBytes, not where the census costs over its
   // share of the ring, not without skip-ahead, not for other algorithms.
   for (int variant = 0; variant < 6; ++variant) {
@@ -343,6 +349,37 @@ TEST(LateChain, LatenessSweep) {
   EXPECT_GE(excluded_runs, 15u);
 }
 
+// SMPI's small-message mailbox (harness::Options::small_overtakes_bytes): a block's short last
+// segment may overtake the whole ones before it on the same source and tag. Under SimGrid that
+// broke the late path's reduce-scatter ("37448 payload bytes, expected 262144") and, before
+// issue 38, the trees ("segment 3 of 43008 bytes, expected 86016"); with a tag per segment each
+// receive can only match its own segment. Late ranks at every stage, blocks of several whole
+// segments and a short last one. (The guarantee is 64 messages of distance on a channel: a
+// latency spread of 20 us against 1 us steps can still break it at n = 23, 84 messages.)
+TEST(LateChain, SmallMessagesOvertakeLarge) {
+  int i = 0;
+  for (int n : {4, 8, 23}) {
+    for (double late_us : {0.0, 250.0, 3000.0}) {
+      for (bool in_place : {false, true}) {
+        harness::Options o = base(n, 8100 + i++);
+        o.in_place = in_place;
+        o.segment_bytes = 64;                       // 8 int64: whole segments of 64 bytes
+        o.count = static_cast<size_t>(n) * 30 + 3;  // blocks of 29-31: a last segment of 40-56
+        o.small_overtakes_bytes = 63;               // every short last segment overtakes
+        o.eager_probability = 1.0;
+        o.latency_min = 5e-6;  // SMPI's platforms: one latency (small messages quicker still)
+        o.latency_max = 5e-6;
+        o.start_time.assign(n, 0.0);
+        o.start_time[1] = late_us * 1e-6;
+        const std::string what = "n=" + std::to_string(n) + " late_us=" + std::to_string(late_us) +
+                                 " in_place=" + std::to_string(in_place);
+        EXPECT_TRUE(run_exact(o, what).ok) << what;
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
 // Random schedules: 0-3 ranks late by anything from nothing to far beyond the census's wait
 // (arriving before the decision, during the healthy ranks' ring, after it), random ring orders,
 // slow steps on top (skip-ahead inside the healthy ring), eager and rendezvous, links or not,
@@ -436,7 +473,8 @@ TEST(LateChain, RejectsBadParameters) {
 }  // namespace skipring
 namespace skipring {
 namespace {
-TEST(LateChainDebug, SimLike) {
+// Blocks of several whole segments and a short last one (4 MiB of int32 over 7 healthy ranks).
+TEST(LateChain, LargeBlocks) {
   harness::Options o = base(8, 1);
   o.dtype = DType::kInt32;
   o.count = 4194304 / 16;
@@ -446,7 +484,7 @@ TEST(LateChainDebug, SimLike) {
   o.collectives = 3;
   o.start_time.assign(8, 0.0);
   o.start_time[1] = 1e-3;
-  const Seen s = run_exact(o, "simlike");
+  const Seen s = run_exact(o, "large blocks");
   EXPECT_TRUE(s.ok);
 }
 }  // namespace
