@@ -248,9 +248,10 @@ struct CommCache {
   Communicator* state = nullptr;
   uint64_t generation = 0;
 };
-// initial-exec: a TLS access without a __tls_get_addr call on the per-call path (a few bytes of
-// the static TLS surplus glibc keeps for libraries loaded later, as this one can be).
-__attribute__((tls_model("initial-exec"))) thread_local CommCache t_comm_cache;
+// Not initial-exec TLS (which would save a __tls_get_addr call per access): libskipring.so is
+// also dlopen'ed (Python's skipring_torch extension), and after PyTorch glibc's static TLS
+// surplus is gone ("cannot allocate memory in static TLS block").
+thread_local CommCache t_comm_cache;
 
 int delete_comm_state(MPI_Comm, int, void* attr, void*) {
   g_comm_generation.fetch_add(1, std::memory_order_acq_rel);
@@ -552,7 +553,7 @@ struct LastReduction {
   DType dt = DType::kInt8;
   ROp rop = ROp::kSum;
 };
-__attribute__((tls_model("initial-exec"))) thread_local LastReduction t_last_reduction;
+thread_local LastReduction t_last_reduction;
 
 MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
   if (!global_config().enable) return MpiReduction::kOther;
