@@ -940,6 +940,30 @@ double Communicator::late_usual_time_s(size_t bytes) const {
   return std::isfinite(t) ? t : 0;
 }
 
+// The late path's plan for this call (collectives/late_plan.h) from the agreed configuration,
+// size, topology and cost model and this communicator's memory.
+LatePlan Communicator::plan_late(Algo algo, size_t bytes) const {
+  LatePlanInput li;
+  li.skip = true;
+  li.skipring = true;
+  li.bytes = bytes;
+  li.n = size_;
+  li.hosts = topo_summary_.hosts;
+  li.late_chain = cfg_.late_chain;
+  li.late_wait_us = cfg_.late_wait_us;
+  li.late_wait_suspect_us = cfg_.late_wait_suspect_us;
+  li.late_segment_bytes = cfg_.late_segment_bytes;
+  li.late_inflight = cfg_.late_inflight;
+  li.segment_bytes = cfg_.segment_bytes;
+  li.census_s = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
+  li.skip_floor_s = skip_floor_s_;
+  if (cfg_.late_chain != 0) {  // the models only where they are read
+    li.ring_model_s = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
+    li.usual_s = late_usual_time_s(bytes);
+  }
+  return plan_late_path(li);
+}
+
 Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                ROp op) {
   if (broken_) return refuse_broken("allreduce");
@@ -1028,25 +1052,8 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.quiet_polls = one_host ? 4 : 1;
   // The late path (collectives/late_chain.h), planned by a pure function of agreed values
   // (collectives/late_plan.h) and the coordinator's memory: every rank decides alike.
-  LatePlanInput li;
-  li.skip = p.skip;
-  li.skipring = algo == Algo::kSkipRing;
-  li.bytes = bytes;
-  li.n = size_;
-  li.hosts = topo_summary_.hosts;
-  li.late_chain = cfg_.late_chain;
-  li.late_wait_us = cfg_.late_wait_us;
-  li.late_wait_suspect_us = cfg_.late_wait_suspect_us;
-  li.late_segment_bytes = cfg_.late_segment_bytes;
-  li.late_inflight = cfg_.late_inflight;
-  li.segment_bytes = cfg_.segment_bytes;
-  li.census_s = 2 * cost_.inter_alpha_s + 2.0 * size_ * cost_.sigma_s;
-  li.skip_floor_s = skip_floor_s_;
-  if (li.skip && li.skipring && cfg_.late_chain != 0) {  // the models only where they are read
-    li.ring_model_s = algo_cost(algo, bytes, topo_summary_, cost_, cfg_.segment_bytes);
-    li.usual_s = late_usual_time_s(bytes);
-  }
-  const LatePlan plan = plan_late_path(li);
+  // Only skip-ahead's ring can take the late path: other calls fill no plan input.
+  const LatePlan plan = p.skip && algo == Algo::kSkipRing ? plan_late(algo, bytes) : LatePlan{};
   const bool late_chain = plan.late_path;
   if (late_chain) {
     p.late_segment_bytes = plan.segment_bytes;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "collectives/late_plan.h"
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
 #include "common/step_stats.h"
@@ -201,6 +202,7 @@ class Communicator {
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
   double late_usual_time_s(size_t bytes) const;
+  LatePlan plan_late(Algo algo, size_t bytes) const;
   bool late_local_ = false;
   bool stragglers_seen_ = false;
   uint64_t auto_calls_ = 0;

@@ -41,6 +41,20 @@ uint64_t fallbacks_datatype() {
   return v;
 }
 
+// skipring_allreduce of `in` into *out (in place: *out starts as a copy of `in`), rc checked.
+template <typename T>
+void reduce_checked(const std::vector<T>& in, std::vector<T>* out, int count, MPI_Datatype type,
+                    MPI_Op op, bool in_place, const std::string& what) {
+  int rc;
+  if (in_place) {
+    *out = in;
+    rc = skipring_allreduce(MPI_IN_PLACE, out->data(), count, type, op, MPI_COMM_WORLD);
+  } else {
+    rc = skipring_allreduce(in.data(), out->data(), count, type, op, MPI_COMM_WORLD);
+  }
+  check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
+}
+
 template <typename R>
 void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in_place) {
   if (type == MPI_DATATYPE_NULL) return;  // an MPI built without Fortran
@@ -57,14 +71,7 @@ void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, boo
   const std::string what = std::string(name) + (prod ? " PROD" : " SUM") +
                            " count=" + std::to_string(count) + (in_place ? " in place" : "");
   const uint64_t before = fallbacks_datatype();
-  int rc;
-  if (in_place) {
-    out = in;
-    rc = skipring_allreduce(MPI_IN_PLACE, out.data(), count, type, op, MPI_COMM_WORLD);
-  } else {
-    rc = skipring_allreduce(in.data(), out.data(), count, type, op, MPI_COMM_WORLD);
-  }
-  check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
+  reduce_checked(in, &out, count, type, op, in_place, what);
   bool same = true;
   for (int i = 0; i < count; ++i)
     same = same && out[i].real() == ref[i].real() && out[i].imag() == ref[i].imag();
@@ -114,14 +121,7 @@ void loc_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in
   const std::string what = std::string(name) + (is_max ? " MAXLOC" : " MINLOC") +
                            " count=" + std::to_string(count) + (in_place ? " in place" : "");
   const uint64_t before = fallbacks_datatype();
-  int rc;
-  if (in_place) {
-    out = in;
-    rc = skipring_allreduce(MPI_IN_PLACE, out.data(), count, type, op, MPI_COMM_WORLD);
-  } else {
-    rc = skipring_allreduce(in.data(), out.data(), count, type, op, MPI_COMM_WORLD);
-  }
-  check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
+  reduce_checked(in, &out, count, type, op, in_place, what);
   bool same = true;
   for (int i = 0; i < count; ++i)
     same = same && out[i].value == ref[i].value && out[i].index == ref[i].index;
