@@ -544,6 +544,7 @@ void param_key(const ParamDef& def, const Config& cfg, std::string* out) {
 
 std::string agreed_fingerprint(const Config& cfg, const std::vector<ParamDef>& table) {
   std::string out;
+  out.reserve(256);  // the real table's key is ~150 bytes: one allocation
   for (const ParamDef& def : table) {
     if (param_agreed(def)) param_key(def, cfg, &out);
   }
