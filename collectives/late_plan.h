@@ -41,7 +41,15 @@ struct LatePlan {
 
 // The census's wait as a share of the usual time (SKIPRING_LATE_WAIT_US=0) and, for a rank that
 // was late beyond the wait last time, the short wait's share (SKIPRING_LATE_WAIT_SUSPECT_US=0).
-constexpr double kLateWaitShare = 0.25;
+// The healthy ranks' links idle during the wait, and their late-path work (about 2S per link)
+// starts only after it, so what a rank later than the wait costs after its arrival is about
+// wait + 2S/B - lateness: under SimGrid (n = 16, 16 MiB) a quarter of the usual time gave 1.42 /
+// 1.51x the floor at 0.25 / 0.5 T0, a tenth 1.20 / 1.21x, a twentieth 1.13 / 1.13x. A rank
+// just later than the wait costs up to (n - 2) / (2 (n - 1)^2) T0 over the plain ring whatever
+// the wait (the late path's 2S per link against the ring's 2(n - 1)/n S), so a shorter wait
+// only moves that point; the skip threshold's floor (SKIPRING_SKIP_MIN_WAIT_US, 5 ms where
+// ranks outnumber cores) keeps it above scheduling jitter.
+constexpr double kLateWaitShare = 0.05;
 constexpr double kLateWaitSuspectShare = 0.02;
 
 LatePlan plan_late_path(const LatePlanInput& in);

@@ -301,7 +301,7 @@ const std::vector<ParamDef>& param_table() {
        "rank's input goes straight to the block owners the moment it comes; auto = across hosts "
        "from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
-       "the census's wait for late ranks in µs; 0 = a quarter of the fastest time of this size "
+       "the census's wait for late ranks in µs; 0 = 5 % of the fastest time of this size "
        "seen on the communicator (the cost model's before any), at least the skip threshold's "
        "floor"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",

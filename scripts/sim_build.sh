@@ -18,4 +18,4 @@ build_type="${SIM_BUILD_TYPE:-Release}"
 
 cmake -S . -B "$build_dir" -DSKIPRING_SIMGRID=ON -DCMAKE_BUILD_TYPE="$build_type" \
   -DCMAKE_C_COMPILER=smpicc -DCMAKE_CXX_COMPILER=smpicxx >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target skipring_sim
+cmake --build "$build_dir" -j "$(nproc)" --target skipring_sim skipring_sim_train

@@ -20,6 +20,7 @@ all ranks make the same call, and raises on every rank, naming each rank's call,
 """
 import atexit
 import os
+import sys
 import socket
 
 import torch  # noqa: F401  (loads libtorch before the extension)
@@ -119,7 +120,10 @@ def _create(opts, pg_options=None):
 def _at_exit():
     if _truthy(os.environ.get("SKIPRING_REPORT", "0")):
         try:
-            print(report_line(), flush=True)
+            # One write(2) of the whole line: print() may split text and newline, and under
+            # mpirun another rank's line then lands in between (seen in CI).
+            sys.stdout.flush()
+            os.write(sys.stdout.fileno(), (report_line() + "\n").encode())
         except Exception:  # noqa: BLE001  (never fail at exit)
             pass
     _C.finalize()
