@@ -8,9 +8,11 @@
  * Options:
  *   --routing auto|all|none  with the preload: check, call by call, where each call ran, from
  *                            the change of skipring_get_totals' `calls` (found with dlsym):
- *                            auto: every call of <= 64 KiB goes to the MPI library and every
- *                            call of >= 2 MiB to skipring (the drop-in's thresholds lie in
- *                            between); all: every non-empty call goes to skipring
+ *                            auto: the drop-in's default thresholds: a reduce-scatter of
+ *                            <= 16 KiB goes to the MPI library, one of >= 2 MiB to skipring
+ *                            (the threshold, 128 KiB, lies between); MPI_Allgather, MPI_Bcast
+ *                            and MPI_Reduce always go to the MPI library (faster on one host);
+ *                            all: every non-empty call goes to skipring
  *                            (SKIPRING_AUTO_MPI=0); none: no call does (SKIPRING_ENABLE=0).
  *                            Unequal MPI_Reduce_scatter counts never go to skipring.
  *   --errors                 erroneous calls (bad root, aliasing, MPI_IN_PLACE misuse, a negative
@@ -112,11 +114,13 @@ static uint64_t skipring_calls(void) {
   return t.calls;
 }
 
-enum { kSmallBytes = 64 * 1024, kLargeBytes = 2 * 1024 * 1024 };
+enum { kSmallBytes = 16 * 1024, kLargeBytes = 2 * 1024 * 1024 };
 
 /* Checks that the call that moved `bytes` (the whole vector) and changed skipring's call count
- * from `before` ran where the routing mode says; `possible`: skipring has a path for it. */
-static void check_route(const char* what, size_t bytes, uint64_t before, int possible) {
+ * from `before` ran where the routing mode says; `possible`: skipring has a path for it;
+ * `by_size`: the default thresholds may give it to skipring (a reduce-scatter). */
+static void check_route(const char* what, size_t bytes, uint64_t before, int possible,
+                        int by_size) {
   if (g_routing == kRoutingOff) return;
   const uint64_t ran = skipring_calls() - before;
   int want;
@@ -124,7 +128,7 @@ static void check_route(const char* what, size_t bytes, uint64_t before, int pos
     want = bytes == 0 && g_routing == kRoutingAll ? -1 : 0;
   } else if (g_routing == kRoutingAll) {
     want = 1;
-  } else if (bytes <= kSmallBytes) {
+  } else if (!by_size || bytes <= kSmallBytes) {
     want = 0;
   } else if (bytes >= kLargeBytes) {
     want = 1;
@@ -157,7 +161,7 @@ static void test_reduce_scatter_block(MPI_Comm comm, TypeKind t, OpKind o, long 
   char what[96];
   snprintf(what, sizeof(what), "MPI_Reduce_scatter_block %s %s block=%ld in_place=%d",
            kTypeNames[t], o == kSum ? "SUM" : "MAX", block, in_place);
-  check_route(what, (size_t)total * es, before, 1);
+  check_route(what, (size_t)total * es, before, 1, 1);
   CHECK(rc == MPI_SUCCESS, "%s: rc %d", what, rc);
   long bad = 0;
   for (long j = 0; j < block; ++j) {
@@ -191,7 +195,7 @@ static void test_reduce_scatter(MPI_Comm comm, TypeKind t, OpKind o, long base, 
   char what[112];
   snprintf(what, sizeof(what), "MPI_Reduce_scatter %s %s base=%ld unequal=%d in_place=%d",
            kTypeNames[t], o == kSum ? "SUM" : "MAX", base, unequal, in_place);
-  check_route(what, (size_t)total * es, before, !unequal);
+  check_route(what, (size_t)total * es, before, !unequal, 1);
   CHECK(rc == MPI_SUCCESS, "%s: rc %d", what, rc);
   long bad = 0;
   for (long j = 0; j < counts[rank]; ++j) {
@@ -224,7 +228,7 @@ static void test_allgather(MPI_Comm comm, TypeKind t, long block, int in_place, 
   char what[96];
   snprintf(what, sizeof(what), "MPI_Allgather %s block=%ld in_place=%d", kTypeNames[t], block,
            in_place);
-  check_route(what, (size_t)total * es, before, 1);
+  check_route(what, (size_t)total * es, before, 1, 0);
   CHECK(rc == MPI_SUCCESS, "%s: rc %d", what, rc);
   long bad = 0;
   for (int r = 0; r < size; ++r) {
@@ -246,7 +250,7 @@ static void test_bcast(MPI_Comm comm, TypeKind t, long count, int root, int salt
   const int rc = MPI_Bcast(buf, (int)count, mpi_type(t), root, comm);
   char what[96];
   snprintf(what, sizeof(what), "MPI_Bcast %s count=%ld root=%d", kTypeNames[t], count, root);
-  check_route(what, (size_t)count * type_size(t), before, 1);
+  check_route(what, (size_t)count * type_size(t), before, 1, 0);
   CHECK(rc == MPI_SUCCESS, "%s: rc %d", what, rc);
   long bad = 0;
   for (long i = 0; i < count; ++i) bad += !element_is(t, buf, i, value(root, i, salt));
@@ -273,7 +277,7 @@ static void test_reduce(MPI_Comm comm, TypeKind t, OpKind o, long count, int roo
   char what[112];
   snprintf(what, sizeof(what), "MPI_Reduce %s %s count=%ld root=%d in_place=%d", kTypeNames[t],
            o == kSum ? "SUM" : "MAX", count, root, in_place);
-  check_route(what, (size_t)count * es, before, 1);
+  check_route(what, (size_t)count * es, before, 1, 0);
   CHECK(rc == MPI_SUCCESS, "%s: rc %d", what, rc);
   if (rank == root) {
     long bad = 0;
