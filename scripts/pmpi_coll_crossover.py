@@ -24,6 +24,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-bytes", default=str(4 << 20))
+    ap.add_argument("--only", help="one collective (reduce_scatter_block, allgather, bcast, reduce)")
     ap.add_argument("--engine", action="store_true")
     ap.add_argument("--mpich", action="store_true", help="mpiexec.mpich (a build-mpich tree)")
     args = ap.parse_args()
@@ -41,6 +42,8 @@ def main():
         for k, v in env_vars.items():
             cmd += ["-x", f"{k}={v}"]
     cmd += [prog, "--rounds", str(args.rounds), "--max-bytes", args.max_bytes]
+    if args.only:
+        cmd += ["--only", args.only]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     rows = defaultdict(lambda: ([], [], []))

@@ -141,8 +141,7 @@ bool is_inter(MPI_Comm comm) {
 
 size_t type_bytes(MPI_Datatype datatype) {
   int size = 0;
-  return PMPI_Type_size(datatype, &size) == MPI_SUCCESS && size > 0 ? static_cast<size_t>(size)
-                                                                     : 0;
+  return PMPI_Type_size(datatype, &size) == MPI_SUCCESS && size > 0 ? static_cast<size_t>(size) : 0;
 }
 
 // What every call does before its checks: MPI not usable (before MPI_Init, after MPI_Finalize)
@@ -202,11 +201,9 @@ int reduce_scatter_checks(const char* fn, const void* sendbuf, const void* recvb
                   "recvbuf is NULL with a predefined datatype and a count > 0");
   }
   if (any_count && aliased(sendbuf, recvbuf)) return reject(fn, comm, MPI_ERR_BUFFER, kAliasWhy);
-  if (predefined(datatype)) {
-    const size_t es = type_bytes(datatype);
-    if (overlapping(sendbuf, send_count * es, recvbuf, recv_count * es)) {
-      return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
-    }
+  const size_t es = type_bytes(datatype);
+  if (overlapping(sendbuf, send_count * es, recvbuf, recv_count * es) && predefined(datatype)) {
+    return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
   }
   return MPI_SUCCESS;
 }
@@ -343,12 +340,13 @@ int allgather_impl(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
   if (recvcount > 0 && aliased(sendbuf, recvbuf)) {
     return reject(fn, comm, MPI_ERR_BUFFER, kAliasWhy);
   }
-  if (!in_place && predefined(sendtype) && predefined(recvtype)) {
+  if (!in_place && sendcount > 0 && recvcount > 0 && sendbuf != recvbuf) {
     int size = 1;
     PMPI_Comm_size(comm, &size);
-    if (overlapping(sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
-                    static_cast<size_t>(recvcount) * static_cast<size_t>(size) *
-                        type_bytes(recvtype))) {
+    if (overlapping(
+            sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
+            static_cast<size_t>(recvcount) * static_cast<size_t>(size) * type_bytes(recvtype)) &&
+        predefined(sendtype) && predefined(recvtype)) {
       return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
     }
   }
@@ -454,7 +452,8 @@ int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype data
                     "sendbuf is MPI_IN_PLACE at a non-root rank (only the root may pass it)");
     }
     if (rank == root && recvbuf == MPI_IN_PLACE) {
-      return reject(fn, comm, MPI_ERR_ARG, "recvbuf is MPI_IN_PLACE at the root (only sendbuf may be)");
+      return reject(fn, comm, MPI_ERR_ARG,
+                    "recvbuf is MPI_IN_PLACE at the root (only sendbuf may be)");
     }
     if (count > 0 && null_buffer(sendbuf, datatype)) {
       return reject(fn, comm, MPI_ERR_BUFFER,
@@ -468,9 +467,10 @@ int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype data
     if (rank == root && count > 0 && aliased(sendbuf, recvbuf)) {
       return reject(fn, comm, MPI_ERR_ARG, kAliasWhy);
     }
-    if (rank == root && predefined(datatype)) {
+    if (rank == root && count > 0 && sendbuf != recvbuf) {
+      // The type's size first: the envelope (predefined) only when the ranges overlap.
       const size_t bytes = static_cast<size_t>(count) * type_bytes(datatype);
-      if (overlapping(sendbuf, bytes, recvbuf, bytes)) {
+      if (overlapping(sendbuf, bytes, recvbuf, bytes) && predefined(datatype)) {
         return reject(fn, comm, MPI_ERR_ARG, kOverlapWhy);
       }
     }
@@ -487,8 +487,8 @@ int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype data
   if (below_threshold(static_cast<size_t>(count) * type_bytes(datatype), kMinBytes.reduce)) {
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
-  return run_skipring(comm,
-                      [&] { return skipring_reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
+  return run_skipring(
+      comm, [&] { return skipring_reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
 }
 
 // Runs `impl` unless this thread is inside skipring (then `pmpi`), so that nothing thrown
@@ -551,9 +551,8 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
 
 extern "C" {
 
-SKIPRING_PMPI_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf,
-                                                  int recvcount, MPI_Datatype datatype, MPI_Op op,
-                                                  MPI_Comm comm) {
+SKIPRING_PMPI_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   return skipring::pmpi::reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
 }
 

@@ -109,10 +109,10 @@ void fortran_reduce_scatter(void* sendbuf, void* recvbuf, const MPI_Fint* recvco
                  PMPI_Comm_size(c, &size) == MPI_SUCCESS) {
                counts.assign(recvcounts, recvcounts + size);
              }
-             return reduce_scatter(translate_buffer(sendbuf), translate_buffer(recvbuf),
-                                   recvcounts != nullptr && c != MPI_COMM_NULL ? counts.data()
-                                                                               : nullptr,
-                                   MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), c);
+             return reduce_scatter(
+                 translate_buffer(sendbuf), translate_buffer(recvbuf),
+                 recvcounts != nullptr && c != MPI_COMM_NULL ? counts.data() : nullptr,
+                 MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), c);
            }));
 }
 
@@ -295,37 +295,37 @@ void f08_finalize(const char* name, MPI_Fint* ierr) {
                                  MPI_Fint* ierr) {                                        \
     skipring::pmpi::fortran_allreduce(sendbuf, recvbuf, count, datatype, op, comm, ierr); \
   }
-#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER_BLOCK(name)                                         \
+#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER_BLOCK(name)                                          \
   SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* recvcount,               \
                                  MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,                \
                                  MPI_Fint* ierr) {                                                \
     skipring::pmpi::fortran_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, \
                                                  ierr);                                           \
   }
-#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER(name)                                             \
-  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* recvcounts,           \
-                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,             \
-                                 MPI_Fint* ierr) {                                             \
+#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER(name)                                           \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* recvcounts,         \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,           \
+                                 MPI_Fint* ierr) {                                           \
     skipring::pmpi::fortran_reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, \
                                            ierr);                                            \
   }
-#define SKIPRING_PMPI_FORTRAN_ALLGATHER(name)                                                 \
-  SKIPRING_PMPI_EXPORT void name(void* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,      \
-                                 void* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,      \
-                                 MPI_Fint* comm, MPI_Fint* ierr) {                            \
+#define SKIPRING_PMPI_FORTRAN_ALLGATHER(name)                                                     \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,          \
+                                 void* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,          \
+                                 MPI_Fint* comm, MPI_Fint* ierr) {                                \
     skipring::pmpi::fortran_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, \
-                                      comm, ierr);                                            \
+                                      comm, ierr);                                                \
   }
-#define SKIPRING_PMPI_FORTRAN_BCAST(name)                                                      \
-  SKIPRING_PMPI_EXPORT void name(void* buffer, MPI_Fint* count, MPI_Fint* datatype,           \
-                                 MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {            \
-    skipring::pmpi::fortran_bcast(buffer, count, datatype, root, comm, ierr);                 \
+#define SKIPRING_PMPI_FORTRAN_BCAST(name)                                           \
+  SKIPRING_PMPI_EXPORT void name(void* buffer, MPI_Fint* count, MPI_Fint* datatype, \
+                                 MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {  \
+    skipring::pmpi::fortran_bcast(buffer, count, datatype, root, comm, ierr);       \
   }
-#define SKIPRING_PMPI_FORTRAN_REDUCE(name)                                                     \
-  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,                \
-                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root,             \
-                                 MPI_Fint* comm, MPI_Fint* ierr) {                             \
-    skipring::pmpi::fortran_reduce(sendbuf, recvbuf, count, datatype, op, root, comm, ierr);   \
+#define SKIPRING_PMPI_FORTRAN_REDUCE(name)                                                         \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,                    \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root, MPI_Fint* comm, \
+                                 MPI_Fint* ierr) {                                                 \
+    skipring::pmpi::fortran_reduce(sendbuf, recvbuf, count, datatype, op, root, comm, ierr);       \
   }
 #define SKIPRING_PMPI_FORTRAN_INIT(name) \
   SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::fortran_init(ierr); }

@@ -86,8 +86,7 @@ void write_report() {
                   " late=%" PRIu64 " bytes=%" PRIu64 " time_s=%.6f mpi=%" PRIu64
                   " fallback_datatype=%" PRIu64 " fallback_op=%" PRIu64 " fallback_comm=%" PRIu64
                   " fallback_memory=%" PRIu64 " fallback_disabled=%" PRIu64
-                  " fallback_other=%" PRIu64 " fallback_thread=%" PRIu64 " mpi_small=%" PRIu64
-                  "\n",
+                  " fallback_other=%" PRIu64 " fallback_thread=%" PRIu64 " mpi_small=%" PRIu64 "\n",
                   rank, totals.calls, totals.fallbacks, totals.skips, totals.late, totals.bytes,
                   totals.time_s, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], small_calls());
   } else {

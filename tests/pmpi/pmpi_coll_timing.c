@@ -16,7 +16,7 @@
 
 enum { kRsb, kAllgather, kBcast, kReduce, kNumColl };
 static const char* const kNames[kNumColl] = {"reduce_scatter_block", "allgather", "bcast",
-                                              "reduce"};
+                                             "reduce"};
 
 static int g_size = 1;
 

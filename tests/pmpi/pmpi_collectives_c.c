@@ -31,18 +31,18 @@ static int g_failures = 0;
 static int g_checks = 0;
 static int g_world_rank = 0;
 
-#define CHECK(cond, ...)                                                                     \
-  do {                                                                                       \
-    ++g_checks;                                                                              \
-    if (!(cond)) {                                                                           \
-      if (g_failures < 20) {                                                                 \
+#define CHECK(cond, ...)                                                                       \
+  do {                                                                                         \
+    ++g_checks;                                                                                \
+    if (!(cond)) {                                                                             \
+      if (g_failures < 20) {                                                                   \
         fprintf(stderr, "pmpi_collectives_c: rank %d: FAILED %s:%d: ", g_world_rank, __FILE__, \
-                __LINE__);                                                                   \
-        fprintf(stderr, __VA_ARGS__);                                                        \
-        fprintf(stderr, "\n");                                                               \
-      }                                                                                      \
-      ++g_failures;                                                                          \
-    }                                                                                        \
+                __LINE__);                                                                     \
+        fprintf(stderr, __VA_ARGS__);                                                          \
+        fprintf(stderr, "\n");                                                                 \
+      }                                                                                        \
+      ++g_failures;                                                                            \
+    }                                                                                          \
   } while (0)
 
 /* --- types and values ---------------------------------------------------------------------- */
@@ -144,8 +144,8 @@ static void check_route(const char* what, size_t bytes, uint64_t before, int pos
 
 /* --- the collectives ------------------------------------------------------------------------ */
 
-static void test_reduce_scatter_block(MPI_Comm comm, TypeKind t, OpKind o, long block,
-                                      int in_place, int salt) {
+static void test_reduce_scatter_block(MPI_Comm comm, TypeKind t, OpKind o, long block, int in_place,
+                                      int salt) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -222,9 +222,9 @@ static void test_allgather(MPI_Comm comm, TypeKind t, long block, int in_place, 
   }
   const uint64_t before = skipring_calls();
   const int rc =
-      in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)block, mpi_type(t),
-                               comm)
-               : MPI_Allgather(send, (int)block, mpi_type(t), recv, (int)block, mpi_type(t), comm);
+      in_place
+          ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, (int)block, mpi_type(t), comm)
+          : MPI_Allgather(send, (int)block, mpi_type(t), recv, (int)block, mpi_type(t), comm);
   char what[96];
   snprintf(what, sizeof(what), "MPI_Allgather %s block=%ld in_place=%d", kTypeNames[t], block,
            in_place);
@@ -271,9 +271,9 @@ static void test_reduce(MPI_Comm comm, TypeKind t, OpKind o, long count, int roo
   void* in = root_in_place ? recv : send;
   for (long i = 0; i < count; ++i) store(t, in, i, value(rank, i, salt));
   const uint64_t before = skipring_calls();
-  const int rc = MPI_Reduce(root_in_place ? MPI_IN_PLACE : send,
-                            rank != root && null_recv ? NULL : recv, (int)count, mpi_type(t),
-                            mpi_op(o), root, comm);
+  const int rc =
+      MPI_Reduce(root_in_place ? MPI_IN_PLACE : send, rank != root && null_recv ? NULL : recv,
+                 (int)count, mpi_type(t), mpi_op(o), root, comm);
   char what[112];
   snprintf(what, sizeof(what), "MPI_Reduce %s %s count=%ld root=%d in_place=%d", kTypeNames[t],
            o == kSum ? "SUM" : "MAX", count, root, in_place);
@@ -378,8 +378,7 @@ static void test_errors(void) {
   int* counts = malloc(sizeof(int) * (size_t)size);
   for (int r = 0; r < size; ++r) counts[r] = 2;
   rc = MPI_Reduce_scatter(a, a, counts, MPI_DOUBLE, MPI_SUM, comm);
-  CHECK(error_class(rc) == MPI_ERR_BUFFER, "MPI_Reduce_scatter aliased: class %d",
-        error_class(rc));
+  CHECK(error_class(rc) == MPI_ERR_BUFFER, "MPI_Reduce_scatter aliased: class %d", error_class(rc));
   counts[size - 1] = -1;
   rc = MPI_Reduce_scatter(a, a + 64, counts, MPI_DOUBLE, MPI_SUM, comm);
   CHECK(error_class(rc) == MPI_ERR_COUNT, "MPI_Reduce_scatter negative count: class %d",
