@@ -15,6 +15,9 @@
  *                            all: every non-empty call goes to skipring
  *                            (SKIPRING_AUTO_MPI=0); none: no call does (SKIPRING_ENABLE=0).
  *                            Unequal MPI_Reduce_scatter counts never go to skipring.
+ *   --inplace-reduce-root0   in-place MPI_Reduce only at root 0 (MPICH 4.0's own MPI_Reduce
+ *                            crashes with MPI_IN_PLACE at a non-zero root from about 1000
+ *                            elements; the drop-in hands MPI_Reduce to it by default)
  *   --errors                 erroneous calls (bad root, aliasing, MPI_IN_PLACE misuse, a negative
  *                            count) must return their MPI error class under MPI_ERRORS_RETURN
  *                            (the drop-in's checks; plain MPIs differ and may abort)
@@ -30,6 +33,7 @@
 static int g_failures = 0;
 static int g_checks = 0;
 static int g_world_rank = 0;
+static int g_inplace_root0 = 0;
 
 #define CHECK(cond, ...)                                                                       \
   do {                                                                                         \
@@ -306,7 +310,8 @@ static void run_all(MPI_Comm comm) {
         for (int ip = 0; ip < 2; ++ip) {
           test_reduce_scatter_block(comm, (TypeKind)t, (OpKind)o, block, ip, ++salt);
           test_reduce_scatter(comm, (TypeKind)t, (OpKind)o, block, 0, ip, ++salt);
-          test_reduce(comm, (TypeKind)t, (OpKind)o, vec, (b + o) % size, ip, 0, ++salt);
+          const int root = ip && g_inplace_root0 ? 0 : (b + o) % size;
+          test_reduce(comm, (TypeKind)t, (OpKind)o, vec, root, ip, 0, ++salt);
         }
         test_reduce(comm, (TypeKind)t, (OpKind)o, vec, size - 1, 0, 1, ++salt);
       }
@@ -406,6 +411,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--errors") == 0) {
       errors = 1;
+    } else if (strcmp(argv[i], "--inplace-reduce-root0") == 0) {
+      g_inplace_root0 = 1;
     } else if (strcmp(argv[i], "--routing") == 0 && i + 1 < argc) {
       const char* m = argv[++i];
       g_routing = strcmp(m, "auto") == 0  ? kRoutingAuto
