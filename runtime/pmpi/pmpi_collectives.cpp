@@ -28,6 +28,7 @@
 // reduce-scatter and allgather, the buffer of bcast, sendbuf at a non-root of reduce, recvbuf at
 // the root of reduce: MPI_ERR_ARG), aliased send and receive buffers (MPI_ERR_BUFFER; at the root
 // of reduce MPI_ERR_ARG), recvcounts NULL (MPI_ERR_ARG).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -159,11 +160,23 @@ Entry enter(const char* fn, int* init_rc) {
   return Entry::kPmpi;
 }
 
-// True when the call goes to PMPI because of its size (counted in mpi_small).
-bool below_threshold(size_t bytes, size_t threshold) {
-  if (!global_config().auto_mpi || bytes >= threshold) return false;
+// True when the call goes to PMPI because of its size (counted in mpi_small). `bytes` (size_t())
+// is only asked for when the threshold is finite: below kNever thresholds the call costs no type
+// size lookup.
+template <typename Bytes>
+bool below_threshold(size_t threshold, Bytes&& bytes) {
+  if (!global_config().auto_mpi) return false;
+  if (threshold != kNever && bytes() >= threshold) return false;
   g_small_calls.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+// A cheap first test for overlapping(): the buffers start less than `elements` x 32 bytes apart
+// (32: the largest predefined datatype), so the type's size is looked up only then.
+bool near(const void* a, const void* b, size_t elements) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return (x > y ? x - y : y - x) < elements * 32;
 }
 
 template <typename F>
@@ -201,9 +214,11 @@ int reduce_scatter_checks(const char* fn, const void* sendbuf, const void* recvb
                   "recvbuf is NULL with a predefined datatype and a count > 0");
   }
   if (any_count && aliased(sendbuf, recvbuf)) return reject(fn, comm, MPI_ERR_BUFFER, kAliasWhy);
-  const size_t es = type_bytes(datatype);
-  if (overlapping(sendbuf, send_count * es, recvbuf, recv_count * es) && predefined(datatype)) {
-    return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
+  if (near(sendbuf, recvbuf, send_count > recv_count ? send_count : recv_count)) {
+    const size_t es = type_bytes(datatype);
+    if (overlapping(sendbuf, send_count * es, recvbuf, recv_count * es) && predefined(datatype)) {
+      return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
+    }
   }
   return MPI_SUCCESS;
 }
@@ -239,8 +254,8 @@ int reduce_scatter_block_impl(const void* sendbuf, void* recvbuf, int recvcount,
     skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
-  const size_t bytes = block * static_cast<size_t>(size) * type_bytes(datatype);
-  if (below_threshold(bytes, kMinBytes.reduce_scatter_block)) {
+  if (below_threshold(kMinBytes.reduce_scatter_block,
+                      [&] { return block * static_cast<size_t>(size) * type_bytes(datatype); })) {
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
   return run_skipring(comm, [&] {
@@ -289,7 +304,8 @@ int reduce_scatter_impl(const void* sendbuf, void* recvbuf, const int recvcounts
     skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
     return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
   }
-  if (below_threshold(total * type_bytes(datatype), kMinBytes.reduce_scatter_block)) {
+  if (below_threshold(kMinBytes.reduce_scatter_block,
+                      [&] { return total * type_bytes(datatype); })) {
     return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
   }
   if (!equal) {
@@ -343,9 +359,10 @@ int allgather_impl(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
   if (!in_place && sendcount > 0 && recvcount > 0 && sendbuf != recvbuf) {
     int size = 1;
     PMPI_Comm_size(comm, &size);
-    if (overlapping(
-            sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
-            static_cast<size_t>(recvcount) * static_cast<size_t>(size) * type_bytes(recvtype)) &&
+    const size_t recv_elements = static_cast<size_t>(recvcount) * static_cast<size_t>(size);
+    if (near(sendbuf, recvbuf, std::max(static_cast<size_t>(sendcount), recv_elements)) &&
+        overlapping(sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
+                    recv_elements * type_bytes(recvtype)) &&
         predefined(sendtype) && predefined(recvtype)) {
       return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
     }
@@ -359,11 +376,11 @@ int allgather_impl(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
     skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
-  int size = 1;
-  PMPI_Comm_size(comm, &size);
-  const size_t bytes =
-      static_cast<size_t>(recvcount) * static_cast<size_t>(size) * type_bytes(recvtype);
-  if (below_threshold(bytes, kMinBytes.allgather)) {
+  if (below_threshold(kMinBytes.allgather, [&] {
+        int size = 1;
+        PMPI_Comm_size(comm, &size);
+        return static_cast<size_t>(recvcount) * static_cast<size_t>(size) * type_bytes(recvtype);
+      })) {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
   return run_skipring(comm, [&] {
@@ -413,7 +430,8 @@ int bcast_impl(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
-  if (below_threshold(static_cast<size_t>(count) * type_bytes(datatype), kMinBytes.bcast)) {
+  if (below_threshold(kMinBytes.bcast,
+                      [&] { return static_cast<size_t>(count) * type_bytes(datatype); })) {
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   return run_skipring(comm, [&] { return skipring_bcast(buffer, count, datatype, root, comm); });
@@ -467,7 +485,8 @@ int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype data
     if (rank == root && count > 0 && aliased(sendbuf, recvbuf)) {
       return reject(fn, comm, MPI_ERR_ARG, kAliasWhy);
     }
-    if (rank == root && count > 0 && sendbuf != recvbuf) {
+    if (rank == root && count > 0 && sendbuf != recvbuf &&
+        near(sendbuf, recvbuf, static_cast<size_t>(count))) {
       // The type's size first: the envelope (predefined) only when the ranges overlap.
       const size_t bytes = static_cast<size_t>(count) * type_bytes(datatype);
       if (overlapping(sendbuf, bytes, recvbuf, bytes) && predefined(datatype)) {
@@ -484,7 +503,8 @@ int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype data
     skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
-  if (below_threshold(static_cast<size_t>(count) * type_bytes(datatype), kMinBytes.reduce)) {
+  if (below_threshold(kMinBytes.reduce,
+                      [&] { return static_cast<size_t>(count) * type_bytes(datatype); })) {
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
   return run_skipring(
