@@ -44,9 +44,9 @@ namespace {
 // The size thresholds (bytes, as defined above): below them PMPI runs the call. Measured on
 // this project's 2-core host with Open MPI 4.1, np 2 and 4 (pmpi_coll_timing; docs/benchmarks.md,
 // "The other collectives through the drop-in"): skipring's reduce-scatter ring beats Open MPI's
-// MPI_Reduce_scatter_block from 64 KiB (np 2) / 128 KiB (np 4) on, 2-7x above 128 KiB; its
+// MPI_Reduce_scatter_block from 64 KiB (np 2) / 128 KiB (np 4) on, 3-7x from 256 KiB; its
 // allgather ring, bcast chain and reduce chain were slower than Open MPI's at every size from
-// 16 B to 4 MiB (1.05-11x), so those go to PMPI at every size unless SKIPRING_AUTO_MPI=0.
+// 16 B to 4 MiB (1.1-10x), so those go to PMPI at every size unless SKIPRING_AUTO_MPI=0.
 struct Thresholds {
   size_t reduce_scatter_block;  // MPI_Reduce_scatter_block and MPI_Reduce_scatter (equal counts)
   size_t allgather;
