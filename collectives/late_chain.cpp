@@ -26,10 +26,18 @@ constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
 constexpr int kKindPiece = 2;
 constexpr int kKindFinal = 3;
-// Pieces and finals: a tag per segment modulo kSegTags (as ring_collectives.cpp's tag_for: under
-// SimGrid a message below smpi/async-small-thresh can overtake a larger one on the same tag).
+// Pieces and finals: a tag per segment modulo seg_tags (as ring_collectives.cpp's tag_for: under
+// SimGrid a message below smpi/async-small-thresh can overtake a larger one on the same tag, and
+// takes the earliest posted larger receive of its tag): at least kSegTags, and as many as the
+// upper half of tag_span holds, up to 2^20, so that an owner's receives, all posted at the
+// decision, never share a tag.
 constexpr int kSegTags = 64;
 constexpr int kOwnTags = 4 + 2 * 2 * kSegTags;
+int seg_tags_for(int tag_span) {
+  int t = kSegTags;
+  while (t < (1 << 20) && 4 + 2 * 2 * (2 * t) <= tag_span / 2 - 1) t *= 2;
+  return t;
+}
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
 constexpr int kMinRingSpan = 1024;
 
@@ -74,12 +82,13 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
   const size_t seg_bytes = p_.late_segment_bytes > 0 ? p_.late_segment_bytes : p_.segment_bytes;
   seg_elems_ = std::max<size_t>(1, seg_bytes / static_cast<size_t>(elem_));
+  seg_tags_ = seg_tags_for(p_.tag_span);
 }
 
 int LateChainAllreduce::tag(int kind, int seg) const {
   const int parity = static_cast<int>(p_.seq & 1);
   if (kind < kKindPiece) return p_.tag_span / 2 + 2 * kind + parity;
-  return p_.tag_span / 2 + 4 + ((kind - kKindPiece) * 2 + parity) * kSegTags + seg % kSegTags;
+  return p_.tag_span / 2 + 4 + ((kind - kKindPiece) * 2 + parity) * seg_tags_ + seg % seg_tags_;
 }
 
 int LateChainAllreduce::block_of(int gid) const {

@@ -174,6 +174,7 @@ class LateChainAllreduce final : public CoreBase {
   NestedCore ring_;
   // Phase 3 (E not empty).
   size_t seg_elems_ = 0;
+  int seg_tags_ = 64;          // pieces' and finals' tags per kind and parity (late_chain.cpp)
   std::vector<size_t> boff_;   // h + 1 element offsets of the blocks
   std::vector<int> seg_base_;  // h + 1: block i's segments are seg_base_[i] .. seg_base_[i + 1]
   int nseg_ = 0;               // segments of all blocks

@@ -24,14 +24,30 @@ namespace {
 // with "37448 payload bytes, expected 262144" at n = 8, 16 MiB; the harness reproduces it with
 // Options::small_overtakes_bytes, LateChain.SmallMessagesOvertakeLarge). Both ends number a
 // channel's messages alike (they are matched in that order anyway), and a receive can then only
-// match a message 64 messages apart from its own.
-int tag_for(uint8_t phase, int low) { return (static_cast<int>(phase) << 6) | (low & 63); }
+// match a message 2^bits messages apart from its own. A schedule may post every receive of a
+// channel at once (the reduce-scatter does), and SMPI files a receive by its own size: a small
+// message takes the earliest posted larger receive of its tag, so tags must not repeat within
+// a channel at all ("17472 payload bytes, expected 262144" at n = 16, 64 MiB: 238 messages per
+// channel with 64 tags; LateChain.SmpiMailboxesManySegments). `bits` is therefore as wide as
+// the tag space allows (low_tag_bits): 20 bits from 2^25 tags (Open MPI's ob1 and SMPI give
+// far more), 6 with the 1024 tags the schedules need at least.
+int tag_for(uint8_t phase, int low, int bits) {
+  return (static_cast<int>(phase) << bits) | (low & ((1 << bits) - 1));
+}
+
+// Phases stay below 11 (validate_tags): phase << bits below tag_span / 2 for bits =
+// log2(tag_span) - 5, at least 6 and at most 20.
+int low_tag_bits(int tag_span) {
+  int log2 = 0;
+  while (log2 < 30 && (2 << log2) <= tag_span) ++log2;
+  return std::clamp(log2 - 5, 6, 20);
+}
 
 bool segmented_phase(uint8_t phase) {
   return phase == kRsPhase || phase == kAgPhase || phase == kBcastPhase || phase == kReducePhase;
 }
 
-// Tags are phase << 6 | round, below 11 << 6.
+// Tags are phase << bits | low (tag_for), below 11 << bits <= tag_span / 2.
 Status validate_tags(const RingParams& p, std::string* why) {
   if (p.tag_span < 1024) return *why = "tag space too small", Status::kErrArg;
   return Status::kOk;
@@ -97,6 +113,7 @@ ScheduleCore::ScheduleCore(const RingParams& p, std::vector<uint8_t>* scratch)
   elem_ = dtype_size(p_.dtype);
   in_place_ = p_.sendbuf == p_.recvbuf;
   hdr_bytes_ = wire_header_bytes(n_);
+  tag_bits_ = low_tag_bits(p_.tag_span);
   vars_.push_back(single(p_.rank));
   stats_.seq = p_.seq;
   stats_.bytes = p_.count * elem_;
@@ -172,7 +189,8 @@ int ScheduleCore::add_send(int peer_pos, uint8_t phase, int round, uint32_t chun
   Op op;
   op.kind = Kind::kSend;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(true, peer_pos, phase) : round);
+  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(true, peer_pos, phase) : round,
+                   tag_bits_);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;
@@ -189,7 +207,8 @@ int ScheduleCore::add_recv(int peer_pos, uint8_t phase, int round, uint32_t chun
   Op op;
   op.kind = Kind::kRecv;
   op.peer = p_.ring[peer_pos];
-  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(false, peer_pos, phase) : round);
+  op.tag = tag_for(phase, segmented_phase(phase) ? channel_index(false, peer_pos, phase) : round,
+                   tag_bits_);
   op.phase = phase;
   op.chunk = chunk;
   op.segment = segment;

@@ -132,6 +132,7 @@ class ScheduleCore : public CoreBase {
   // The next index of a message on the channel (send or receive, peer, phase): its tag's low
   // bits in the segmented schedules (ring_collectives.cpp, tag_for).
   int channel_index(bool send, int peer_pos, uint8_t phase);
+  int tag_bits_ = 6;  // low tag bits per phase (ring_collectives.cpp, low_tag_bits)
   uint8_t* header_of(int id) { return hdrs_.data() + static_cast<size_t>(id) * hdr_bytes_; }
   Status issue(int id, double now, ActionList* out);
   Status finish(int id, double now, ActionList* out);

@@ -1,5 +1,5 @@
 // One status type used inside skipring and mapped to MPI error codes at the C ABI
-// (runtime/api.cpp). Base layer: no MPI.
+// (runtime/api_errors.cpp). Base layer: no MPI.
 #pragma once
 
 namespace skipring {

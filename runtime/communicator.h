@@ -1,7 +1,16 @@
 // A skipring communicator: skipring's state for one application communicator. It owns a
 // duplicate of the application's MPI_Comm (internal traffic never meets the application's),
 // the ring order, the transport, the clock, a scratch buffer reused across collectives, the
-// collective sequence number and the last collective's statistics.
+// collective sequence number and the last collective's statistics. Its methods are defined by
+// concern (docs/architecture.md has the file map):
+//   communicator_setup.cpp        create, the setup agreement, the destructor, errors
+//   setup_cache.{h,cpp}           the process-wide caches setup reuses (pool, topology, cost)
+//   communicator_cost.cpp         the cost model's parameters (probes) and the tree plans
+//   communicator_plan.cpp         algorithm choice and the late path's plan
+//   communicator_straggler.cpp    the straggler memory: agreement, lateness, skip threshold
+//   communicator.cpp              the all-reduce entry point
+//   communicator_collectives.cpp  the other collectives, and what every collective shares
+//   communicator_mpi.cpp          the `mpi` row (the MPI library's all-reduce) and its probe
 #pragma once
 
 #include <mpi.h>
@@ -21,6 +30,7 @@
 #include "runtime/config.h"
 #include "runtime/mpi_wait.h"
 #include "runtime/progress_engine.h"
+#include "runtime/setup_cache.h"
 #include "runtime/transport.h"
 #include "straggler/injection.h"
 #include "straggler/step_timer.h"
@@ -36,6 +46,61 @@ bool mpi_runs(DType dtype, ROp op);
 // caller's handles (MPI_DATATYPE_NULL / MPI_OP_NULL where mpi_runs is false).
 MPI_Datatype mpi_datatype(DType dtype);
 MPI_Op mpi_op(ROp op);
+
+class LateChainAllreduce;  // collectives/late_chain.h
+
+// Why a communicator is unusable (Communicator::broken()): set once by the first error that
+// breaks it (Communicator::keeps_usable), never cleared.
+struct BrokenState {
+  bool on = false;
+  Status status = Status::kOk;
+  uint64_t seq = 0;    // the collective that failed
+  std::string reason;  // what every later call says
+};
+
+// choose_algo's last auto decision: applications repeat sizes, and the model costs ~100 ns.
+struct AlgoChoice {
+  size_t bytes = SIZE_MAX;  // SIZE_MAX: none
+  bool skip = false;
+  Algo algo = Algo::kRing;
+  bool holds(size_t b, bool s) const { return b == bytes && s == skip; }
+  void forget() { bytes = SIZE_MAX; }
+};
+
+// What the cost model knows on this communicator (communicator_cost.cpp): its parameters
+// (given, reused from the cache at setup, or measured on the first auto all-reduce), the
+// topology summary it prices with, and the multi-tree plans made from them.
+struct CostModel {
+  CostParams cost;
+  bool measured = false;    // cost holds the parameters (given, reused or measured)
+  bool summarised = false;  // the tree plans' part of topo is done
+  std::string key;          // the cost cache's key: this communicator's shape (setup_cache.h)
+  TopologySummary topo;     // what the model knows of the topology
+  LinkGraph tree_graph;     // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
+  std::map<int, MultiTreePlan> tree_plans;  // by k
+};
+
+// The per-communicator straggler memory (communicator_straggler.cpp): what skip-ahead, the late
+// chain and straggler-aware auto remember across calls.
+struct StragglerMemory {
+  // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to the
+  // oversubscription floor when this host runs more ranks than it has cores and the variable
+  // is not set (a rank off its core for a scheduler time slice is not a straggler).
+  double skip_floor_s = 0;
+  StepTimer timer;  // normal step time per predecessor (the skip threshold's T)
+  // Straggler-aware auto (SKIPRING_AUTO_STRAGGLER): local_late is this rank's observation
+  // (a collective that waited far past its modelled time, or skip-ahead skipped); every
+  // kStragglerAgreeEvery-th auto all-reduce the ranks agree on it (one 1-int all-reduce) until
+  // some rank saw one; seen, identical on every rank, then stays set.
+  bool local_late = false;
+  bool seen = false;
+  uint64_t auto_calls = 0;
+  // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
+  std::map<size_t, double> fastest_s;
+  // Late chain, the coordinator: how late each rank came to the last census (RingParams::
+  // late_seen_s).
+  std::vector<double> late_seen_s;
+};
 
 class Communicator {
  public:
@@ -83,13 +148,12 @@ class Communicator {
   // path for the same calls. Never with SKIPRING_CHECK (its agreement runs first), a forced
   // algorithm, or a broken communicator.
   bool mpi_cached(size_t bytes, DType dtype, ROp op) const {
-    return last_choice_ == Algo::kMpi && bytes == last_choice_bytes_ &&
-           cfg_.skip == last_choice_skip_ && cfg_.algo == Algo::kAuto && !broken_ && !cfg_.check &&
-           mpi_runs(dtype, op);
+    return choice_.algo == Algo::kMpi && choice_.holds(bytes, cfg_.skip) &&
+           cfg_.algo == Algo::kAuto && !broken_.on && !cfg_.check && mpi_runs(dtype, op);
   }
   // Records a fast-path call: the sequence number and what skipring_last_stats reports (no
   // time: the two clock reads cost about a third of what the skipring path added to it).
-  // The fast path's calls and bytes on this communicator (api.cpp adds them to the process
+  // The fast path's calls and bytes on this communicator (api_counters.cpp adds them to the process
   // totals): one writer at a time (the thread calling the communicator: MPI orders collectives
   // on a communicator), so a relaxed load and store, no locked instruction on the per-call path;
   // readers (skipring_get_totals) load them.
@@ -112,7 +176,7 @@ class Communicator {
   }
   // After an error other than a local argument error (keeps_usable) the state is unusable;
   // every later call is refused saying why (refuse_broken).
-  bool broken() const { return broken_; }
+  bool broken() const { return broken_.on; }
   // The rule: local argument errors (count, buffer, op, type, other argument; found before any
   // message of the collective was sent) leave the communicator usable; every other status
   // (protocol, transport, configuration, internal, and any status added later) breaks it.
@@ -133,103 +197,117 @@ class Communicator {
   std::string describe_selection(size_t max_bytes);
 
  private:
+  friend class CommunicatorSetup;  // the setup agreement's steps (communicator_setup.cpp)
   Communicator() = default;
-  // The skip threshold of the next ring collective of `bytes` in pieces of `segment_bytes`
-  // (seconds). Collective on first use when T is learnt (measures the cost parameters).
-  double skip_threshold(size_t segment_bytes, size_t bytes);
+
+  // --- Setup (communicator_setup.cpp) ---
+  // The agreement all-reduces of setup, the topology and the cost-model decision (create).
+  Status setup_shared_state(MPI_Comm user, const Config& cfg);
+  // The transport create() asks for on internal_ (*tag_span: the tags it leaves the ring).
+  Status make_transport(int* tag_span);
+  // Records `st` from collective #seq: breaks the communicator unless keeps_usable(st).
+  void note_error(Status st, uint64_t seq, const std::string& reason);
+
+  // --- Cost model (communicator_cost.cpp) ---
   // The cost model's parameters: given (SKIPRING_MODEL_* all set), reused (decided at setup)
   // or measured now (collective; a failure on any rank fails it on every rank and breaks the
   // communicator).
   Status ensure_cost_params();
+  // Fills the tree plans' part of the topology summary (once, after the parameters).
+  void summarise_trees();
   // sigma (the engine's cost per message); *failed when this rank's probe failed.
   double measure_engine_sigma(bool* failed);
   // The MPI library's all-reduce against the direct recursive doubling at each of
   // kMpiProbeBytes (CostParams::mpi_offset_s), fastest runs summed over the ranks; collective.
-  // Leaves cost_.mpi_offset_s at +inf (auto never picks `mpi`) when SKIPRING_AUTO_MPI=0; false
+  // Leaves mpi_offset_s at +inf (auto never picks `mpi`) when SKIPRING_AUTO_MPI=0; false
   // when this rank's probe failed (the closing all-reduce tells every rank).
   Status measure_mpi_offsets();
+  // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
+  // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
+  Status tree_plan(int k, const MultiTreePlan** out);
+
+  // --- Planning (communicator_plan.cpp) ---
+  // The late path's plan for this call (collectives/late_plan.h).
+  LatePlan plan_late(Algo algo, size_t bytes) const;
+  // The late chain's reference time for a size (the fastest seen, else the model's).
+  double late_usual_time_s(size_t bytes) const;
+
+  // --- Straggler memory (communicator_straggler.cpp) ---
+  // The skip threshold of the next ring collective of `bytes` in pieces of `segment_bytes`
+  // (seconds). Collective on first use when T is learnt (measures the cost parameters).
+  double skip_threshold(size_t segment_bytes, size_t bytes);
+  bool straggler_watch() const {
+    return cfg_.algo == Algo::kAuto && cfg_.skip && cfg_.auto_straggler >= 1 && !straggler_.seen &&
+           size_ > 1;
+  }
+  Status agree_stragglers();
+  void observe_lateness(Algo algo, size_t bytes, bool skipped);
+  // After a successful engine all-reduce: the late chain's memory, the lateness observation
+  // and the skip threshold's step times (chain: the late chain's core, when it ran).
+  void remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
+                          const LateChainAllreduce* chain);
+
+  // --- The all-reduce (communicator.cpp) ---
+  // The ring's segments and lead-in for this call (params_); returns the piece size.
+  size_t plan_segments(Algo algo, size_t bytes, DType dtype);
+  // Recursive doubling straight on MPI (runtime/rd_direct.h), timed like the engine's.
+  Status rd_direct(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
+                   size_t bytes);
+  // The engine's all-reduce of `algo` (every row but `mpi` and the direct recursive doubling).
+  Status engine_allreduce(Algo algo, size_t bytes, size_t seg_bytes);
+  // Skip-ahead, the late plan and straggler injection for this call; *plan: the late path's.
+  Status prepare_engine_call(Algo algo, size_t bytes, size_t seg_bytes, LatePlan* plan);
   // The `mpi` row: PMPI_Allreduce on internal_ (runtime/communicator_mpi.cpp), timed and
   // counted like the direct recursive doubling.
   Status mpi_allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op);
-  // The agreement all-reduces of setup, the topology and the cost-model decision (create).
-  Status setup_shared_state(MPI_Comm user, const Config& cfg);
+
+  // --- What every collective shares (communicator_collectives.cpp) ---
   // SKIPRING_CHECK: one all-reduce comparing the collective, count, type, op and root across
   // ranks before `name` runs; on a mismatch every rank logs which ranks differ and returns a
   // local argument error (the communicator stays usable).
   Status agree_call(const char* name, size_t count, DType dtype, int op, int root);
-  // Records `st` from collective #seq: breaks the communicator unless keeps_usable(st).
-  void note_error(Status st, uint64_t seq, const std::string& reason);
-  // The multi-tree plan with at most k trees (k = 1: "tree"), planned once per k on
-  // SKIPRING_TREE_GRAPH or on a graph derived from the topology and the cost parameters.
-  Status tree_plan(int k, const MultiTreePlan** out);
-  // Runs one non-allreduce collective core to completion (communicator_collectives.cpp).
+  // Runs one non-allreduce collective core to completion.
   Status run_collective(CollectiveCore* core, const char* name);
   // After a core ran (status st): sequence number, errors, statistics (algo: the Algo that ran,
   // -1 for collectives other than the all-reduce), debug log and the SKIPRING_CHECK leftover
   // check; shared by every collective.
   Status finish_collective(CollectiveCore* core, Status st, const char* name, int algo);
+  // SKIPRING_CHECK's leftover check after collective `name` #seq.
+  Status check_leftovers(const char* name, uint64_t seq);
+  // A collective run outside the engine (direct recursive doubling, the `mpi` row): clears
+  // last_stats_ and fills what is known before it runs.
+  CollectiveStats& begin_stats(size_t bytes, Algo algo);
+  // Collective `name` #seq failed with `st`: logged (timeout: with what the watchdog said;
+  // otherwise with `detail` after the status), recorded (note_error); returns st.
+  Status collective_failed(const char* name, uint64_t seq, Status st,
+                           const std::string& timeout_text, const std::string& detail);
   // A call on a broken communicator: logs why it is broken (when known) and returns the error.
   Status refuse_broken(const char* name) const;
 
-  MPI_Comm internal_ = MPI_COMM_NULL;
-  int64_t internal_id_ = 0;  // agreed id of internal_ (the pool's key within a group)
-  std::string pool_key_;     // the group's key: internal_ goes back to the pool under it
-  // Floor of the skip threshold in seconds: SKIPRING_SKIP_MIN_WAIT_US, raised to
-  // kOversubscribedFloorS when this host runs more ranks than it has cores and the variable
-  // is not set (a rank off its core for a scheduler time slice is not a straggler).
-  double skip_floor_s_ = 0;
+  // Identity and ring.
   int rank_ = 0, size_ = 1;
   std::vector<int> ring_;
   int pos_ = 0;  // this rank's position in ring_
   Topology topology_;
-  CostParams cost_;               // measured on the first auto all-reduce
-  bool cost_measured_ = false;    // cost_ holds the parameters (given, reused or measured)
-  bool cost_summarised_ = false;  // the tree plans' part of topo_summary_ is done
-  std::string cost_key_;          // the cost cache's key: this communicator's shape
+  Config cfg_;
+  InternalComm internal_;  // skipring's duplicate of the application's communicator
   // Some rank asks for per-step records (injection, trace, debug log): recursive doubling runs
   // as a core on every rank then, not straight on MPI (agreed at setup).
   bool any_records_ = false;
-  LinkGraph tree_graph_;  // SKIPRING_TREE_GRAPH, loaded at creation (0 nodes: none)
-  std::map<int, MultiTreePlan> tree_plans_;  // by k
-  // Straggler-aware auto (SKIPRING_AUTO_STRAGGLER): late_local_ is this rank's observation
-  // (a collective that waited far past its modelled time, or skip-ahead skipped); every
-  // kStragglerAgreeEvery-th auto all-reduce the ranks agree on it (one 1-int all-reduce) until
-  // some rank saw one; stragglers_seen_, identical on every rank, then stays set.
-  bool straggler_watch() const {
-    return cfg_.algo == Algo::kAuto && cfg_.skip && cfg_.auto_straggler >= 1 && !stragglers_seen_ &&
-           size_ > 1;
-  }
-  Status agree_stragglers();
-  void observe_lateness(Algo algo, size_t bytes, bool skipped);
-  double late_usual_time_s(size_t bytes) const;
-  LatePlan plan_late(Algo algo, size_t bytes) const;
-  bool late_local_ = false;
-  bool stragglers_seen_ = false;
-  uint64_t auto_calls_ = 0;
-  size_t last_choice_bytes_ = SIZE_MAX;  // choose_algo's last auto decision
-  bool last_choice_skip_ = false;
-  Algo last_choice_ = Algo::kRing;
-  TopologySummary topo_summary_;  // what the cost model knows of the topology
-  Config cfg_;
+  CostModel model_;
+  AlgoChoice choice_;
+  StragglerMemory straggler_;
+  // Running collectives.
   std::unique_ptr<Transport> transport_;  // MpiTransport or UcxTransport (SKIPRING_TRANSPORT)
   std::unique_ptr<Clock> clock_;
   WaitPolicy wait_;  // waits outside the engine (setup, rd_direct, SKIPRING_CHECK), watched
   std::vector<uint8_t> scratch_;
-  // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
-  std::map<size_t, double> fastest_s_;
-  // Late chain, the coordinator: how late each rank came to the last census (RingParams::
-  // late_seen_s).
-  std::vector<double> late_seen_s_;
   std::unique_ptr<ProgressEngine> engine_;  // reused: keeps its buffers across collectives
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
   InjectPlan inject_;
-  StepTimer timer_;  // normal step time per predecessor
   uint64_t seq_ = 0;
-  bool broken_ = false;
-  Status broken_status_ = Status::kOk;
-  uint64_t broken_seq_ = 0;
-  std::string broken_reason_;
+  BrokenState broken_;
   CollectiveStats last_stats_;
   FastTotals fast_totals_;
 };

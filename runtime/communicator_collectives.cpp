@@ -36,8 +36,8 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   w.seq = static_cast<int64_t>(seq_);
   MPI_Request req;
   Status st = wait_collectives(
-      PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_, &req), &req, 1,
-      wait_, w, nullptr, &mine, &all);
+      PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_.comm, &req),
+      &req, 1, wait_, w, nullptr, &mine, &all);
   if (!ok(st)) {
     note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
     return st;
@@ -55,10 +55,10 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   std::vector<int64_t> mine_v(v, v + 5);
   MPI_Request reqs[2];
   int started = PMPI_Iallgather(mine_v.data(), 5, MPI_INT64_T, every.data(), 5, MPI_INT64_T,
-                                internal_, &reqs[0]);
+                                internal_.comm, &reqs[0]);
   if (started == MPI_SUCCESS) {
     started = PMPI_Iallgather(mine_name.data(), kName, MPI_CHAR, every_name.data(), kName, MPI_CHAR,
-                              internal_, &reqs[1]);
+                              internal_.comm, &reqs[1]);
   }
   st = wait_collectives(started, reqs, 2, wait_, w, nullptr, &mine_v, &every, &mine_name,
                         &every_name);
@@ -99,59 +99,74 @@ Status Communicator::finish_collective(CollectiveCore* core, Status st, const ch
                                        int algo) {
   ++seq_;
   if (!ok(st)) {
-    std::string why;
-    if (st == Status::kErrTimeout) {
-      // The watchdog logged what the collective waited for; messages may still be in flight.
-      why = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq_ - 1,
-                        cfg_.timeout_s);
-      SKIPRING_LOG_ERROR("{} seq {} failed: {}; this communicator is unusable from now on", name,
-                         seq_ - 1, engine_->timeout_message());
-    } else {
-      // keeps_usable's rule: a local argument error leaves the communicator usable, any other
-      // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
-      why = fmt::format("{} seq {} failed: {}{}{}", name, seq_ - 1, status_string(st),
-                        core->error().empty() ? "" : ": ", core->error());
-      SKIPRING_LOG_ERROR("{}{}", why,
-                         keeps_usable(st) ? "" : "; this communicator is unusable from now on");
-    }
-    note_error(st, seq_ - 1, why);
-    return st;
+    // keeps_usable's rule: a local argument error leaves the communicator usable, any other
+    // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
+    // The watchdog logged what a timed-out collective waited for; messages may still be in
+    // flight.
+    return collective_failed(name, seq_ - 1, st, engine_->timeout_message(),
+                             core->error().empty() ? std::string() : ": " + core->error());
   }
   last_stats_ = core->stats();
   last_stats_.algo = algo;
   if (cfg_.log_level <= LogLevel::kDebug) {
     SKIPRING_LOG_DEBUG("{} {}", name, last_stats_.to_string());
   }
-  if (cfg_.check) {
-    // Every message of this collective has been received once all ranks are past the first
-    // barrier; nobody starts the next collective before the second one.
-    bool waiting = false;
-    WaitWhat w;
-    w.what = "SKIPRING_CHECK's leftover check after the collective";
-    w.seq = static_cast<int64_t>(seq_ - 1);
-    MPI_Request req;
-    Status probe = wait_collectives(MPI_Ibarrier(internal_, &req), &req, 1, wait_, w, nullptr);
-    if (ok(probe)) probe = transport_->unmatched_message_waiting(&waiting);
-    if (ok(probe)) {
-      probe = wait_collectives(MPI_Ibarrier(internal_, &req), &req, 1, wait_, w, nullptr);
-    }
-    if (!ok(probe)) {
-      note_error(probe, seq_ - 1,
-                 fmt::format("{} seq {}: probing for leftovers failed", name, seq_ - 1));
-      return probe;
-    }
-    if (waiting) {
-      const std::string why = fmt::format("{} seq {}: a message is left unmatched", name, seq_ - 1);
-      SKIPRING_LOG_ERROR("{}", why);
-      note_error(Status::kErrProtocol, seq_ - 1, why);
-      return Status::kErrProtocol;
-    }
+  if (cfg_.check) return check_leftovers(name, seq_ - 1);
+  return Status::kOk;
+}
+
+Status Communicator::check_leftovers(const char* name, uint64_t seq) {
+  // Every message of this collective has been received once all ranks are past the first
+  // barrier; nobody starts the next collective before the second one.
+  bool waiting = false;
+  WaitWhat w;
+  w.what = "SKIPRING_CHECK's leftover check after the collective";
+  w.seq = static_cast<int64_t>(seq);
+  MPI_Request req;
+  Status probe = wait_collectives(MPI_Ibarrier(internal_.comm, &req), &req, 1, wait_, w, nullptr);
+  if (ok(probe)) probe = transport_->unmatched_message_waiting(&waiting);
+  if (ok(probe)) {
+    probe = wait_collectives(MPI_Ibarrier(internal_.comm, &req), &req, 1, wait_, w, nullptr);
+  }
+  if (!ok(probe)) {
+    note_error(probe, seq, fmt::format("{} seq {}: probing for leftovers failed", name, seq));
+    return probe;
+  }
+  if (waiting) {
+    const std::string why = fmt::format("{} seq {}: a message is left unmatched", name, seq);
+    SKIPRING_LOG_ERROR("{}", why);
+    note_error(Status::kErrProtocol, seq, why);
+    return Status::kErrProtocol;
   }
   return Status::kOk;
 }
 
+CollectiveStats& Communicator::begin_stats(size_t bytes, Algo algo) {
+  last_stats_ = CollectiveStats{};
+  last_stats_.seq = seq_;
+  last_stats_.bytes = bytes;
+  last_stats_.algo = static_cast<int>(algo);
+  return last_stats_;
+}
+
+Status Communicator::collective_failed(const char* name, uint64_t seq, Status st,
+                                       const std::string& timeout_text, const std::string& detail) {
+  std::string why;
+  if (st == Status::kErrTimeout) {
+    why = fmt::format("{} seq {} timed out (SKIPRING_TIMEOUT={} s)", name, seq, cfg_.timeout_s);
+    SKIPRING_LOG_ERROR("{} seq {} failed: {}; this communicator is unusable from now on", name, seq,
+                       timeout_text);
+  } else {
+    why = fmt::format("{} seq {} failed: {}{}", name, seq, status_string(st), detail);
+    SKIPRING_LOG_ERROR("{}{}", why,
+                       keeps_usable(st) ? "" : "; this communicator is unusable from now on");
+  }
+  note_error(st, seq, why);
+  return st;
+}
+
 Status Communicator::refuse_broken(const char* name) const {
-  SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_reason_);
+  SKIPRING_LOG_ERROR("{} refused: this communicator is unusable since {}", name, broken_.reason);
   return Status::kErrInternal;
 }
 
@@ -174,7 +189,7 @@ RingParams params_for(const RingParams& base, size_t segment_bytes, uint64_t seq
 
 Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, size_t recvcount,
                                           DType dtype, ROp op) {
-  if (broken_) return refuse_broken("reduce_scatter_block");
+  if (broken_.on) return refuse_broken("reduce_scatter_block");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   if (cfg_.check) {
     SKIPRING_RETURN_IF_ERROR(
@@ -204,7 +219,7 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
 }
 
 Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype) {
-  if (broken_) return refuse_broken("allgather");
+  if (broken_.on) return refuse_broken("allgather");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("allgather", count, dtype, -1, -1));
   const size_t elem = dtype_size(dtype);
   // The core takes the own block at its place in the full buffer: put it there, run in place.
@@ -220,7 +235,7 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 }
 
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
-  if (broken_) return refuse_broken("bcast");
+  if (broken_.on) return refuse_broken("bcast");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("bcast", count, dtype, -1, root));
   RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
@@ -231,7 +246,7 @@ Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
 
 Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op,
                             int root) {
-  if (broken_) return refuse_broken("reduce");
+  if (broken_.on) return refuse_broken("reduce");
   if (!op_valid(op, dtype)) return Status::kErrOp;
   if (cfg_.check) {
     SKIPRING_RETURN_IF_ERROR(agree_call("reduce", count, dtype, static_cast<int>(op), root));

@@ -103,11 +103,7 @@ Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t co
                                    ROp op) {
   // Timed and counted like the direct recursive doubling (the totals, skipring_last_stats and
   // the report line cover this path too); no per-step records.
-  last_stats_ = CollectiveStats{};
-  CollectiveStats& s = last_stats_;
-  s.seq = seq_;
-  s.bytes = count * dtype_size(dtype);
-  s.algo = static_cast<int>(Algo::kMpi);
+  CollectiveStats& s = begin_stats(count * dtype_size(dtype), Algo::kMpi);
   ++seq_;
   if (count > static_cast<size_t>(INT_MAX)) {
     // Local: every rank with this count stops here before calling MPI.
@@ -120,7 +116,7 @@ Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t co
   s.start = clock_->now();
   const int rc =
       PMPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, static_cast<int>(count),
-                     mpi_datatype(dtype), mpi_op(op), internal_);
+                     mpi_datatype(dtype), mpi_op(op), internal_.comm);
   s.end = clock_->now();
   if (rc != MPI_SUCCESS) {
     char text[MPI_MAX_ERROR_STRING] = {0};
@@ -138,7 +134,7 @@ Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t co
 }
 
 Status Communicator::measure_mpi_offsets() {
-  for (double& o : cost_.mpi_offset_s) o = std::numeric_limits<double>::infinity();
+  for (double& o : model_.cost.mpi_offset_s) o = std::numeric_limits<double>::infinity();
   if (size_ < 2 || !cfg_.auto_mpi) return Status::kOk;
   // Per probe size the fastest run of each (noise only lengthens a run), summed over the ranks
   // before the difference: a rank that leaves a collective early waits in the next one, which
@@ -149,9 +145,9 @@ Status Communicator::measure_mpi_offsets() {
   constexpr uint32_t kProbeSeq = 0xffffe000u;
   // The recursive doubling is timed as a call runs it: through allreduce() (SKIPRING_ALGO=rd
   // for the probe), with its per-call bookkeeping (two clock reads, the stats), which the `mpi`
-  // fast path does not pay (api.cpp) and which is a third of an 8-byte all-reduce on shared
-  // memory. This runs inside a call's choose_algo: the call's parameters, sequence number and
-  // stats are put back afterwards, so the probe leaves no trace (its messages carry no sequence
+  // fast path does not pay (api_allreduce.cpp) and which is a third of an 8-byte all-reduce on
+  // shared memory. This runs inside a call's choose_algo: the call's parameters, sequence number
+  // and stats are put back afterwards, so the probe leaves no trace (its messages carry no sequence
   // number and are all received before it returns). Where the call would not take the direct
   // path (records, injection, SKIPRING_CHECK) the probe times rd_direct_allreduce alone.
   const bool through_allreduce = !any_records_ && inject_.empty() && !cfg_.check;
@@ -173,7 +169,7 @@ Status Communicator::measure_mpi_offsets() {
       const Status rd =
           through_allreduce
               ? allreduce(in.data(), out.data(), count, DType::kUint64, ROp::kSum)
-              : rd_direct_allreduce(internal_, ring_, pos_, in.data(), out.data(), count,
+              : rd_direct_allreduce(internal_.comm, ring_, pos_, in.data(), out.data(), count,
                                     DType::kUint64, ROp::kSum, &scratch_, wait_,
                                     kProbeSeq + static_cast<uint32_t>(i * 64 + it), nullptr);
       if (!ok(rd)) {
@@ -182,7 +178,7 @@ Status Communicator::measure_mpi_offsets() {
       }
       const double t1 = clock_->now();
       if (PMPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_UINT64_T, MPI_SUM,
-                         internal_) != MPI_SUCCESS) {
+                         internal_.comm) != MPI_SUCCESS) {
         failed = true;
         break;
       }
@@ -203,16 +199,16 @@ Status Communicator::measure_mpi_offsets() {
   MPI_Request reqs[2];
   WaitWhat w;
   w.what = "communicator setup: the MPI all-reduce probe's closing all-reduce";
-  Status st = wait_collectives(
-      PMPI_Iallreduce(mine.data(), all.data(), 2 * k + 1, MPI_DOUBLE, MPI_SUM, internal_, &reqs[0]),
-      &reqs[0], 1, wait_, w, nullptr, &mine, &all);
+  Status st = wait_collectives(PMPI_Iallreduce(mine.data(), all.data(), 2 * k + 1, MPI_DOUBLE,
+                                               MPI_SUM, internal_.comm, &reqs[0]),
+                               &reqs[0], 1, wait_, w, nullptr, &mine, &all);
   if (ok(st)) {
-    st = wait_collectives(PMPI_Ibarrier(internal_, &reqs[1]), &reqs[1], 1, wait_, w, nullptr);
+    st = wait_collectives(PMPI_Ibarrier(internal_.comm, &reqs[1]), &reqs[1], 1, wait_, w, nullptr);
   }
   if (!ok(st)) return st;
   if (all[2 * k] != 0) return Status::kErrTransport;
   for (int i = 0; i < k; ++i) {
-    cost_.mpi_offset_s[i] = (all[2 * i + 1] - all[2 * i]) / size_;
+    model_.cost.mpi_offset_s[i] = (all[2 * i + 1] - all[2 * i]) / size_;
   }
   return Status::kOk;
 }

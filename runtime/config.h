@@ -128,8 +128,10 @@ std::vector<ParamInfo> describe_params(const Config& cfg, const EnvLookup& env);
 // A SKIPRING_* value every rank of a communicator must share (the protocol, the algorithm
 // choice or whether a collective step runs depend on it): the variable, its value as shown in
 // messages, and a digest (62 bits, >= 0) that the ranks compare at communicator setup
-// (Communicator::create). agreed_values lists them; the other variables are local (logging,
-// polling, the clock, the skip threshold's alpha and floor, injection, tracing).
+// (Communicator::create). agreed_values lists them, in table order: the parameters whose
+// ParamDef::agree is not kLocal (runtime/params.h; README's "ranks" column); the others are
+// local (logging, polling, the clock, the skip threshold's alpha and floor, injection,
+// tracing). Cached: a config with the same agreed fields costs one key comparison.
 struct AgreedValue {
   const char* name;
   std::string shown;

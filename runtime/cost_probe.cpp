@@ -66,40 +66,25 @@ Status ping_pong(MPI_Comm comm, int peer, bool first, std::vector<uint8_t>* buf,
   return Status::kOk;
 }
 
-}  // namespace
+// This rank's part of the probe, indices of the closing all-reduce's vector: [0] same-host
+// alpha, [1] same-host seconds per byte, [2] inter alpha, [3] inter s/byte, [4] reduction
+// seconds per byte; 0 = not measured by this rank. [5] cache bytes (min over ranks, negated for
+// the MAX reduction), [6] out-of-cache slowdown, [7] 1 when this rank's measurement failed.
+constexpr int kProbeValues = 8;
 
-Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
-                           const std::vector<int>& host_of_rank, const Config& cfg,
-                           const Clock& clock, CostParams* out) {
+// Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
+// (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
+// A failure stops this rank's measuring (its partner may be left waiting in a round trip:
+// only a transport error does that, and the watchdog reports it) but not its part in the
+// closing all-reduce, which tells every rank that one failed.
+Status measure_links(MPI_Comm comm, const std::vector<int>& ring,
+                     const std::vector<int>& host_of_rank, int rank, const Clock& clock,
+                     const WaitPolicy& w, double* mine) {
   const int n = static_cast<int>(ring.size());
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
   const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
   auto host = [&](int r) { return host_of_rank.empty() ? 0 : host_of_rank[r]; };
-  // [0] same-host alpha, [1] same-host seconds per byte, [2] inter alpha, [3] inter s/byte,
-  // [4] reduction seconds per byte; 0 = not measured by this rank.
-  // [5] cache bytes (min over ranks, negated for the MAX reduction), [6] out-of-cache slowdown,
-  // [7] 1 when this rank's measurement failed.
-  double mine[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<uint8_t> buf(kBandwidthBytes, 1);
-  WaitPolicy w = wait_policy(cfg, &clock);
-  w.spins = 0;
-  {
-    // Everyone here before any pair starts, waiting without spinning: a rank that arrived
-    // early (a late rank's neighbours) would otherwise spin in its first round trip or in the
-    // final all-reduce on a core the probing pairs need.
-    MPI_Request req;
-    SKIPRING_RETURN_IF_ERROR(wait_collectives(
-        MPI_Ibarrier(comm, &req), &req, 1, w,
-        probe_step("communicator setup: the cost model's opening barrier"), nullptr));
-  }
-  // Pairs of ring neighbours (0,1), (2,3), ...; with n odd the last position sits out. Then
-  // (1,2), (3,4), ... so that a ring crossing hosts at an odd position is measured too.
-  // A failure stops this rank's measuring (its partner may be left waiting in a round trip:
-  // only a transport error does that, and the watchdog reports it) but not its part in the
-  // closing all-reduce, which tells every rank that one failed.
-  Status failed = Status::kOk;
-  for (int shift = 0; shift < 2 && n > 1 && ok(failed); ++shift) {
+  for (int shift = 0; shift < 2 && n > 1; ++shift) {
     const int rel = pos - shift;
     if (rel < 0) continue;
     const int partner_pos = rel % 2 == 0 ? pos + 1 : pos - 1;
@@ -107,17 +92,21 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     const int peer = ring[partner_pos];
     const bool first = rel % 2 == 0;
     double lat = 0, big = 0;
-    failed = ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, w, &lat);
-    if (ok(failed)) {
-      failed = ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, w, &big);
-    }
-    if (!ok(failed)) break;
+    SKIPRING_RETURN_IF_ERROR(ping_pong(comm, peer, first, &buf, 8, kLatencyIters, clock, w, &lat));
+    SKIPRING_RETURN_IF_ERROR(
+        ping_pong(comm, peer, first, &buf, kBandwidthBytes, kBandwidthIters, clock, w, &big));
     const double per_byte = std::max(big - lat, 1e-12) / kBandwidthBytes;
     const int slot = host(peer) == host(rank) ? 0 : 2;
     mine[slot] = std::max(mine[slot], lat);
     mine[slot + 1] = std::max(mine[slot + 1], per_byte);
   }
-  if (ok(failed)) {
+  return Status::kOk;
+}
+
+// The reduction kernel's rate in cache (mine[4]) and its slowdown out of cache (mine[5], [6]).
+Status measure_reduction(const Clock& clock, double* mine) {
+  Status failed = Status::kOk;
+  {
     const size_t count = kBandwidthBytes / sizeof(float);
     std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count);
     std::vector<double> t;
@@ -128,36 +117,29 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
     }
     mine[4] = median(t) / kBandwidthBytes;
   }
-  if (ok(failed)) {
-    // A core's L2 (the segmented ring stays inside it); the reduction's slowdown on arrays four
-    // times that size against the in-cache rate above.
-    long l2 = -1;
+  if (!ok(failed)) return failed;
+  // A core's L2 (the segmented ring stays inside it); the reduction's slowdown on arrays four
+  // times that size against the in-cache rate above.
+  long l2 = -1;
 #ifdef _SC_LEVEL2_CACHE_SIZE
-    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
-    const size_t cache = l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20;
-    const size_t count = 4 * cache / sizeof(float);
-    std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count, 0.0f);
-    std::vector<double> t;
-    for (int i = 0; i < 3 && ok(failed); ++i) {
-      const double t0 = clock.now();
-      failed = reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count);
-      t.push_back(clock.now() - t0);
-    }
-    mine[5] = -static_cast<double>(cache);
-    mine[6] = mine[4] > 0 ? std::max(1.0, median(t) / (count * sizeof(float)) / mine[4]) : 1.0;
+  const size_t cache = l2 > 0 ? static_cast<size_t>(l2) : size_t{1} << 20;
+  const size_t count = 4 * cache / sizeof(float);
+  std::vector<float> a(count, 1.0f), b(count, 2.0f), d(count, 0.0f);
+  std::vector<double> t;
+  for (int i = 0; i < 3 && ok(failed); ++i) {
+    const double t0 = clock.now();
+    failed = reduce(ROp::kSum, DType::kFloat, d.data(), a.data(), b.data(), count);
+    t.push_back(clock.now() - t0);
   }
-  mine[7] = ok(failed) ? 0 : 1;
-  // Vectors: a timeout leaves the all-reduce pending, and its buffers are then leaked.
-  std::vector<double> send(mine, mine + 8), all(8, 0.0);
-  {
-    MPI_Request req;
-    SKIPRING_RETURN_IF_ERROR(wait_collectives(
-        PMPI_Iallreduce(send.data(), all.data(), 8, MPI_DOUBLE, MPI_MAX, comm, &req), &req, 1, w,
-        probe_step("communicator setup: the cost model's closing all-reduce"), nullptr, &send,
-        &all));
-  }
-  if (all[7] != 0) return ok(failed) ? Status::kErrTransport : failed;
+  mine[5] = -static_cast<double>(cache);
+  mine[6] = mine[4] > 0 ? std::max(1.0, median(t) / (count * sizeof(float)) / mine[4]) : 1.0;
+  return failed;
+}
+
+// The parameters from the closing all-reduce's maxima, SKIPRING_MODEL_* replacing measured ones.
+CostParams params_from(const std::vector<double>& all, const Config& cfg) {
   CostParams p;  // defaults where nothing was measured (n == 1)
   if (all[0] > 0) p.alpha_s = all[0];
   if (all[1] > 0) p.beta_s = all[1];
@@ -175,7 +157,42 @@ Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
   if (cfg.model_lat_us > 0) p.alpha_s = p.inter_alpha_s = cfg.model_lat_us * 1e-6;
   if (cfg.model_gbps > 0) p.beta_s = p.inter_beta_s = 1.0 / (cfg.model_gbps * 1e9);
   if (cfg.model_reduce_gbps > 0) p.gamma_s = 1.0 / (cfg.model_reduce_gbps * 1e9);
-  *out = p;
+  return p;
+}
+
+}  // namespace
+
+Status measure_cost_params(MPI_Comm comm, const std::vector<int>& ring,
+                           const std::vector<int>& host_of_rank, const Config& cfg,
+                           const Clock& clock, CostParams* out) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  double mine[kProbeValues] = {0, 0, 0, 0, 0, 0, 0, 0};
+  WaitPolicy w = wait_policy(cfg, &clock);
+  w.spins = 0;
+  {
+    // Everyone here before any pair starts, waiting without spinning: a rank that arrived
+    // early (a late rank's neighbours) would otherwise spin in its first round trip or in the
+    // final all-reduce on a core the probing pairs need.
+    MPI_Request req;
+    SKIPRING_RETURN_IF_ERROR(wait_collectives(
+        MPI_Ibarrier(comm, &req), &req, 1, w,
+        probe_step("communicator setup: the cost model's opening barrier"), nullptr));
+  }
+  Status failed = measure_links(comm, ring, host_of_rank, rank, clock, w, mine);
+  if (ok(failed)) failed = measure_reduction(clock, mine);
+  mine[7] = ok(failed) ? 0 : 1;
+  // Vectors: a timeout leaves the all-reduce pending, and its buffers are then leaked.
+  std::vector<double> send(mine, mine + kProbeValues), all(kProbeValues, 0.0);
+  {
+    MPI_Request req;
+    SKIPRING_RETURN_IF_ERROR(wait_collectives(
+        PMPI_Iallreduce(send.data(), all.data(), kProbeValues, MPI_DOUBLE, MPI_MAX, comm, &req),
+        &req, 1, w, probe_step("communicator setup: the cost model's closing all-reduce"), nullptr,
+        &send, &all));
+  }
+  if (all[7] != 0) return ok(failed) ? Status::kErrTransport : failed;
+  *out = params_from(all, cfg);
   return Status::kOk;
 }
 

@@ -1,7 +1,7 @@
 // Where a buffer lives: host memory, CUDA device memory, CUDA managed memory or page-locked
 // (pinned) host memory. skipring's collectives run on the CPU; a device or managed buffer must
 // never reach them (a CUDA-aware MPI's users pass cudaMalloc'd buffers to MPI_Allreduce). Until
-// a device path exists, such calls go to PMPI (counted as fallbacks): runtime/api.cpp asks
+// a device path exists, such calls go to PMPI (counted as fallbacks): runtime/api_device.cpp asks
 // host_accessible() of every buffer of every collective.
 //
 // Detection goes through the CUDA driver loaded at run time (dlopen("libcuda.so.1") once, then

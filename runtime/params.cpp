@@ -6,8 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <mutex>
+#include <type_traits>
 
+#include "common/hash.h"
 #include "common/size_parse.h"
 #include "common/text.h"
 #include "topology/affinity.h"
@@ -74,6 +79,20 @@ std::string fmt_size(double bytes) {
     if (b != 0 && b % (1ull << shift) == 0) return std::to_string(b >> shift) + suffix;
   }
   return std::to_string(b);
+}
+
+// CustomParam::key for the field F: its bytes (a string: its length, then its characters).
+template <auto F>
+void field_key(const Config& c, std::string* out) {
+  const auto& v = c.*F;
+  if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+    const size_t n = v.size();
+    out->append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out->append(v);
+  } else {
+    static_assert(std::is_trivially_copyable_v<std::decay_t<decltype(v)>>);
+    out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
 }
 
 const char* log_level_name(LogLevel l) {
@@ -182,11 +201,13 @@ const CustomParam kClock{
       return std::string(c.clock == ClockKind::kSteady ? "steady" : "mpi_wtime");
     }};
 const CustomParam kDirectAllgather{
-    "enum", "auto, 0, 1", parse_direct_allgather, [](const Config& c) {
+    "enum", "auto, 0, 1", parse_direct_allgather,
+    [](const Config& c) {
       return std::string(c.direct_allgather < 0 ? "auto" : c.direct_allgather ? "1" : "0");
-    }};
+    },
+    field_key<&Config::direct_allgather>};
 const CustomParam kLateChain{"enum", "auto, 0, 1", parse_auto_bool<&Config::late_chain>,
-                             print_auto_bool<&Config::late_chain>};
+                             print_auto_bool<&Config::late_chain>, field_key<&Config::late_chain>};
 // What SKIPRING_ALGO accepts: the names of the algorithm table (collectives/algorithms.h).
 const char* algo_accepts() {
   static const std::string names = algo_names(", ");
@@ -195,11 +216,12 @@ const char* algo_accepts() {
 CustomParam algo_param() {
   return {"enum", algo_accepts(),
           [](const std::string& t, Config* c) { return parse_algo(t, &c->algo); },
-          [](const Config& c) { return std::string(algo_name(c.algo)); }};
+          [](const Config& c) { return std::string(algo_name(c.algo)); }, field_key<&Config::algo>};
 }
 const CustomParam kHostMap{
     "string", "`block:K`, or one label per rank (`a,a,b,b`)", parse_host_map,
-    [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; }};
+    [](const Config& c) { return c.host_map.empty() ? std::string("(hosts)") : c.host_map; },
+    field_key<&Config::host_map>};
 // SKIPRING_GPU is per rank and read by the topology gather itself (runtime/topology_gather.cpp,
 // topology/affinity.h): here it is only checked (an index) and listed; the GPU each rank
 // ends up with is what `skipring_info --topology` shows.
@@ -207,9 +229,9 @@ const CustomParam kGpu{"int", "a GPU index `0..` among the host's GPUs (PCI bus 
                        [](const std::string& t, Config*) { return parse_gpu_request(t) >= 0; },
                        [](const Config&) { return std::string("(local rank)"); }};
 const CustomParam kTreeGraph{
-    "path", "a link-graph file (`docs/multitree.md`)", parse_tree_graph, [](const Config& c) {
-      return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph;
-    }};
+    "path", "a link-graph file (`docs/multitree.md`)", parse_tree_graph,
+    [](const Config& c) { return c.tree_graph.empty() ? std::string("(topology)") : c.tree_graph; },
+    field_key<&Config::tree_graph>};
 const CustomParam kInject{
     "spec", "rules separated by `;` (README: Straggler injection)",
     [](const std::string& t, Config* c) {
@@ -242,11 +264,11 @@ const CustomParam kTransport{
 #ifdef SKIPRING_HAVE_UCX
     "mpi, ucx",
 #else
-                             "mpi (this build has no UCX)",
+    "mpi (this build has no UCX)",
 #endif
-    parse_transport, [](const Config& c) {
-      return std::string(c.transport == TransportKind::kUcx ? "ucx" : "mpi");
-    }};
+    parse_transport,
+    [](const Config& c) { return std::string(c.transport == TransportKind::kUcx ? "ucx" : "mpi"); },
+    field_key<&Config::transport>};
 const CustomParam kOnTimeout{"enum", "error, abort", parse_on_timeout, [](const Config& c) {
                                return std::string(c.abort_on_timeout ? "abort" : "error");
                              }};
@@ -254,126 +276,161 @@ const CustomParam kSimWait{"enum", "block, poll", parse_sim_wait, [](const Confi
                              return std::string(c.sim_block ? "block" : "poll");
                            }};
 
+// The table's words for ParamAgree: kLocal may differ between ranks; the others must agree.
+constexpr ParamAgree kLocal = ParamAgree::kLocal;
+constexpr ParamAgree kAgree = ParamAgree::kValue;
+constexpr ParamAgree kGiven = ParamAgree::kWhetherGiven;
+constexpr ParamAgree kFile = ParamAgree::kFileContents;
+
 }  // namespace
 
-// One entry per variable: name, field (or parser), bounds, default note, meaning[, group].
+// One entry per variable: name, whether the ranks must agree on it (kLocal, or kAgree / kGiven /
+// kFile with the reason above the entry), field (or parser), bounds, default note, meaning[,
+// group]. A new parameter that the protocol, the algorithm choice or whether a collective step
+// runs depends on must be agreed: ranks that differ on it would otherwise run different
+// protocols and hang or corrupt data, with nothing naming the cause.
 // clang-format off
 const std::vector<ParamDef>& param_table() {
   static const std::vector<ParamDef> kTable = {
-      {"SKIPRING_ENABLE", &Config::enable, {}, "",
+      // agree: the PMPI library runs skipring or PMPI_Allreduce (always 1 here: a rank with 0
+      // never sets up a communicator)
+      {"SKIPRING_ENABLE", kAgree, &Config::enable, {}, "",
        "use skipring's all-reduce; 0 makes the PMPI library pass every call to `PMPI_Allreduce`"},
-      {"SKIPRING_LOG_LEVEL", kLogLevel, {}, "",
+      {"SKIPRING_LOG_LEVEL", kLocal, kLogLevel, {}, "",
        "logging to stderr, each line prefixed `[skipring rN]`; debug prints per-step stats of "
        "every collective"},
-      {"SKIPRING_REPORT", &Config::report, {}, "",
+      {"SKIPRING_REPORT", kLocal, &Config::report, {}, "",
        "PMPI library: one report line per rank at `MPI_Finalize`"},
-      {"SKIPRING_SEGMENT_BYTES", &Config::segment_bytes, {1024, 1 << 30}, "",
+      // agree: pieces and message sizes
+      {"SKIPRING_SEGMENT_BYTES", kAgree, &Config::segment_bytes, {1024, 1 << 30}, "",
        "pipelining unit: each chunk moves in segments of at most this size (the ring across "
        "hosts cuts a chunk into at least 8, down to 128 KiB)"},
-      {"SKIPRING_PIPELINE_DEPTH", &Config::pipeline_depth, {1, 64}, "",
+      // agree: slots and messages in flight
+      {"SKIPRING_PIPELINE_DEPTH", kAgree, &Config::pipeline_depth, {1, 64}, "",
        "segments in flight per direction (receive slots / send slots)"},
-      {"SKIPRING_POLL_SPINS", &Config::poll_spins, {0, 1000000}, "",
+      {"SKIPRING_POLL_SPINS", kLocal, &Config::poll_spins, {0, 1000000}, "",
        "idle polls before the progress engine starts yielding the core"},
-      {"SKIPRING_IDLE_SLEEP_US", &Config::idle_sleep_us, {0, 100000}, "",
+      {"SKIPRING_IDLE_SLEEP_US", kLocal, &Config::idle_sleep_us, {0, 100000}, "",
        "longest back-off sleep when idle (0: only `sched_yield`)"},
-      {"SKIPRING_TIMEOUT", &Config::timeout_s, {0, 1e6}, "",
+      {"SKIPRING_TIMEOUT", kLocal, &Config::timeout_s, {0, 1e6}, "",
        "seconds a collective may make no progress before it fails (0 = never); warnings name "
        "the ranks it waits for from half of it (at most 30 s)"},
-      {"SKIPRING_ON_TIMEOUT", kOnTimeout, {}, "",
+      {"SKIPRING_ON_TIMEOUT", kLocal, kOnTimeout, {}, "",
        "at the timeout: `error` returns an MPI error (the communicator is then unusable), "
        "`abort` calls `MPI_Abort`"},
-      {"SKIPRING_CLOCK", kClock, {}, "", "time source; `mpi_wtime` under SimGrid SMPI"},
-      {"SKIPRING_CHECK", &Config::check, {}, "",
+      {"SKIPRING_CLOCK", kLocal, kClock, {}, "", "time source; `mpi_wtime` under SimGrid SMPI"},
+      // agree: the barrier and probe after each collective
+      {"SKIPRING_CHECK", kAgree, &Config::check, {}, "",
        "after each collective, barrier + probe: fail if any message is left unmatched"},
-      {"SKIPRING_TRANSPORT", kTransport, {}, "",
+      // agree: a message sent on one transport is never received on the other
+      {"SKIPRING_TRANSPORT", kAgree, kTransport, {}, "",
        "what carries the collectives' messages: `mpi` (point-to-point on a duplicate of the "
        "communicator) or `ucx` (UCP tag API, one worker per communicator; small sizes' direct "
        "recursive doubling and the setup stay on MPI)"},
-      {"SKIPRING_SKIP", &Config::skip, {}, "",
+      // agree: skip-ahead's control messages
+      {"SKIPRING_SKIP", kAgree, &Config::skip, {}, "",
        "skip ahead past a slow predecessor; 0 = plain ring (run-to-run identical results)"},
-      {"SKIPRING_DIRECT_ALLGATHER", kDirectAllgather, {}, "",
+      // agree: who sends the final segments to whom
+      {"SKIPRING_DIRECT_ALLGATHER", kAgree, kDirectAllgather, {}, "",
        "allgather once skip-ahead met a straggler: 1 = each owner sends its final segments to "
        "every rank (one hop), 0 = around the ring and past the late rank; auto = 1 when all "
        "ranks share one host ([docs/skip_ahead.md](docs/skip_ahead.md))"},
-      {"SKIPRING_LATE_CHAIN", kLateChain, {}, "",
+      // agree: the algorithm (the census and the late path, or the ring alone)
+      {"SKIPRING_LATE_CHAIN", kAgree, kLateChain, {}, "",
        "the late path: skip-ahead with a census first; ranks that have not arrived within "
        "`SKIPRING_LATE_WAIT_US` are taken out, the others run their reduce-scatter, and a late "
        "rank's input goes straight to the block owners the moment it comes; auto = across hosts "
        "from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
-      {"SKIPRING_LATE_WAIT_US", &Config::late_wait_us, {0, 1e9}, "(0: derived)",
+      {"SKIPRING_LATE_WAIT_US", kLocal, &Config::late_wait_us, {0, 1e9}, "(0: derived)",
        "the census's wait for late ranks in µs; 0 = 5 % of the fastest time of this size "
        "seen on the communicator (the cost model's before any), at least the skip threshold's "
        "floor"},
-      {"SKIPRING_LATE_WAIT_SUSPECT_US", &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
+      {"SKIPRING_LATE_WAIT_SUSPECT_US", kLocal, &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
        "skip threshold's floor"},
-      {"SKIPRING_LATE_INFLIGHT", &Config::late_inflight, {0, 64}, "(0: 8, or n - 1 up to 64 where that is more)",
+      // agree: a late rank's window: harmless to agree on
+      {"SKIPRING_LATE_INFLIGHT", kAgree, &Config::late_inflight, {0, 64}, "(0: 8, or n - 1 up to 64 where that is more)",
        "late path: a late rank's input messages in flight to the block owners"},
-      {"SKIPRING_LATE_SEGMENT_BYTES", &Config::late_segment_bytes, {0, 1 << 30},
+      // agree: both ends cut the blocks into the same late pieces
+      {"SKIPRING_LATE_SEGMENT_BYTES", kAgree, &Config::late_segment_bytes, {0, 1 << 30},
        "(0: 60 KiB, at most `SKIPRING_SEGMENT_BYTES`)",
        "late path: the size of the late pieces and of the owners' final segments"},
-      {"SKIPRING_ALPHA", &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
+      {"SKIPRING_ALPHA", kLocal, &Config::alpha, {1, 1000, /*lo_open=*/true}, "",
        "skip threshold `α·T + T_trans` (T: normal piece time per predecessor, learnt)"},
-      {"SKIPRING_SKIP_MIN_WAIT_US", &Config::skip_min_wait_us, {0, 10000000},
+      {"SKIPRING_SKIP_MIN_WAIT_US", kLocal, &Config::skip_min_wait_us, {0, 10000000},
        "(5000 when a host runs more ranks than cores)",
        "floor of the skip threshold; set it to override the oversubscription default"},
-      {"SKIPRING_SKIP_T_US", &Config::skip_t_us, {0, 1e7}, "",
+      // agree whether given: given or learnt: learning it measures the cost model, a collective
+      // step; the value is local
+      {"SKIPRING_SKIP_T_US", kGiven, &Config::skip_t_us, {0, 1e7}, "",
        "T of the threshold in µs given instead of learnt (0 = learn; the paper's model: the "
        "reduce time of a step)"},
-      {"SKIPRING_SKIP_TTRANS_US", &Config::skip_ttrans_us, {0, 1e7}, "",
+      {"SKIPRING_SKIP_TTRANS_US", kLocal, &Config::skip_ttrans_us, {0, 1e7}, "",
        "T_trans of the threshold in µs given instead of fitted (0 = fit)"},
-      {"SKIPRING_ALGO", algo_param(), {}, "",
+      // agree: the algorithm
+      {"SKIPRING_ALGO", kAgree, algo_param(), {}, "",
        "all-reduce algorithm; `auto` picks by the cost model (`skipring_info --algo` prints its "
        "table), anything else forces one for every size"},
-      {"SKIPRING_HOST_MAP", kHostMap, {}, "",
+      // agree: hosts and ring order (gather_topology checks it too)
+      {"SKIPRING_HOST_MAP", kAgree, kHostMap, {}, "",
        "rank → host override: fakes several hosts (tests, SimGrid); empty: the real hostnames"},
-      {"SKIPRING_GPU", kGpu, {}, "",
+      {"SKIPRING_GPU", kLocal, kGpu, {}, "",
        "this rank's GPU; unset: local rank modulo the host's GPUs. Its NIC for UCX and hier's "
        "inter-host leaders follow from it ([docs/topology.md](docs/topology.md))"},
-      {"SKIPRING_TREE_GRAPH", kTreeGraph, {}, "",
+      // agree on the file: the trees (the file's contents, whatever its path)
+      {"SKIPRING_TREE_GRAPH", kFile, kTreeGraph, {}, "",
        "the network the multi-tree planner builds its trees on; empty: derived from topology "
        "and measured costs"},
-      {"SKIPRING_MULTITREE_K", &Config::multitree_k, {1, 16}, "",
+      // agree: the trees
+      {"SKIPRING_MULTITREE_K", kAgree, &Config::multitree_k, {1, 16}, "",
        "most spanning trees of `multitree`"},
-      {"SKIPRING_AUTO_STRAGGLER", &Config::auto_straggler, {0, 100}, "",
+      // agree: auto's choice once late arrivals were seen, and whether the ranks take part in the
+      // agreement on them
+      {"SKIPRING_AUTO_STRAGGLER", kAgree, &Config::auto_straggler, {0, 100}, "",
        "`auto` on a communicator where late arrivals were seen (agreed every 8 non-rd calls): the "
        "skip-ahead ring (hier across hosts) wherever its modelled time is at most this factor "
        "of the cheapest; below 1: off ([docs/training.md](docs/training.md))"},
-      {"SKIPRING_AUTO_MPI", &Config::auto_mpi, {}, "",
+      // agree: auto's choice, and whether the MPI all-reduce is measured
+      {"SKIPRING_AUTO_MPI", kAgree, &Config::auto_mpi, {}, "",
        "`auto` hands an all-reduce to the MPI library's own `MPI_Allreduce` (the `mpi` "
        "algorithm) where the cost model, which measures it at setup, finds it faster than "
        "skipring's (small sizes); 0 = never (SKIPRING_TIMEOUT's watchdog then covers every call: "
        "the MPI library's all-reduce waits as MPI does), and the drop-in's other collectives run "
        "on skipring at every size instead of below their size thresholds on the MPI library "
        "(README, Drop-in)"},
-      {"SKIPRING_MODEL_LAT_US", &Config::model_lat_us, {0, 1e6}, "",
+      // agree: auto's choice
+      {"SKIPRING_MODEL_LAT_US", kAgree, &Config::model_lat_us, {0, 1e6}, "",
        "cost-model latency per message in µs given instead of measured (0 = measure on the "
        "first `auto` all-reduce)"},
-      {"SKIPRING_MODEL_GBPS", &Config::model_gbps, {0, 1e6}, "",
+      // agree: auto's choice
+      {"SKIPRING_MODEL_GBPS", kAgree, &Config::model_gbps, {0, 1e6}, "",
        "cost-model point-to-point bandwidth in GB/s given instead of measured (0 = measure)"},
-      {"SKIPRING_MODEL_REDUCE_GBPS", &Config::model_reduce_gbps, {0, 1e6}, "",
+      // agree: auto's choice
+      {"SKIPRING_MODEL_REDUCE_GBPS", kAgree, &Config::model_reduce_gbps, {0, 1e6}, "",
        "cost-model reduction rate in GB/s given instead of measured (0 = measure)"},
-      {"SKIPRING_INJECT", kInject, {}, "", "straggler injection for experiments"},
-      {"SKIPRING_TRACE", kTrace, {}, "",
+      {"SKIPRING_INJECT", kLocal, kInject, {}, "", "straggler injection for experiments"},
+      {"SKIPRING_TRACE", kLocal, kTrace, {}, "",
        "per-rank Chrome-trace JSON of every collective (`skipring-trace-rank<R>.json`, opens "
        "in Perfetto)"},
-      {"SKIPRING_MSGLOG", kMsgLog, {}, "",
+      {"SKIPRING_MSGLOG", kLocal, kMsgLog, {}, "",
        "per-rank log of every message the progress engine completes "
        "(`skipring-msglog-rank<R>.tsv`: posted and completed when, peer, tag, bytes), for "
        "reading an experiment message by message; `scripts/msglog_summary.py` summarises and "
        "cross-checks it ([docs/skip_ahead.md](docs/skip_ahead.md))"},
-      {"SKIPRING_GPU_STAGING", &Config::gpu_staging, {}, "",
+      // agree: device-buffer calls run in skipring (staged) or in PMPI
+      {"SKIPRING_GPU_STAGING", kAgree, &Config::gpu_staging, {}, "",
        "CUDA device buffers: 1 = copied through pinned host buffers and reduced by skipring "
        "when a device path exists, 0 = handed to the MPI library (counted as fallbacks)"},
-      {"SKIPRING_SIM_REDUCE_GBPS", &Config::sim_reduce_gbps, {0, 1e6, /*lo_open=*/true}, "",
+      // agree: auto's choice under SimGrid (agreed in the SimGrid build only)
+      {"SKIPRING_SIM_REDUCE_GBPS", kAgree, &Config::sim_reduce_gbps, {0, 1e6, /*lo_open=*/true}, "",
        "reductions cost bytes / rate (GB/s) of simulated time; 2.73 = 8 KiB in 3 µs, the "
        "paper's T",
        ParamGroup::kSimGrid},
-      {"SKIPRING_SIM_POLL_NS", &Config::sim_poll_ns, {1, 1000000}, "",
+      {"SKIPRING_SIM_POLL_NS", kLocal, &Config::sim_poll_ns, {1, 1000000}, "",
        "simulated ns between polls when polling (how late a message can be seen)",
        ParamGroup::kSimGrid},
-      {"SKIPRING_SIM_WAIT", kSimWait, {}, "",
+      {"SKIPRING_SIM_WAIT", kLocal, kSimWait, {}, "",
        "`block`: an idle rank wakes exactly at its next event; `poll`: every "
        "`SKIPRING_SIM_POLL_NS`",
        ParamGroup::kSimGrid},
@@ -434,6 +491,102 @@ std::string param_accepts(const ParamDef& def) {
   return std::get<CustomParam>(t).accepts;
 }
 
+std::string param_agree_text(const ParamDef& def) {
+  switch (def.agree) {
+    case ParamAgree::kLocal:
+      return "may differ";
+    case ParamAgree::kValue:
+      return "must agree";
+    case ParamAgree::kWhetherGiven:
+      return "must agree on 0 or not";
+    case ParamAgree::kFileContents:
+      return "must agree (the file's contents)";
+  }
+  return "?";
+}
+
+bool param_agreed(const ParamDef& def) {
+#ifndef SKIPRING_SIMGRID
+  if (def.group == ParamGroup::kSimGrid) return false;  // validated and ignored here
+#endif
+  return def.agree != ParamAgree::kLocal;
+}
+
+namespace {
+
+// kWhetherGiven: a numeric field is given when non-zero, a custom one when not at its default.
+bool param_given(const ParamDef& def, const Config& cfg) {
+  const ParamTarget& t = def.target;
+  if (const auto* field = std::get_if<bool Config::*>(&t)) return cfg.**field;
+  if (const auto* field = std::get_if<int Config::*>(&t)) return cfg.**field != 0;
+  if (const auto* field = std::get_if<size_t Config::*>(&t)) return cfg.**field != 0;
+  if (const auto* field = std::get_if<double Config::*>(&t)) return cfg.**field != 0;
+  return show_param(def, cfg) != show_param(def, Config());
+}
+
+}  // namespace
+
+void param_key(const ParamDef& def, const Config& cfg, std::string* out) {
+  auto raw = [out](const auto& v) { out->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  if (def.agree == ParamAgree::kWhetherGiven) {
+    out->push_back(param_given(def, cfg) ? '\1' : '\0');
+    return;
+  }
+  const ParamTarget& t = def.target;
+  if (const auto* field = std::get_if<bool Config::*>(&t)) return raw(cfg.**field);
+  if (const auto* field = std::get_if<int Config::*>(&t)) return raw(cfg.**field);
+  if (const auto* field = std::get_if<size_t Config::*>(&t)) return raw(cfg.**field);
+  if (const auto* field = std::get_if<double Config::*>(&t)) return raw(cfg.**field);
+  const CustomParam& custom = std::get<CustomParam>(t);
+  if (custom.key != nullptr) return custom.key(cfg, out);
+  const std::string text = custom.show(cfg);
+  raw(text.size());
+  out->append(text);
+}
+
+std::string agreed_fingerprint(const Config& cfg, const std::vector<ParamDef>& table) {
+  std::string out;
+  out.reserve(256);  // the real table's key is ~150 bytes: one allocation
+  for (const ParamDef& def : table) {
+    if (param_agreed(def)) param_key(def, cfg, &out);
+  }
+  return out;
+}
+
+std::vector<AgreedValue> agreed_values(const Config& cfg, const std::vector<ParamDef>& table) {
+  // Communicators are set up often (dup, split): the list is computed once per distinct table
+  // and fingerprint (the agreed fields' bytes: no formatting or file reading on the way).
+  const std::string fingerprint = agreed_fingerprint(cfg, table);
+  static std::mutex cache_mutex;
+  static const std::vector<ParamDef>* cached_table = nullptr;
+  static std::string cached_fingerprint;
+  static std::vector<AgreedValue> cached;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cached_table == &table && fingerprint == cached_fingerprint) return cached;
+  }
+  const Config defaults;
+  std::vector<AgreedValue> out;
+  for (const ParamDef& def : table) {
+    if (!param_agreed(def)) continue;
+    AgreedValue v{def.name, show_param(def, cfg), 0};
+    std::string digested = v.shown;
+    if (def.agree == ParamAgree::kWhetherGiven) {
+      digested = param_given(def, cfg) ? "given" : "derived";
+    } else if (def.agree == ParamAgree::kFileContents && v.shown != show_param(def, defaults)) {
+      std::ifstream in(v.shown, std::ios::binary);  // a path parameter shows its path
+      digested = "file:" + std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    v.digest = static_cast<int64_t>(fnv1a64(std::string(def.name) + "=" + digested) >> 2);
+    out.push_back(std::move(v));
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  cached_table = &table;
+  cached_fingerprint = fingerprint;
+  cached = out;
+  return out;
+}
+
 std::string param_default_text(const ParamDef& def) {
   const Config defaults;
   const auto* size_field = std::get_if<size_t Config::*>(&def.target);
@@ -460,13 +613,14 @@ std::string cell(const std::string& text) {
 std::string params_markdown(ParamGroup group) {
   std::string out = group == ParamGroup::kSimGrid
                         ? "| variable (SimGrid build only; accepted and ignored otherwise) "
-                          "| default | accepts | meaning |\n"
-                        : "| variable | default | accepts | meaning |\n";
-  out += "|---|---|---|---|\n";
+                          "| default | accepts | ranks | meaning |\n"
+                        : "| variable | default | accepts | ranks | meaning |\n";
+  out += "|---|---|---|---|---|\n";
   for (const ParamDef& def : param_table()) {
     if (def.group != group) continue;
     out += "| `" + std::string(def.name) + "` | " + cell(param_default_text(def)) + " | " +
-           cell(param_accepts(def)) + " | " + cell(def.meaning) + " |\n";
+           cell(param_accepts(def)) + " | " + param_agree_text(def) + " | " + cell(def.meaning) +
+           " |\n";
   }
   return out;
 }

@@ -315,6 +315,41 @@ struct UcxTransport::Impl {
     release_op(id);
     return Status::kOk;
   }
+
+  // This rank's worker and its address (*address null, *why set: none).
+  void make_worker(const std::string& net_device, ucp_address_t** address, size_t* address_bytes,
+                   std::string* why) {
+    if (ucp_context_h ctx = get_context(net_device, why); ctx != nullptr) {
+      ucp_worker_params_t wp;
+      std::memset(&wp, 0, sizeof(wp));
+      wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+      wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time: the caller's
+      ucs_status_t st = ucp_worker_create(ctx, &wp, &worker);
+      if (st == UCS_OK) st = ucp_worker_get_address(worker, address, address_bytes);
+      if (st != UCS_OK) *why = std::string("UCP worker: ") + ucs_status_string(st);
+    }
+  }
+
+  // Endpoints to every rank (itself included) from the all-gathered addresses; connections are
+  // made on first use. False (logged) when one could not be created.
+  bool connect_all(const std::vector<uint8_t>& all, const std::vector<int>& displs, int rank,
+                   int size) {
+    eps.assign(static_cast<size_t>(size), nullptr);
+    for (int r = 0; r < size; ++r) {
+      ucp_ep_params_t ep;
+      std::memset(&ep, 0, sizeof(ep));
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      if (const ucs_status_t st = ucp_ep_create(worker, &ep, &eps[r]); st != UCS_OK) {
+        SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: no UCX endpoint from rank {} to rank {}: {}",
+                           rank, r, ucs_status_string(st));
+        eps[r] = nullptr;
+        return false;
+      }
+    }
+    return true;
+  }
 };
 
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -328,15 +363,7 @@ Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::st
   std::string why;
   ucp_address_t* address = nullptr;
   size_t address_bytes = 0;
-  if (ucp_context_h ctx = get_context(net_device, &why); ctx != nullptr) {
-    ucp_worker_params_t wp;
-    std::memset(&wp, 0, sizeof(wp));
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time: the caller's
-    ucs_status_t st = ucp_worker_create(ctx, &wp, &impl->worker);
-    if (st == UCS_OK) st = ucp_worker_get_address(impl->worker, &address, &address_bytes);
-    if (st != UCS_OK) why = std::string("UCP worker: ") + ucs_status_string(st);
-  }
+  impl->make_worker(net_device, &address, &address_bytes, &why);
   // Every rank's address (length 0: that rank has none, and everyone fails).
   std::vector<int> lengths(static_cast<size_t>(size) + 1, 0);
   lengths[size] = address != nullptr ? static_cast<int>(address_bytes) : 0;
@@ -372,22 +399,8 @@ Status UcxTransport::create(MPI_Comm comm, const WaitPolicy& wait, const std::st
       MPI_Iallgatherv(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all.data(),
                       lengths.data(), displs.data(), MPI_BYTE, comm, &req),
       &req, 1, wait, w, nullptr, &mine, &all, &lengths, &displs));
-  // Endpoints to every rank (itself included); connections are made on first use.
-  impl->eps.assign(static_cast<size_t>(size), nullptr);
   std::vector<int> ep_ok(2, 1);
-  for (int r = 0; r < size && ep_ok[0]; ++r) {
-    ucp_ep_params_t ep;
-    std::memset(&ep, 0, sizeof(ep));
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    if (const ucs_status_t st = ucp_ep_create(impl->worker, &ep, &impl->eps[r]); st != UCS_OK) {
-      SKIPRING_LOG_ERROR("SKIPRING_TRANSPORT=ucx: no UCX endpoint from rank {} to rank {}: {}",
-                         rank, r, ucs_status_string(st));
-      impl->eps[r] = nullptr;
-      ep_ok[0] = 0;
-    }
-  }
+  ep_ok[0] = impl->connect_all(all, displs, rank, size) ? 1 : 0;
   w.what = "communicator setup: agreeing on the UCX endpoints";
   const Status agreed =
       wait_collectives(PMPI_Iallreduce(&ep_ok[0], &ep_ok[1], 1, MPI_INT, MPI_MIN, comm, &req), &req,

@@ -14,8 +14,8 @@
 //
 // Receives never write past their buffers: UCX truncates (UCS_ERR_MESSAGE_TRUNCATED), reported
 // as kErrProtocol with peer, tag and sizes, as MpiTransport does. Buffers are host memory (the C
-// API stages or falls back for device memory, runtime/api.cpp); every operation says so to UCX
-// (UCP_OP_ATTR_FIELD_MEMORY_TYPE), which also spares UCX its own memory-type lookup.
+// API stages or falls back for device memory, runtime/api_device.cpp); every operation says so to
+// UCX (UCP_OP_ATTR_FIELD_MEMORY_TYPE), which also spares UCX its own memory-type lookup.
 #pragma once
 
 #include <mpi.h>

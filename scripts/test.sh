@@ -8,6 +8,27 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Where the time goes (issue 41): each part's seconds, printed at the end (also after a failure).
+part_names=()
+part_secs=()
+part_name="setup and format"
+part_start=$SECONDS
+part() {
+  part_names+=("$part_name")
+  part_secs+=($((SECONDS - part_start)))
+  part_name="$1"
+  part_start=$SECONDS
+}
+time_summary() {
+  part "end"
+  echo "test.sh: where the time went (seconds):"
+  for i in "${!part_names[@]}"; do
+    printf '  %-34s %5d\n' "${part_names[$i]}" "${part_secs[$i]}"
+  done
+  printf '  %-34s %5d\n' "total" "$SECONDS"
+}
+trap time_summary EXIT
+
 # simgrid: the SimGrid SMPI build and its smoke test (label sim) are part of the suite;
 # cluster: iproute2 for the emulated-cluster tests (label cluster); slurm: SLURM's daemons and
 # commands for the slurm-labelled tests (docs/slurm.md); train: mpi4py, numpy, scikit-learn,
@@ -31,9 +52,11 @@ jobs="$(nproc)"
 sim_dir="${SIM_BUILD_DIR:-build-sim}"
 [[ "$sim_dir" == /* ]] || sim_dir="$PWD/$sim_dir"
 
+part "main build"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSKIPRING_SIM_DRIVER="$sim_dir/apps/skipring_sim"
 cmake --build "$build_dir" -j "$jobs"
+part "SimGrid build"
 # The SimGrid SMPI build (build-sim/) whose driver the sim-labelled tests run.
 SIM_BUILD_DIR="$sim_dir" bash scripts/sim_build.sh
 
@@ -47,8 +70,10 @@ SIM_BUILD_DIR="$sim_dir" bash scripts/sim_build.sh
 # submit MPI jobs to them: last, one at a time. Everything else (in-process unit tests) is cheap
 # and independent, so it runs in parallel.
 status=0
+part "in-process tests"
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" -LE '^(mpi|cluster|slurm)$' "$@" ||
   status=$?
+part "mpi tier (Open MPI)"
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status=$?
 # The mpi tier again over the UCX transport (issue 14, docs/gpu.md): every message of the
 # progress engine through UCP (shared memory, CMA and TCP here); the setup and the small sizes'
@@ -57,11 +82,14 @@ ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status
 # Left out there: tests of what never reaches the transport (the PMPI interposer's and the
 # training clients' wrapping, configuration agreement and validation, versions and bench
 # tables), which the pass above ran.
+part "mpi tier over UCX"
 if grep -q '^UCX_FOUND:INTERNAL=1' "$build_dir/CMakeCache.txt"; then
   SKIPRING_TRANSPORT=ucx ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' \
     -E '^(pmpi_|train_|release_|auto_straggler_|mpi_agreement_|mpi_bad_)' "$@" || status=$?
 fi
+part "cluster tier"
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^cluster$' "$@" || status=$?
+part "SLURM tier"
 ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^slurm$' "$@" || status=$?
 
 # MPICH (issue 15, docs/testing.md): a second tree, build-mpich/, configured with MPICH's compiler
@@ -71,6 +99,7 @@ ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^slurm$' "$@" || stat
 # MPI are registered there as skipped, saying why. SKIPRING_MPICH=0 skips this part; where
 # MPICH cannot be installed it is skipped with a message, not failed.
 if [[ "${SKIPRING_MPICH:-1}" != 0 && $# -eq 0 ]]; then
+  part "MPICH setup, build, tier"
   bash scripts/setup.sh mpich || echo "mpich: scripts/setup.sh mpich failed (see above)"
   if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
     mpich_dir="${MPICH_BUILD_DIR:-build-mpich}"
@@ -120,6 +149,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   # 291 s instead of 264 (docs/testing.md).
   san_flags=("-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+  part "ASan+UBSan build and tests"
   asan_dir="${ASAN_BUILD_DIR:-build-asan}"
   cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=address,undefined \
     "${san_flags[@]}" -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF \
@@ -152,6 +182,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   # libFuzzer over the wire-header decoder and the parsers (tests/fuzz), 20 s, where clang is
   # installed (the unit tests' FuzzDriver.* run the same targets with any compiler).
   if command -v clang++ >/dev/null && command -v clang >/dev/null; then
+    part "libFuzzer build and run"
     fuzz_dir="${FUZZ_BUILD_DIR:-build-fuzz}"
     CC=clang CXX=clang++ cmake -S . -B "$fuzz_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null
@@ -161,6 +192,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
   else
     echo "sanitizers: clang not installed, libFuzzer run skipped (FuzzDriver.* ran above)"
   fi
+  part "ThreadSanitizer build and test"
   tsan_dir="${TSAN_BUILD_DIR:-build-tsan}"
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKIPRING_SANITIZE=thread \
     "${san_flags[@]}" -DSKIPRING_WITH_CUDA=OFF -DSKIPRING_BUILD_APPS=OFF >/dev/null

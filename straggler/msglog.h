@@ -51,7 +51,7 @@ class MessageLog {
   bool failed_ = false;
 };
 
-// The process's log, null when SKIPRING_MSGLOG is not set (runtime/api.cpp opens it at init
+// The process's log, null when SKIPRING_MSGLOG is not set (runtime/api_state.cpp opens it at init
 // and closes it at finalize). Engines read it when a collective begins.
 MessageLog* message_log();
 void set_message_log(MessageLog* log);

@@ -44,7 +44,6 @@ Status RingAllreduce::owner_merge(int g, double now, ActionList* out) {
   }
   o.acc.merge(scratch_set_);
   o.merging = true;
-  if (item.is_ring()) o.main_merged = true;
   uint8_t* dst = seg_ptr(p_.recvbuf, pos_, g);
   out->push_back(reduce_action(make_token(kTokOwnerReduce, g), dst,
                                o.started ? static_cast<const void*>(dst) : input_ptr(pos_, g),

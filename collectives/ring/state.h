@@ -167,7 +167,6 @@ struct OwnerPiece {
   ContributionSet acc;           // ranks summed into recvbuf (own input once started)
   bool started = false;          // recvbuf holds a partial (own input merged)
   bool merging = false;          // a reduction into recvbuf is in flight
-  bool main_merged = false;      // the ring piece has been merged
   bool to_owner_posted = false;  // a to-owner receive is outstanding (or its slot in use)
   int to_owner_aux = -1;         // that receive
   bool full = false;

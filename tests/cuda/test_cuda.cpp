@@ -1,7 +1,7 @@
 // GPU tests (issue 14, parts 2 and 5): the CUDA reduce kernels give the host kernels' bits for
 // every op x type they handle, every alignment mode and exact aliasing; the CUDA DeviceOps
-// copies, reduces, synchronises and reports errors as statuses; and a bandwidth comparison of
-// the reduce kernel with cudaMemcpy device to device (printed, not asserted).
+// copies, reduces, synchronises and reports errors as statuses. (The reduce kernel's bandwidth
+// against cudaMemcpy is apps/gpu_reduce_bench.cpp's, run by scripts/gpu_check.sh.)
 // Without a CUDA device (or driver) the program prints why and exits 77 (ctest: skipped).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -177,46 +177,6 @@ TEST(CudaDeviceOps, CopyReduceSync) {
   cudaFree(d);
   ops->stream_destroy(s);
   ops->free_pinned(pinned);
-}
-
-// Reduce kernel bandwidth against cudaMemcpy device to device, both as bytes moved per second
-// (reduce: read a and b, write dst = 3 n bytes; copy: 2 n bytes). Issue 14's goal: >= 80 %.
-TEST(CudaBench, ReduceBandwidthAgainstMemcpy) {
-  const size_t n = size_t{64} << 20;  // floats: 256 MiB per buffer
-  float *a = nullptr, *b = nullptr, *d = nullptr;
-  CUDA_OK(cudaMalloc(&a, n * sizeof(float)));
-  CUDA_OK(cudaMalloc(&b, n * sizeof(float)));
-  CUDA_OK(cudaMalloc(&d, n * sizeof(float)));
-  CUDA_OK(cudaMemset(a, 0, n * sizeof(float)));
-  CUDA_OK(cudaMemset(b, 0, n * sizeof(float)));
-  cudaEvent_t t0, t1;
-  CUDA_OK(cudaEventCreate(&t0));
-  CUDA_OK(cudaEventCreate(&t1));
-  const int reps = 20;
-  auto time_it = [&](auto&& body) {
-    body();  // warm-up
-    cudaEventRecord(t0);
-    for (int r = 0; r < reps; ++r) body();
-    cudaEventRecord(t1);
-    cudaEventSynchronize(t1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, t0, t1);
-    return ms / 1e3 / reps;
-  };
-  const double copy_s =
-      time_it([&] { cudaMemcpyAsync(d, a, n * sizeof(float), cudaMemcpyDeviceToDevice); });
-  const double reduce_s =
-      time_it([&] { cuda::reduce_async(ROp::kSum, DType::kFloat, d, a, b, n, nullptr); });
-  CUDA_OK(cudaGetLastError());
-  const double copy_gbs = 2.0 * n * sizeof(float) / copy_s / 1e9;
-  const double reduce_gbs = 3.0 * n * sizeof(float) / reduce_s / 1e9;
-  std::printf("cudaMemcpy D2D %.1f GB/s, reduce float SUM %.1f GB/s: %.0f %% (goal >= 80 %%)\n",
-              copy_gbs, reduce_gbs, 100.0 * reduce_gbs / copy_gbs);
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(d);
 }
 
 }  // namespace

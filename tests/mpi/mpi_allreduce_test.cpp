@@ -184,7 +184,8 @@ void bad_input() {
   check(skipring_handles(MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD, &handled) == MPI_SUCCESS &&
             handled == 0,
         "MAXLOC is not handled natively");
-  // Argument errors of the entry points that run through api.cpp's guarded().
+  // Argument errors of the entry points that run through the C API's guarded()
+  // (runtime/api_common.h).
   check(skipring_handles(MPI_INT, MPI_SUM, MPI_COMM_WORLD, nullptr) == MPI_ERR_ARG,
         "skipring_handles with a NULL result gives MPI_ERR_ARG");
   check(skipring_handles(MPI_INT, MPI_SUM, MPI_COMM_NULL, &handled) == MPI_ERR_COMM && handled == 0,

@@ -243,6 +243,32 @@ class FakeNetwork {
   void match(int dst) {
     auto& ux = unexpected_[dst];
     auto& po = posted_[dst];
+    if (opt_.small_overtakes_bytes > 0) {
+      // SMPI's two mailboxes: a receive for at most small_overtakes_bytes waits in the small
+      // one, a larger receive in the normal one, and a small message first looks for a posted
+      // receive in the normal mailbox: it takes the earliest larger receive of its envelope,
+      // even one posted after the small receive meant for it.
+      for (auto mit = ux.begin(); mit != ux.end();) {
+        const std::shared_ptr<Message> m = *mit;
+        const bool small_msg =
+            m->payload_bytes > 0 && m->payload_bytes <= opt_.small_overtakes_bytes;
+        auto pit = po.end();
+        if (small_msg) {
+          pit = std::find_if(po.begin(), po.end(), [&](const PostedRecv& r) {
+            return (r.src < 0 || m->src == r.src) && m->tag == r.tag &&
+                   r.payload_bytes > opt_.small_overtakes_bytes;
+          });
+        }
+        if (pit == po.end()) {
+          ++mit;
+          continue;
+        }
+        PostedRecv r = *pit;
+        mit = ux.erase(mit);
+        po.erase(pit);
+        start_transfer(dst, m, r);
+      }
+    }
     for (auto pit = po.begin(); pit != po.end();) {
       auto mit = std::find_if(ux.begin(), ux.end(), [&](const std::shared_ptr<Message>& m) {
         return (pit->src < 0 || m->src == pit->src) && m->tag == pit->tag;
@@ -255,16 +281,20 @@ class FakeNetwork {
       PostedRecv r = *pit;
       ux.erase(mit);
       pit = po.erase(pit);
-      const double dur =
-          m->transferred ? 0.0 : (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
-      double t = clock_->now() + dur;
-      if (opt_.links && !m->transferred) {
-        const double begin = std::max({clock_->now(), out_free_[m->src], in_free_[dst]});
-        t = begin + dur;
-        out_free_[m->src] = in_free_[dst] = t;
-      }
-      schedule(t, [this, m, r] { transfer(*m, r); });
+      start_transfer(dst, m, r);
     }
+  }
+
+  void start_transfer(int dst, const std::shared_ptr<Message>& m, const PostedRecv& r) {
+    const double dur =
+        m->transferred ? 0.0 : (m->header_bytes + m->payload_bytes) / opt_.bytes_per_s;
+    double t = clock_->now() + dur;
+    if (opt_.links && !m->transferred) {
+      const double begin = std::max({clock_->now(), out_free_[m->src], in_free_[dst]});
+      t = begin + dur;
+      out_free_[m->src] = in_free_[dst] = t;
+    }
+    schedule(t, [this, m, r] { transfer(*m, r); });
   }
 
   void transfer(const Message& m, const PostedRecv& r) {

@@ -315,7 +315,7 @@ TEST(ParamTable, DefaultsAreAcceptedValues) {
   }
 }
 
-// One Markdown row of four cells per parameter of the group, and none of the other group.
+// One Markdown row of five cells per parameter of the group, and none of the other group.
 TEST(ParamTable, MarkdownHasOneRowPerParameter) {
   for (const ParamGroup group : {ParamGroup::kGeneral, ParamGroup::kSimGrid}) {
     const std::string md = params_markdown(group);
@@ -332,7 +332,7 @@ TEST(ParamTable, MarkdownHasOneRowPerParameter) {
       int bars = 0;
       for (size_t i = 0; i < line.size(); ++i)
         bars += line[i] == '|' && (i == 0 || line[i - 1] != '\\');
-      EXPECT_EQ(bars, 5) << line;
+      EXPECT_EQ(bars, 6) << line;
       ++rows;
       start = end + 1;
     }

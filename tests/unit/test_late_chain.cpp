@@ -380,6 +380,34 @@ TEST(LateChain, SmallMessagesOvertakeLarge) {
   }
 }
 
+// SMPI's mailboxes as SimGrid runs them (harness::small_overtakes_bytes): a receive for a small
+// payload waits in the small mailbox, and a small message takes the earliest posted receive of
+// its envelope in the normal one, even one meant for a message 64 segments later when tags
+// repeat every 64 messages. The healthy ranks' reduce-scatter posts all its receives at once:
+// at n = 16, 64 MiB, a rank 0.1 T0 late, SimGrid failed with "phase 7 chunk 9 segment 9 from
+// rank 14: 17472 payload bytes, expected 262144" (a block's short last segment of phase 3, 64
+// messages earlier on that channel). Here: 144 messages per channel, every block's last segment
+// short, late ranks before, during and after the reduce-scatter.
+TEST(LateChain, SmpiMailboxesManySegments) {
+  int i = 0;
+  for (int n : {5, 8}) {
+    for (double late_us : {0.0, 150.0, 3000.0}) {
+      harness::Options o = base(n, 8300 + i++);
+      o.segment_bytes = 64;                    // whole segments of 8 int64 (> 63 bytes)
+      o.count = static_cast<size_t>(n) * 163;  // blocks of 23-27 segments, a short last one
+      o.small_overtakes_bytes = 63;
+      o.eager_probability = 1.0;
+      o.latency_min = 5e-6;
+      o.latency_max = 5e-6;
+      o.start_time.assign(n, 0.0);
+      o.start_time[1] = late_us * 1e-6;
+      const std::string what = "n=" + std::to_string(n) + " late_us=" + std::to_string(late_us);
+      EXPECT_TRUE(run_exact(o, what).ok) << what;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 // Random schedules: 0-3 ranks late by anything from nothing to far beyond the census's wait
 // (arriving before the decision, during the healthy ranks' ring, after it), random ring orders,
 // slow steps on top (skip-ahead inside the healthy ring), eager and rendezvous, links or not,

@@ -1,0 +1,157 @@
+// What the parts of the C API share (runtime/api_*.cpp; the file map is in
+// docs/architecture.md): the process state and the per-communicator lookup (api_state.cpp),
+// error codes (api_errors.cpp), argument checks and handle classification (api_args.cpp), the
+// totals (api_counters.cpp) and the nonblocking worker's drain (api_nonblocking.cpp). Nothing
+// here is exported: libskipring exports the C API only (tests/check_exports.sh).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+
+#include "runtime/communicator.h"
+#include "runtime/include/skipring/skipring.h"
+#include "runtime/mpi_types.h"
+#include "straggler/injection.h"
+#include "straggler/msglog.h"
+#include "straggler/trace.h"
+
+namespace skipring::api {
+
+// --- The process state, init and finalize (api_state.cpp) ---------------------------------
+struct GlobalState {
+  std::mutex mutex;
+  bool initialised = false;
+  int init_error = MPI_SUCCESS;
+  int keyval = MPI_KEYVAL_INVALID;
+  int self_keyval = MPI_KEYVAL_INVALID;
+  std::map<Communicator*, MPI_Comm> comms;  // live states and the communicator they hang on
+  // Process-wide totals: atomics, so the per-call path takes no lock.
+  std::atomic<uint64_t> calls{0}, fallbacks{0}, skips{0}, late{0}, bytes{0}, time_ns{0};
+  // Fallbacks by reason (skipring_fallback_reason_t; they add up to `fallbacks`) and the calls
+  // run by the MPI library's all-reduce (the `mpi` algorithm).
+  std::atomic<uint64_t> fallback_by[SKIPRING_FALLBACK_REASONS] = {};
+  std::atomic<uint64_t> mpi_calls{0};
+  std::atomic<bool> tracing{false};    // trace != nullptr (read without the lock)
+  InjectPlan inject;                   // SKIPRING_INJECT or skipring_set_inject()
+  std::unique_ptr<TraceWriter> trace;  // SKIPRING_TRACE
+  std::unique_ptr<MessageLog> msglog;  // SKIPRING_MSGLOG (message_log() points at it)
+};
+GlobalState& state();
+
+// Set once init succeeded: the per-call fast path skips the lock. Cleared again when
+// MPI_Finalize starts (on_self_delete), so later calls take the slow path and fail there.
+extern std::atomic<bool> g_ready;
+// Set when MPI_Finalize deletes MPI_COMM_SELF's attributes: from then on no MPI call is made.
+extern std::atomic<bool> g_finalized;
+
+// Loads the configuration on the first call; MPI_ERR_OTHER (and a message naming `fn`) when
+// MPI is not active, the init error on a bad SKIPRING_* value.
+int ensure_init_slow(const char* fn);
+inline int ensure_init(const char* fn) {
+  if (g_ready.load(std::memory_order_acquire)) return MPI_SUCCESS;
+  return ensure_init_slow(fn);
+}
+// Finds or creates the state for `comm` (collective on first use).
+// drain: first wait for the communicator's pending nonblocking calls (every entry point but
+// skipring_iallreduce, which queues behind them).
+int comm_state(MPI_Comm comm, bool create, Communicator** out, bool drain = true);
+// Frees every communicator's state (finalize).
+void free_all_states();
+// SKIPRING_TRACE's and SKIPRING_MSGLOG's files, at finalize.
+void close_outputs();
+
+// --- Errors (api_errors.cpp) ---------------------------------------------------------------
+int to_mpi_error(Status s);
+// Logs why a call's arguments are rejected and returns `code`. The codes are those of Open
+// MPI's own argument checks for the same call (skipring.h lists them).
+int reject(const char* fn, int code, const char* why);
+
+// Runs an entry point's body (returning an MPI error code) so that nothing thrown crosses the
+// C ABI: std::bad_alloc becomes MPI_ERR_NO_MEM, any other exception MPI_ERR_OTHER. Every
+// extern "C" function and describe_selection go through it.
+template <typename F>
+int guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return to_mpi_error(Status::kErrNoMem);
+  } catch (...) {
+    return MPI_ERR_OTHER;
+  }
+}
+
+// --- Arguments and handles (api_args.cpp) --------------------------------------------------
+// sendbuf and recvbuf the same buffer without MPI_IN_PLACE: erroneous in MPI (aliased
+// arguments). MPI_BOTTOM is exempt (absolute addresses in a derived datatype).
+inline bool aliased(const void* sendbuf, const void* recvbuf, int count) {
+  return count > 0 && sendbuf == recvbuf && sendbuf != MPI_BOTTOM && sendbuf != MPI_IN_PLACE;
+}
+// The input and output ranges of `bytes` each overlap without being the same buffer (that is
+// aliased()'s case): erroneous in MPI (the output must not share storage with the input), and
+// the result would depend on when each part is read.
+inline bool overlapping(const void* sendbuf, const void* recvbuf, size_t bytes) {
+  if (bytes == 0 || sendbuf == recvbuf || sendbuf == nullptr || recvbuf == nullptr) return false;
+  const auto s = reinterpret_cast<uintptr_t>(sendbuf);
+  const auto r = reinterpret_cast<uintptr_t>(recvbuf);
+  return s < r + bytes && r < s + bytes;
+}
+inline constexpr const char* kOverlapWhy =
+    "sendbuf and recvbuf overlap (aliasing is erroneous in MPI; pass MPI_IN_PLACE as sendbuf "
+    "for an in-place call)";
+inline constexpr const char* kAliasWhy =
+    "sendbuf and recvbuf are the same buffer (aliasing is erroneous in MPI; pass MPI_IN_PLACE "
+    "as sendbuf for an in-place call)";
+// The buffer checks skipring_allreduce and skipring_iallreduce share (MPI_SUCCESS: none failed).
+int check_allreduce_buffers(const char* fn, const void* sendbuf, const void* recvbuf, int count,
+                            MpiReduction kind, DType dt);
+// The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
+MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop);
+// Why a reduction goes to PMPI: disabled, the datatype, or the op (classify_reduction said
+// kOther).
+int reduction_fallback_reason(MPI_Datatype datatype);
+bool intra_comm(MPI_Comm comm);
+// True when skipring runs collectives on `comm` itself: it has skipring state already (checked
+// when the state was created) or is an intra-communicator.
+bool native_comm(MPI_Comm comm);
+bool handles(MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, DType* dt, ROp* rop);
+// The collectives without a reduction (allgather, bcast): the type alone decides.
+bool handles_type(MPI_Datatype datatype, MPI_Comm comm, DType* dt);
+// Why a collective without a reduction goes to PMPI (handles_type or the memory said no);
+// `same`: the send and receive types and counts match.
+int type_fallback_reason(bool same, MPI_Datatype datatype, bool memory);
+int root_error(int root, MPI_Comm comm);
+// skipring's 16-bit float types are pairs of bytes to MPI: PMPI cannot reduce them with a
+// predefined op, so a reduction that would fall back fails here, saying why (MPI_ERR_TYPE), and
+// MPI_SUCCESS means the fallback may go ahead.
+int extension_fallback_error(const char* fn, MPI_Datatype datatype, MPI_Op op);
+
+// --- Totals and counters (api_counters.cpp) ------------------------------------------------
+// Adds a finished collective to the totals and the trace.
+void account(const CollectiveStats& s);
+inline void account(Communicator* c) { account(c->last_stats()); }
+// Counts one fallback of `fn` with its reason; the first of each reason is said at info level.
+void count_fallback(int reason, const char* fn);
+// A communicator's state is deleted: its fast-path calls stay in the process totals.
+void absorb_fast_totals(const Communicator* c);
+// At finalize, at info level: what went to the MPI library and why.
+void log_fallbacks();
+
+// --- The nonblocking all-reduce's worker (api_nonblocking.cpp) -----------------------------
+// Jobs submitted and not yet finished, all communicators (the per-call check is one load).
+extern std::atomic<int> g_nb_pending;
+// Returns once no nonblocking call of `c` is queued or running.
+void wait_nonblocking(Communicator* c);
+// Waits for c's pending nonblocking calls (none: one load).
+inline void drain_nonblocking(Communicator* c) {
+  if (c != nullptr && g_nb_pending.load(std::memory_order_acquire) != 0) wait_nonblocking(c);
+}
+// Runs what is queued, then ends the worker thread (finalize).
+void stop_nonblocking();
+
+}  // namespace skipring::api

@@ -1,0 +1,147 @@
+// The per-communicator straggler memory: the skip threshold (StepTimer's per-predecessor step
+// times with the link floor and the priors), the straggler agreement of SKIPRING_AUTO_STRAGGLER
+// and this rank's lateness observations, and what the late chain remembers between calls.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "collectives/late_chain.h"
+#include "collectives/select.h"
+#include "runtime/communicator.h"
+#include "runtime/log.h"
+#include "runtime/mpi_wait.h"
+
+namespace skipring {
+namespace {
+// Auto all-reduces between two straggler agreements (SKIPRING_AUTO_STRAGGLER): one 1-int
+// all-reduce per this many calls while no late arrival has been agreed on.
+constexpr uint64_t kStragglerAgreeEvery = 8;
+}  // namespace
+
+double Communicator::skip_threshold(size_t segment_bytes, size_t bytes) {
+  // alpha * T + T_trans with T the normal time a ring piece takes to arrive, counted from when
+  // the receiver's timer starts (RingAllreduce::skip_deadline): the longest wait of the pieces
+  // not skipped, median over recent collectives (StepTimer). T is never below what the
+  // measured link makes of the pieces in flight: the ring keeps depth/2 pieces in flight per
+  // link, which share its bandwidth, so the first of a block arrives after
+  // latency + depth/2 * segment * beta. Without that floor the first collectives (T = 1 ms
+  // before any history) skipped every healthy predecessor across 1 Gbit/s hosts (a 256 KiB
+  // piece alone takes 2.1 ms there, four in flight 8.4 ms), and T, learnt only from pieces
+  // not skipped, stayed below the real piece time (measured: 24-32 skips per rank and
+  // 16 MiB all-reduce, skip-ahead 1.5x the plain ring, on 4 emulated hosts).
+  // Before 3 collectives of history T is the longest wait seen, at most the prior; with no
+  // history it is the prior. From a predecessor on another host the prior is the modelled time
+  // of one whole ring step of this collective on that link (latency + bytes/n * beta), or 1 ms
+  // if more: with the link floor as the prior (until 3 observations) the first three
+  // skip-ahead collectives across hosts skipped healthy predecessors (4 emulated hosts at
+  // 1 Gbit/s, no straggler, 11 ms threshold against the 31-65 ms learnt later: 21-29, 0-3 and
+  // 0-7 skips per rank at 16 MiB; 128/32/17 at 64 MiB, 1.60/1.26/1.19 s against 0.86 s);
+  // with it, none. The cost: a straggler in the very first collective across hosts is skipped
+  // only when later than about alpha whole steps. On one host, and for a predecessor seen
+  // behind in a collective (RingAllreduce::record_piece_waits learns nothing then) and never
+  // observed, the prior is the link floor or 1 ms (the oversubscription floor covers a
+  // descheduled rank): a straggler's normal time cannot be learnt while it straggles, and the
+  // step prior follows the cost probe's bandwidth, which on 4 ranks / 2 cores measured
+  // 1.4-6.3 GB/s between runs (at 1.5 GB/s a 22 ms threshold: a 50 ms late rank's successor
+  // skipped 8-12 pieces per call instead of 128, 1.05-1.19x the plain ring, in 3 of 10 runs
+  // and 4 of 6 with the model's bandwidth set to 1.5 GB/s). The formula itself is
+  // StepTimer::threshold's.
+  const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
+  ThresholdParams tp;
+  tp.alpha = cfg_.alpha;
+  tp.min_wait_s = straggler_.skip_floor_s;
+  tp.fixed_T_s = cfg_.skip_t_us > 0 ? cfg_.skip_t_us * 1e-6 : 0;
+  tp.fixed_trans_s = cfg_.skip_ttrans_us > 0 ? cfg_.skip_ttrans_us * 1e-6 : 0;
+  if (cfg_.skip_t_us <= 0) {
+    // Collective: every rank gets here at the same call (SKIPRING_SKIP_T_US given or not is
+    // agreed at setup). On failure the communicator is broken; the caller checks.
+    if (!ok(ensure_cost_params())) return tp.min_wait_s;
+    const auto& host = topology_.host_of_rank;
+    const bool same_host = host.empty() || host[pred] == host[rank_];
+    const double lat = same_host ? model_.cost.alpha_s : model_.cost.inter_alpha_s;
+    const double beta = same_host ? model_.cost.beta_s : model_.cost.inter_beta_s;
+    const double in_flight = std::max(1, cfg_.pipeline_depth / 2);
+    tp.link_s = lat + in_flight * static_cast<double>(segment_bytes) * beta;
+    if (!same_host) {
+      const double chunk = std::ceil(static_cast<double>(bytes) / std::max(1, size_));
+      tp.fallback_T_s = std::max(tp.behind_T_s, lat + chunk * beta);
+    }
+  }
+  return straggler_.timer.threshold(pred, segment_bytes, tp);
+}
+
+Status Communicator::agree_stragglers() {
+  if (++straggler_.auto_calls % kStragglerAgreeEvery != 0) return Status::kOk;
+  // One int under MAX: did any rank see a late arrival since the last agreement? Every rank
+  // gets here at the same auto all-reduce, and all get the same answer.
+  std::vector<int> mine(1, straggler_.local_late ? 1 : 0), all(1, 0);
+  WaitWhat w;
+  w.what = "the straggler agreement of SKIPRING_AUTO_STRAGGLER before the all-reduce";
+  w.seq = static_cast<int64_t>(seq_);
+  MPI_Request req;
+  const Status st = wait_collectives(
+      PMPI_Iallreduce(mine.data(), all.data(), 1, MPI_INT, MPI_MAX, internal_.comm, &req), &req, 1,
+      wait_, w, nullptr, &mine, &all);
+  if (!ok(st)) {
+    note_error(st, seq_, "the straggler agreement (SKIPRING_AUTO_STRAGGLER) failed");
+    return st;
+  }
+  if (all[0] != 0) {
+    straggler_.seen = true;
+    choice_.forget();  // decide again with the skip-ahead preference
+    if (rank_ == 0) {
+      SKIPRING_LOG_INFO(
+          "auto: late arrivals seen on this communicator (before all-reduce #{}): skip-ahead "
+          "preferred where it costs at most {}x the cheapest (SKIPRING_AUTO_STRAGGLER)",
+          seq_, cfg_.auto_straggler);
+    }
+  }
+  return Status::kOk;
+}
+
+void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
+  if (straggler_.local_late) return;
+  if (skipped) {
+    // Skip-ahead met a late predecessor (the threshold already separates it from noise).
+    straggler_.local_late = last_stats_.skips > 0 || last_stats_.late_pieces > 0;
+    return;
+  }
+  // Any other algorithm: this rank waited for someone when the collective took longer than
+  // SKIPRING_ALPHA times its modelled time plus the skip threshold's floor (the same margin
+  // skip-ahead uses before it calls a predecessor late).
+  const double model = algo_cost(algo, bytes, model_.topo, model_.cost, cfg_.segment_bytes);
+  if (std::isfinite(model) && last_stats_.time_s() > cfg_.alpha * model + straggler_.skip_floor_s) {
+    straggler_.local_late = true;
+  }
+}
+
+void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
+                                      const LateChainAllreduce* chain) {
+  StragglerMemory& m = straggler_;
+  if (chain != nullptr) {
+    // The coordinator's memory for the next census (empty on the other ranks).
+    m.late_seen_s = chain->lateness();
+    if (last_stats_.late_excluded == 0) {
+      // The coordinator (the only rank whose waits count) times from the last arrival: a rank
+      // kept in and late must not make the usual time look longer (a first call slowed by
+      // connection setup neither: the minimum forgets it).
+      double t = last_stats_.time_s();
+      if (!m.late_seen_s.empty()) {
+        t -= std::max(0.0, *std::max_element(m.late_seen_s.begin(), m.late_seen_s.end()));
+      }
+      auto it = m.fastest_s.try_emplace(bytes, t).first;
+      it->second = std::min(it->second, t);
+    }
+  }
+  if (straggler_watch()) observe_lateness(algo, bytes, params_.skip);
+  if (params_.skip) {
+    const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
+    if (last_stats_.rs_piece_wait_max > 0) {
+      m.timer.observe(pred, last_stats_.rs_piece_wait_max, seg_bytes);
+    } else if (last_stats_.pred_behind) {
+      m.timer.observe_behind(pred);
+    }
+  }
+}
+
+}  // namespace skipring
