@@ -396,7 +396,9 @@ const std::vector<ParamDef>& param_table() {
        "`auto` hands an all-reduce to the MPI library's own `MPI_Allreduce` (the `mpi` "
        "algorithm) where the cost model, which measures it at setup, finds it faster than "
        "skipring's (small sizes); 0 = never (SKIPRING_TIMEOUT's watchdog then covers every call: "
-       "the MPI library's all-reduce waits as MPI does)"},
+       "the MPI library's all-reduce waits as MPI does), and the drop-in's other collectives run "
+       "on skipring at every size instead of below their size thresholds on the MPI library "
+       "(README, Drop-in)"},
       // agree: auto's choice
       {"SKIPRING_MODEL_LAT_US", kAgree, &Config::model_lat_us, {0, 1e6}, "",
        "cost-model latency per message in µs given instead of measured (0 = measure on the "

@@ -1,4 +1,5 @@
-// libskipring_pmpi.so: Fortran bindings of MPI_Allreduce, MPI_Init, MPI_Init_thread and
+// libskipring_pmpi.so: Fortran bindings of MPI_Allreduce, MPI_Reduce_scatter_block,
+// MPI_Reduce_scatter, MPI_Allgather, MPI_Bcast, MPI_Reduce, MPI_Init, MPI_Init_thread and
 // MPI_Finalize. The MPI library's own Fortran entry points call PMPI_* directly, so the C
 // wrappers never see Fortran calls; these definitions (found first under LD_PRELOAD)
 // convert the arguments and take the same path as C callers.
@@ -12,6 +13,7 @@
 #include <dlfcn.h>
 
 #include <initializer_list>
+#include <vector>
 
 #include "runtime/pmpi/pmpi_internal.h"
 
@@ -79,6 +81,67 @@ void fortran_allreduce(void* sendbuf, void* recvbuf, const MPI_Fint* count,
              return allreduce(translate_buffer(sendbuf), translate_buffer(recvbuf),
                               static_cast<int>(*count), MPI_Type_f2c(*datatype), MPI_Op_f2c(*op),
                               MPI_Comm_f2c(*comm));
+           }));
+}
+
+// The other collectives (issue 40 item 5), as MPI_Allreduce: C handles, the Fortran sentinels
+// translated, then the C path.
+void fortran_reduce_scatter_block(void* sendbuf, void* recvbuf, const MPI_Fint* recvcount,
+                                  const MPI_Fint* datatype, const MPI_Fint* op,
+                                  const MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             return reduce_scatter_block(translate_buffer(sendbuf), translate_buffer(recvbuf),
+                                         static_cast<int>(*recvcount), MPI_Type_f2c(*datatype),
+                                         MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));
+           }));
+}
+
+void fortran_reduce_scatter(void* sendbuf, void* recvbuf, const MPI_Fint* recvcounts,
+                            const MPI_Fint* datatype, const MPI_Fint* op, const MPI_Fint* comm,
+                            MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             const MPI_Comm c = MPI_Comm_f2c(*comm);
+             // recvcounts has one entry per rank of the (local) group; MPI_Fint may be wider
+             // than int, so they are copied (an invalid communicator: PMPI's error, no copy).
+             int size = 0;
+             std::vector<int> counts;
+             if (c != MPI_COMM_NULL && recvcounts != nullptr &&
+                 PMPI_Comm_size(c, &size) == MPI_SUCCESS) {
+               counts.assign(recvcounts, recvcounts + size);
+             }
+             return reduce_scatter(
+                 translate_buffer(sendbuf), translate_buffer(recvbuf),
+                 recvcounts != nullptr && c != MPI_COMM_NULL ? counts.data() : nullptr,
+                 MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), c);
+           }));
+}
+
+void fortran_allgather(void* sendbuf, const MPI_Fint* sendcount, const MPI_Fint* sendtype,
+                       void* recvbuf, const MPI_Fint* recvcount, const MPI_Fint* recvtype,
+                       const MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             return allgather(translate_buffer(sendbuf), static_cast<int>(*sendcount),
+                              MPI_Type_f2c(*sendtype), translate_buffer(recvbuf),
+                              static_cast<int>(*recvcount), MPI_Type_f2c(*recvtype),
+                              MPI_Comm_f2c(*comm));
+           }));
+}
+
+void fortran_bcast(void* buffer, const MPI_Fint* count, const MPI_Fint* datatype,
+                   const MPI_Fint* root, const MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             return bcast(translate_buffer(buffer), static_cast<int>(*count),
+                          MPI_Type_f2c(*datatype), static_cast<int>(*root), MPI_Comm_f2c(*comm));
+           }));
+}
+
+void fortran_reduce(void* sendbuf, void* recvbuf, const MPI_Fint* count, const MPI_Fint* datatype,
+                    const MPI_Fint* op, const MPI_Fint* root, const MPI_Fint* comm,
+                    MPI_Fint* ierr) {
+  set_ierr(ierr, guarded([&] {
+             return reduce(translate_buffer(sendbuf), translate_buffer(recvbuf),
+                           static_cast<int>(*count), MPI_Type_f2c(*datatype), MPI_Op_f2c(*op),
+                           static_cast<int>(*root), MPI_Comm_f2c(*comm));
            }));
 }
 
@@ -232,6 +295,38 @@ void f08_finalize(const char* name, MPI_Fint* ierr) {
                                  MPI_Fint* ierr) {                                        \
     skipring::pmpi::fortran_allreduce(sendbuf, recvbuf, count, datatype, op, comm, ierr); \
   }
+#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER_BLOCK(name)                                          \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* recvcount,               \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,                \
+                                 MPI_Fint* ierr) {                                                \
+    skipring::pmpi::fortran_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, \
+                                                 ierr);                                           \
+  }
+#define SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER(name)                                           \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* recvcounts,         \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,           \
+                                 MPI_Fint* ierr) {                                           \
+    skipring::pmpi::fortran_reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, \
+                                           ierr);                                            \
+  }
+#define SKIPRING_PMPI_FORTRAN_ALLGATHER(name)                                                     \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,          \
+                                 void* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,          \
+                                 MPI_Fint* comm, MPI_Fint* ierr) {                                \
+    skipring::pmpi::fortran_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, \
+                                      comm, ierr);                                                \
+  }
+#define SKIPRING_PMPI_FORTRAN_BCAST(name)                                           \
+  SKIPRING_PMPI_EXPORT void name(void* buffer, MPI_Fint* count, MPI_Fint* datatype, \
+                                 MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {  \
+    skipring::pmpi::fortran_bcast(buffer, count, datatype, root, comm, ierr);       \
+  }
+#define SKIPRING_PMPI_FORTRAN_REDUCE(name)                                                         \
+  SKIPRING_PMPI_EXPORT void name(void* sendbuf, void* recvbuf, MPI_Fint* count,                    \
+                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root, MPI_Fint* comm, \
+                                 MPI_Fint* ierr) {                                                 \
+    skipring::pmpi::fortran_reduce(sendbuf, recvbuf, count, datatype, op, root, comm, ierr);       \
+  }
 #define SKIPRING_PMPI_FORTRAN_INIT(name) \
   SKIPRING_PMPI_EXPORT void name(MPI_Fint* ierr) { skipring::pmpi::fortran_init(ierr); }
 #define SKIPRING_PMPI_FORTRAN_INIT_THREAD(name)                                            \
@@ -248,6 +343,22 @@ SKIPRING_PMPI_FORTRAN_ALLREDUCE(mpi_allreduce__)
 SKIPRING_PMPI_FORTRAN_ALLREDUCE(mpi_allreduce)
 SKIPRING_PMPI_FORTRAN_ALLREDUCE(MPI_ALLREDUCE)
 SKIPRING_PMPI_FORTRAN_ALLREDUCE(ompi_allreduce_f)
+
+// Every mangling and Open MPI's mpi_f08 back end (ompi_*_f); MPICH's mpi_f08 calls the C
+// functions, intercepted by pmpi_collectives.cpp.
+#define SKIPRING_PMPI_FORTRAN_ALL(MACRO, lower, upper) \
+  MACRO(mpi_##lower##_)                                \
+  MACRO(mpi_##lower##__)                               \
+  MACRO(mpi_##lower)                                   \
+  MACRO(MPI_##upper)                                   \
+  MACRO(ompi_##lower##_f)
+
+SKIPRING_PMPI_FORTRAN_ALL(SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER_BLOCK, reduce_scatter_block,
+                          REDUCE_SCATTER_BLOCK)
+SKIPRING_PMPI_FORTRAN_ALL(SKIPRING_PMPI_FORTRAN_REDUCE_SCATTER, reduce_scatter, REDUCE_SCATTER)
+SKIPRING_PMPI_FORTRAN_ALL(SKIPRING_PMPI_FORTRAN_ALLGATHER, allgather, ALLGATHER)
+SKIPRING_PMPI_FORTRAN_ALL(SKIPRING_PMPI_FORTRAN_BCAST, bcast, BCAST)
+SKIPRING_PMPI_FORTRAN_ALL(SKIPRING_PMPI_FORTRAN_REDUCE, reduce, REDUCE)
 
 SKIPRING_PMPI_FORTRAN_INIT(mpi_init_)
 SKIPRING_PMPI_FORTRAN_INIT(mpi_init__)

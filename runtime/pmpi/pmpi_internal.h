@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+
 // Marks a symbol that the preloaded library must export (everything else is hidden).
 #define SKIPRING_PMPI_EXPORT __attribute__((visibility("default")))
 
@@ -84,5 +86,21 @@ const char* mpi_unusable();
 // with C handles and with MPI_IN_PLACE / MPI_BOTTOM already translated.
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm);
+
+// The other interposed collectives' whole behaviour (pmpi_collectives.cpp), for the C wrappers
+// and the Fortran bindings (C handles, MPI_IN_PLACE / MPI_BOTTOM translated); never throw.
+int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                         MPI_Op op, MPI_Comm comm);
+int reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
+                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+              int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+           int root, MPI_Comm comm);
+
+// Calls of those collectives handed to PMPI because they were below their size threshold (the
+// report line's mpi_small field).
+uint64_t small_calls();
 
 }  // namespace skipring::pmpi

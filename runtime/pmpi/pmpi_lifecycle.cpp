@@ -67,7 +67,10 @@ void write_report() {
   char line[768];
   if (rc == MPI_SUCCESS) {
     // The fields after time_s were added by issue 40 (the ones before never change): the calls
-    // run by the MPI library's all-reduce (`mpi`, inside calls) and the fallbacks by reason.
+    // run by the MPI library's all-reduce (`mpi`, inside calls) and the fallbacks by reason;
+    // then mpi_small (issue 40 item 5): calls of MPI_Reduce_scatter(_block), MPI_Allgather,
+    // MPI_Bcast and MPI_Reduce handed to PMPI below their size threshold (neither calls nor
+    // fallbacks).
     uint64_t c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const char* const names[8] = {"mpi",
                                   "fallback_datatype",
@@ -83,9 +86,9 @@ void write_report() {
                   " late=%" PRIu64 " bytes=%" PRIu64 " time_s=%.6f mpi=%" PRIu64
                   " fallback_datatype=%" PRIu64 " fallback_op=%" PRIu64 " fallback_comm=%" PRIu64
                   " fallback_memory=%" PRIu64 " fallback_disabled=%" PRIu64
-                  " fallback_other=%" PRIu64 " fallback_thread=%" PRIu64 "\n",
+                  " fallback_other=%" PRIu64 " fallback_thread=%" PRIu64 " mpi_small=%" PRIu64 "\n",
                   rank, totals.calls, totals.fallbacks, totals.skips, totals.late, totals.bytes,
-                  totals.time_s, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
+                  totals.time_s, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], small_calls());
   } else {
     std::snprintf(line, sizeof(line), "skipring: report unavailable on rank %d: %s\n", rank,
                   skipring_error_string(rc));
