@@ -17,6 +17,12 @@ std::string LatePlan::to_string() const {
       wait_s * 1e6, wait_suspect_s * 1e6, segment_bytes, inflight);
 }
 
+double late_wait_share(int n) {
+  if (n < 3) return kLateWaitShareMin;
+  const double extra = static_cast<double>(n - 2) / (2.0 * (n - 1) * (n - 1));
+  return std::max(kLateWaitShareMin, kLateWaitExtraFactor * extra);
+}
+
 LatePlan plan_late_path(const LatePlanInput& in) {
   LatePlan plan;
   if (!in.skip || !in.skipring || in.n < 2) return plan;
@@ -34,7 +40,7 @@ LatePlan plan_late_path(const LatePlanInput& in) {
   plan.late_path = true;
   const double usual = std::isfinite(in.usual_s) ? std::max(0.0, in.usual_s) : 0.0;
   plan.wait_s = in.late_wait_us > 0 ? in.late_wait_us * 1e-6
-                                    : std::max(in.skip_floor_s, kLateWaitShare * usual);
+                                    : std::max(in.skip_floor_s, late_wait_share(in.n) * usual);
   const double suspect = in.late_wait_suspect_us > 0
                              ? in.late_wait_suspect_us * 1e-6
                              : std::max(in.skip_floor_s, kLateWaitSuspectShare * usual);

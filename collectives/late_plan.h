@@ -39,17 +39,23 @@ struct LatePlan {
   std::string to_string() const;
 };
 
-// The census's wait as a share of the usual time (SKIPRING_LATE_WAIT_US=0) and, for a rank that
-// was late beyond the wait last time, the short wait's share (SKIPRING_LATE_WAIT_SUSPECT_US=0).
-// The healthy ranks' links idle during the wait, and their late-path work (about 2S per link)
-// starts only after it, so what a rank later than the wait costs after its arrival is about
-// wait + 2S/B - lateness: under SimGrid (n = 16, 16 MiB) a quarter of the usual time gave 1.42 /
-// 1.51x the floor at 0.25 / 0.5 T0, a tenth 1.20 / 1.21x, a twentieth 1.13 / 1.13x. A rank
-// just later than the wait costs up to (n - 2) / (2 (n - 1)^2) T0 over the plain ring whatever
-// the wait (the late path's 2S per link against the ring's 2(n - 1)/n S), so a shorter wait
-// only moves that point; the skip threshold's floor (SKIPRING_SKIP_MIN_WAIT_US, 5 ms where
-// ranks outnumber cores) keeps it above scheduling jitter.
-constexpr double kLateWaitShare = 0.05;
+// The census's wait as a share of the usual time (SKIPRING_LATE_WAIT_US=0), late_wait_share(n),
+// and, for a rank that was late beyond the wait last time, the short wait's share
+// (SKIPRING_LATE_WAIT_SUSPECT_US=0).
+//
+// While the census waits no link moves data, and the healthy ranks' late-path work (about 2S per
+// link) starts only after it, so a rank later than the wait costs about wait + 2S/B - lateness
+// after its arrival: the shorter the wait, the nearer the floor (SimGrid n = 16, 16 MiB: a
+// quarter of the usual time gave 1.42 / 1.51x the floor at 0.25 / 0.5 T0, a twentieth 1.13x).
+// But a rank that comes just after the wait costs more than the plain ring would have after its
+// arrival: the late path's 2S per link against the ring's 2(n - 1)/n S, (n - 2) / (2 (n - 1)^2)
+// T0 in a pure bandwidth model (0.11 at n = 4, 0.06 at 8, 0.03 at 16), and over TCP on 4
+// emulated hosts about 2.5 times that (16 MiB, 20 / 40 ms late with a 10 ms wait: 1.24 / 1.13x
+// the plain ring). As in ski rental, the wait is that extra cost: kLateWaitExtraFactor times the
+// model's, at least kLateWaitShareMin (0.25 at n = 4, 0.14 at 8, 0.07 at 16, 0.05 from 24).
+constexpr double kLateWaitShareMin = 0.05;
+constexpr double kLateWaitExtraFactor = 2.25;
+double late_wait_share(int n);
 constexpr double kLateWaitSuspectShare = 0.02;
 
 LatePlan plan_late_path(const LatePlanInput& in);

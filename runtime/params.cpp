@@ -342,9 +342,10 @@ const std::vector<ParamDef>& param_table() {
        "rank's input goes straight to the block owners the moment it comes; auto = across hosts "
        "from 1 MiB ([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", kLocal, &Config::late_wait_us, {0, 1e9}, "(0: derived)",
-       "the census's wait for late ranks in µs; 0 = 5 % of the fastest time of this size "
-       "seen on the communicator (the cost model's before any), at least the skip threshold's "
-       "floor"},
+       "the census's wait for late ranks in µs; 0 = a share of the fastest time of this size "
+       "seen on the communicator (the cost model's before any) that follows the late path's "
+       "extra cost over the ring: a quarter at 4 ranks, 14 % at 8, 7 % at 16, 5 % from 24; at "
+       "least the skip threshold's floor"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", kLocal, &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
        "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "

@@ -97,7 +97,15 @@ TEST(LatePlan, WhereItRuns) {
   LatePlanInput in = plan_input();
   LatePlan p = plan_late_path(in);
   EXPECT_TRUE(p.late_path) << p.to_string();
-  EXPECT_DOUBLE_EQ(p.wait_s, kLateWaitShare * 0.08);
+  EXPECT_DOUBLE_EQ(p.wait_s, late_wait_share(8) * 0.08);
+  // The wait follows the late path's extra cost over the ring: a quarter at n = 4, shorter with
+  // more ranks, never below kLateWaitShareMin.
+  EXPECT_NEAR(late_wait_share(4), 0.25, 1e-12);
+  EXPECT_NEAR(late_wait_share(8), kLateWaitExtraFactor * 6.0 / 98.0, 1e-12);
+  EXPECT_NEAR(late_wait_share(16), kLateWaitExtraFactor * 14.0 / 450.0, 1e-12);
+  EXPECT_DOUBLE_EQ(late_wait_share(64), kLateWaitShareMin);
+  EXPECT_DOUBLE_EQ(late_wait_share(2), kLateWaitShareMin);
+  for (int n = 4; n < 300; ++n) EXPECT_LE(late_wait_share(n + 1), late_wait_share(n)) << n;
   EXPECT_DOUBLE_EQ(p.wait_suspect_s, kLateWaitSuspectShare * 0.08);
   EXPECT_EQ(p.segment_bytes, kLateChainSegmentBytes);
   EXPECT_EQ(p.inflight, kLateChainInflight);  // n = 8: 7 owners
