@@ -27,14 +27,6 @@ namespace {
 // initial-exec: no __tls_get_addr call on the per-call path (the library is preloaded).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_inside_skipring = false;
 
-// Invokes the communicator's error handler as an MPI function does and returns `code`.
-// (MPI_Comm_call_errhandler itself returns MPI_SUCCESS when the handler returns, e.g. with
-// MPI_ERRORS_RETURN; a failed all-reduce must still return its error code.)
-int raise_error(MPI_Comm comm, int code) {
-  PMPI_Comm_call_errhandler(comm, code);
-  return code;
-}
-
 // MPI's argument errors that can be detected from the arguments themselves, checked before any
 // PMPI call and raised on the error handler like MPI's own checks: MPICH 4.0 aborts inside
 // PMPI_Allreduce on a negative count (an assertion, whatever the error handler) and Open MPI's
@@ -42,21 +34,6 @@ int raise_error(MPI_Comm comm, int code) {
 // reason in *why. The buffers' own errors (MPI_IN_PLACE misuse, aliasing) are buffer_error's.
 // A null buffer is an error only with a predefined datatype: it is MPI_BOTTOM in both MPIs, a
 // valid base for a derived datatype of absolute addresses.
-const char* class_name(int code) {
-  switch (code) {
-    case MPI_ERR_COMM:
-      return "MPI_ERR_COMM";
-    case MPI_ERR_COUNT:
-      return "MPI_ERR_COUNT";
-    case MPI_ERR_TYPE:
-      return "MPI_ERR_TYPE";
-    case MPI_ERR_OP:
-      return "MPI_ERR_OP";
-    default:
-      return "MPI_ERR_BUFFER";
-  }
-}
-
 int argument_error(const void* sendbuf, const void* recvbuf, int count, MPI_Datatype datatype,
                    MPI_Op op, MPI_Comm comm, const char** why) {
   if (comm == MPI_COMM_NULL) {

@@ -63,30 +63,6 @@ constexpr Thresholds kMinBytes = {
 
 std::atomic<uint64_t> g_small_calls{0};
 
-int raise_error(MPI_Comm comm, int code) {
-  PMPI_Comm_call_errhandler(comm, code);
-  return code;
-}
-
-const char* class_name(int code) {
-  switch (code) {
-    case MPI_ERR_COMM:
-      return "MPI_ERR_COMM";
-    case MPI_ERR_COUNT:
-      return "MPI_ERR_COUNT";
-    case MPI_ERR_TYPE:
-      return "MPI_ERR_TYPE";
-    case MPI_ERR_OP:
-      return "MPI_ERR_OP";
-    case MPI_ERR_ROOT:
-      return "MPI_ERR_ROOT";
-    case MPI_ERR_ARG:
-      return "MPI_ERR_ARG";
-    default:
-      return "MPI_ERR_BUFFER";
-  }
-}
-
 // Says why the call is erroneous (stderr, with the rank and the class) and raises the class on
 // the communicator's error handler (MPI_COMM_WORLD's for MPI_COMM_NULL, as MPI does).
 int reject(const char* fn, MPI_Comm comm, int code, const char* why) {

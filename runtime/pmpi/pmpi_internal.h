@@ -78,6 +78,15 @@ void before_finalize();
 // Called right after PMPI_Finalize returned (C or Fortran): MPI is finished for good.
 void after_finalize();
 
+// Invokes the communicator's error handler as an MPI function does and returns `code`.
+// (MPI_Comm_call_errhandler itself returns MPI_SUCCESS when the handler returns, e.g. with
+// MPI_ERRORS_RETURN; a failed call must still return its error code.)
+int raise_error(MPI_Comm comm, int code);
+
+// The name of an argument-error class the wrappers raise ("MPI_ERR_COMM", ...; MPI_ERR_BUFFER
+// for any other code).
+const char* class_name(int code);
+
 // Why no MPI function may be called now ("before MPI_Init", "after MPI_Finalize"), or nullptr
 // when MPI is usable (inside MPI_Finalize included: its attribute callbacks may communicate).
 const char* mpi_unusable();

@@ -265,6 +265,30 @@ void before_finalize() {
   });
 }
 
+int raise_error(MPI_Comm comm, int code) {
+  PMPI_Comm_call_errhandler(comm, code);
+  return code;
+}
+
+const char* class_name(int code) {
+  switch (code) {
+    case MPI_ERR_COMM:
+      return "MPI_ERR_COMM";
+    case MPI_ERR_COUNT:
+      return "MPI_ERR_COUNT";
+    case MPI_ERR_TYPE:
+      return "MPI_ERR_TYPE";
+    case MPI_ERR_OP:
+      return "MPI_ERR_OP";
+    case MPI_ERR_ROOT:
+      return "MPI_ERR_ROOT";
+    case MPI_ERR_ARG:
+      return "MPI_ERR_ARG";
+    default:
+      return "MPI_ERR_BUFFER";
+  }
+}
+
 }  // namespace skipring::pmpi
 
 extern "C" {
