@@ -118,9 +118,16 @@ Status MpiTransport::post_send(int peer, int tag, const void* header, size_t hea
         nullptr, -1};
   MPI_Request reqs[2];
   if (op.split) {
+    // The header part carries the payload's byte count after the header (kSizeWordBytes): the
+    // receiver posts the payload's receive only once it knows the payload fits.
     op.remaining = 2;
-    if (MPI_Isend(header, static_cast<int>(header_bytes), MPI_BYTE, peer, header_tag(tag), comm_,
-                  &reqs[0]) != MPI_SUCCESS ||
+    op.staging = take_staging(header_bytes + kSizeWordBytes);
+    uint8_t* st = staging_[op.staging].data();
+    std::memcpy(st, header, header_bytes);
+    const uint64_t announced = payload_bytes;
+    std::memcpy(st + header_bytes, &announced, kSizeWordBytes);
+    if (MPI_Isend(st, static_cast<int>(header_bytes + kSizeWordBytes), MPI_BYTE, peer,
+                  header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS ||
         isend_data(payload, static_cast<int>(payload_bytes), peer, payload_tag(tag), comm_,
                    &reqs[1]) != MPI_SUCCESS) {
       return Status::kErrTransport;
@@ -156,9 +163,10 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
   op.payload_capacity = payload_bytes;
   op.peer = peer;
   // The even tag carries a packed message (at most max_header_ + kPackLimit bytes) or the
-  // header part of a split one (at most max_header_), whatever this receive expects: posted
-  // ahead into a buffer that holds either, so no sender can overrun it; poll() checks the size.
-  const size_t even_bytes = op.split ? header_bytes : header_bytes + payload_bytes;
+  // header part of a split one (at most max_header_ + kSizeWordBytes), whatever this receive
+  // expects: posted ahead into a buffer that holds either, so no sender can overrun it; poll()
+  // checks the size.
+  const size_t even_bytes = op.split ? header_bytes + kSizeWordBytes : header_bytes + payload_bytes;
   void* even_buf = header;
   if (even_bytes < even_capacity_ ||
       (!op.split && payload_bytes > 0 && !contiguous(header, header_bytes, payload))) {
@@ -173,22 +181,15 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
     return Status::kErrTransport;
   }
   if (op.split) {
+    // The payload is received once the header part has come, from its sender, at the size it
+    // announces (checked against this receive's capacity first): a payload larger than its
+    // receive (counts or datatype sizes that differ across ranks) is a protocol error, never a
+    // write past the buffer (Open MPI's CMA path writes a longer message past its receive).
     op.remaining = 2;
-    if (peer == kAnySource) {
-      // Posted once the header has come, from its sender.
-      op.deferred_payload = true;
-    } else {
-      // From `peer`, or from the one rank that sends this tag (kAnySourceOneSender): both parts
-      // at once; poll() checks that they came from the same rank.
-      if (MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, src, payload_tag(tag),
-                    comm_, &reqs[1]) != MPI_SUCCESS) {
-        return Status::kErrTransport;
-      }
-    }
+    op.deferred_payload = true;
   }
   const int id = new_op(op);
   add_request(reqs[0], id);
-  if (op.split && !op.deferred_payload) add_request(reqs[1], id);
   return Status::kOk;
 }
 
@@ -215,9 +216,11 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
       int bytes = 0;
       MPI_Get_count(&statuses_[i], MPI_BYTE, &bytes);
       const bool payload_part = op.split && statuses_[i].MPI_TAG % 2 == 1;
-      const size_t lo = payload_part ? 0 : op.header_bytes;
+      const size_t lo = payload_part ? 0
+                        : op.split   ? op.header_bytes + kSizeWordBytes
+                                     : op.header_bytes;
       const size_t hi = payload_part ? op.payload_capacity
-                        : op.split   ? op.header_bytes
+                        : op.split   ? op.header_bytes + kSizeWordBytes
                                      : op.header_bytes + op.payload_capacity;
       if (bytes == MPI_UNDEFINED || bytes < 0 || static_cast<size_t>(bytes) < lo ||
           static_cast<size_t>(bytes) > hi) {
@@ -231,14 +234,23 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
         op.payload_bytes = static_cast<size_t>(bytes);
       } else if (!op.split) {
         op.payload_bytes = bytes - op.header_bytes;
-      } else if (op.staging >= 0) {
-        std::memcpy(op.header, staging_[op.staging].data(), op.header_bytes);
+      } else {
+        const uint8_t* st = staging_[op.staging].data();
+        std::memcpy(op.header, st, op.header_bytes);
+        uint64_t announced = 0;
+        std::memcpy(&announced, st + op.header_bytes, kSizeWordBytes);
+        if (announced > op.payload_capacity) {
+          return report_size_mismatch(
+              "payload part (announced)", statuses_[i].MPI_SOURCE, op.tag, 0, op.payload_capacity,
+              static_cast<long long>(std::min<uint64_t>(announced, LLONG_MAX)));
+        }
+        op.payload_announced = static_cast<size_t>(announced);
       }
       if (!payload_part && op.deferred_payload) {
-        // Header of an any-source split message arrived: now the payload, from that sender.
+        // The header part arrived: now the payload, from that sender, at its announced size.
         op.deferred_payload = false;
         MPI_Request req;
-        if (MPI_Irecv(op.payload, static_cast<int>(op.payload_capacity), MPI_BYTE, op.source,
+        if (MPI_Irecv(op.payload, static_cast<int>(op.payload_announced), MPI_BYTE, op.source,
                       payload_tag(op.tag), comm_, &req) != MPI_SUCCESS) {
           return Status::kErrTransport;
         }

@@ -16,14 +16,16 @@
 //    latency-bound path), into a buffer of even_capacity_ = max_header_ + kPackLimit bytes
 //    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
 //    it; poll() then checks the size before copying anything out.
-//  - The payload part of a split message (> kPackLimit bytes) is posted ahead too, at the
-//    receive's own size, with header and payload matched at once (waiting for the header cost
-//    one latency per hop). So a payload larger than its receive (a datatype-size mismatch
-//    across ranks above kPackLimit per message) is the one case Open MPI's CMA path can still
-//    overrun: it does so for plain MPI programs too (docs/reliability.md). A probe-first
-//    receive (MPI_Improbe, size check, MPI_Imrecv) was tried and removed: under Open MPI's UCX
-//    pml it handed out same-tag payloads of one sender out of order. SKIPRING_CHECK=1 catches
-//    such a mismatch before anything is sent.
+//  - The payload part of a split message (> kPackLimit bytes) is received once the header
+//    part has come: the header part ends with the payload's byte count, checked against the
+//    receive's capacity before the payload's receive is posted, at exactly that size. So a
+//    payload larger than its receive (counts or datatype sizes that differ across ranks) is a
+//    protocol error, never a write past the buffer (Open MPI 4.1's CMA path writes a longer
+//    message past its receive, for plain MPI programs too: docs/reliability.md). The sender
+//    sends both parts at once, so the payload's rendezvous request is already there when its
+//    receive is posted. (A probe-first receive, MPI_Improbe + MPI_Imrecv, was tried and removed
+//    earlier: under Open MPI's UCX pml it handed out same-tag payloads of one sender out of
+//    order.)
 // A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes.
 #pragma once
 
@@ -56,6 +58,8 @@ class MpiTransport final : public Transport {
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;
+  // The header part of a split message ends with the payload's byte count (uint64).
+  static constexpr size_t kSizeWordBytes = 8;
 
  private:
   struct Op {
@@ -70,7 +74,8 @@ class MpiTransport final : public Transport {
     int staging = -1;  // index into staging_ when packed
     int tag = 0;
     size_t payload_capacity = 0;
-    bool deferred_payload = false;  // any-source split receive: payload posted after header
+    bool deferred_payload = false;  // split receive: payload posted after the header part
+    size_t payload_announced = 0;   // split receive: the payload size its header part gave
     int source = -1;                // split receive: the rank the first part came from
     int peer = -1;                  // as posted (a rank, kAnySource, kAnySourceOneSender)
   };

@@ -49,8 +49,8 @@ namespace {
 // MPI_Test for one request (cheaper than MPI_Testall: the direct recursive doubling's waits on
 // a receive alone are on the 8-byte latency path), MPI_Testall otherwise.
 inline int test_all(const Requests& r, int* done) {
-  return r.n == 1 ? MPI_Test(r.reqs, done, MPI_STATUS_IGNORE)
-                  : MPI_Testall(r.n, r.reqs, done, MPI_STATUSES_IGNORE);
+  return r.n == 1 ? MPI_Test(r.reqs, done, r.statuses ? r.statuses : MPI_STATUS_IGNORE)
+                  : MPI_Testall(r.n, r.reqs, done, r.statuses ? r.statuses : MPI_STATUSES_IGNORE);
 }
 
 #ifndef SKIPRING_SIMGRID
@@ -85,13 +85,15 @@ Status wait_all(Requests r, const WaitPolicy& policy, const WaitWhat& what, std:
   (void)policy;
   (void)what;
   (void)message;
-  return MPI_Waitall(r.n, r.reqs, MPI_STATUSES_IGNORE) == MPI_SUCCESS ? Status::kOk
-                                                                      : Status::kErrTransport;
+  return MPI_Waitall(r.n, r.reqs, r.statuses ? r.statuses : MPI_STATUSES_IGNORE) == MPI_SUCCESS
+             ? Status::kOk
+             : Status::kErrTransport;
 #else
   if (policy.timeout_s <= 0) {
     // No watchdog (SKIPRING_TIMEOUT=0): MPI's own blocking wait.
-    return (r.n == 1 ? MPI_Wait(r.reqs, MPI_STATUS_IGNORE)
-                     : MPI_Waitall(r.n, r.reqs, MPI_STATUSES_IGNORE)) == MPI_SUCCESS
+    return (r.n == 1 ? MPI_Wait(r.reqs, r.statuses ? r.statuses : MPI_STATUS_IGNORE)
+                     : MPI_Waitall(r.n, r.reqs, r.statuses ? r.statuses : MPI_STATUSES_IGNORE)) ==
+                   MPI_SUCCESS
                ? Status::kOk
                : Status::kErrTransport;
   }

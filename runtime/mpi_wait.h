@@ -59,6 +59,7 @@ struct Requests {
   MPI_Request* reqs;
   int n;
   int recvs;
+  MPI_Status* statuses = nullptr;  // n statuses, filled at completion; nullptr: ignored
 };
 
 // Completes every request. At the timeout: logs the error (and calls MPI_Abort when asked),
