@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "apps/bench_util.h"
+#include "apps/sim_util.h"
 #include "common/hash.h"
 #include "skipring/skipring.h"
 
@@ -61,14 +62,6 @@ struct Options {
   uint64_t seed = 1;
   bool header = true;
 };
-
-void sim_sleep(double seconds) {
-  if (seconds <= 0) return;
-  struct timespec ts;
-  ts.tv_sec = static_cast<time_t>(seconds);
-  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
-  smpi_nanosleep(&ts, nullptr);
-}
 
 // The lateness of `rank` at `step`, in seconds (the same in every mode).
 double lateness(const Options& o, int step, int rank) {
@@ -123,27 +116,16 @@ int parse(int argc, char** argv, Options* o, int rank) {
       ->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the lateness draws")->capture_default_str();
   app.add_flag("!--no-header", o->header, "omit the CSV header");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) (app.exit)(e);
-    return e.get_exit_code() == 0 ? -1 : 1;
-  }
+  if (const int rc = skipring_sim::parse_cli(app, argc, argv, rank); rc != 0) return rc;
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
   Options o;
-  if (const int prc = parse(argc, argv, &o, rank); prc != 0) {
-    MPI_Finalize();
-    return prc < 0 ? 0 : prc;
-  }
+  if (const auto done = skipring_sim::start(&argc, &argv, &o, &rank, &n, parse)) return *done;
   const auto bucket_bytes = skipring_bench::parse_bytes(o.bucket_text);
   if (!bucket_bytes || *bucket_bytes < 4 || *bucket_bytes % 4 != 0 ||
       *bucket_bytes > (uint64_t{1} << 31)) {
@@ -200,7 +182,8 @@ int main(int argc, char** argv) {
       } else {
         std::fill(send.begin(), send.begin() + static_cast<std::ptrdiff_t>(c), 1.0f);
       }
-      sim_sleep(per_bucket_compute + (measured && b == 0 ? lateness(o, step, rank) : 0.0));
+      skipring_sim::sim_sleep(per_bucket_compute +
+                              (measured && b == 0 ? lateness(o, step, rank) : 0.0));
       const int rc = o.mode == "mpi"
                          ? MPI_Allreduce(send.data(), recv.data(), static_cast<int>(c), MPI_FLOAT,
                                          MPI_SUM, MPI_COMM_WORLD)

@@ -47,6 +47,7 @@
 
 #include "apps/app_version.h"
 #include "apps/bench_util.h"
+#include "apps/sim_util.h"
 #include "collectives/tree_allreduce.h"
 #include "common/hash.h"
 #include "runtime/clock.h"
@@ -188,15 +189,6 @@ class TreeRunner {
 };
 TreeRunner g_tree;
 
-// Sleeps `seconds` of simulated time (smpi_nanosleep: simulated, never the host's clock).
-void sim_sleep(double seconds) {
-  if (seconds <= 0) return;
-  struct timespec ts;
-  ts.tv_sec = static_cast<time_t>(seconds);
-  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
-  smpi_nanosleep(&ts, nullptr);
-}
-
 uint64_t mix64(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
@@ -263,7 +255,7 @@ class Driver {
       skipring_set_skip(mode == Mode::kRing ? 0 : 1);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    if (late && rank_ == o_.late_rank) sim_sleep(o_.late_us * 1e-6);
+    if (late && rank_ == o_.late_rank) skipring_sim::sim_sleep(o_.late_us * 1e-6);
     const double t_in = MPI_Wtime();
     int rc = MPI_SUCCESS;
     void* send = send_ptr();
@@ -457,12 +449,7 @@ int parse(int argc, char** argv, Options* o, int rank) {
   app.add_flag("--expect-skips", o->expect_skips,
                "fail (exit 3) unless every measured skip line has skips > 0 and every ring "
                "line has none");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) (app.exit)(e);  // parenthesised: not the exit(x) macro
-    return e.get_exit_code() == 0 ? -1 : 1;
-  }
+  if (const int rc = skipring_sim::parse_cli(app, argc, argv, rank); rc != 0) return rc;
   const auto b = skipring_bench::parse_bytes(o->bytes_text);
   if (!b) {
     if (rank == 0) fmt::print(stderr, "skipring_sim: bad --bytes '{}'\n", o->bytes_text);
@@ -524,16 +511,9 @@ int parse(int argc, char** argv, Options* o, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
   Options o;
-  const int prc = parse(argc, argv, &o, rank);
-  if (prc != 0) {
-    MPI_Finalize();
-    return prc < 0 ? 0 : prc;
-  }
+  if (const auto done = skipring_sim::start(&argc, &argv, &o, &rank, &n, parse)) return *done;
   if (o.late_rank >= n || o.slow_rank >= n) {
     if (rank == 0) fmt::print(stderr, "skipring_sim: rank out of range (n = {})\n", n);
     MPI_Finalize();

@@ -33,19 +33,16 @@ int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* 
 
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
-  if (count < 0) return MPI_ERR_COUNT;
-  if (int rc = ensure_init("skipring_allreduce"); rc != MPI_SUCCESS) return rc;
-  DType dt = DType::kInt8;  // set by reduction_of for native pairs
-  ROp rop;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, false, &c); rc != MPI_SUCCESS) return rc;
-  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
-  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
-  if (int rc = check_allreduce_buffers("skipring_allreduce", sendbuf, recvbuf, count, kind, dt);
+  AllreduceArgs a;
+  if (int rc = check_allreduce_args("skipring_allreduce", sendbuf, recvbuf, count, datatype, op,
+                                    comm, true, &a);
       rc != MPI_SUCCESS) {
     return rc;
   }
+  const DType dt = a.dt;
+  const ROp rop = a.rop;
+  const MpiReduction kind = a.kind;
+  Communicator* c = a.c;
   const unsigned dev = count > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
   DeviceOps* ops = dev != 0 ? device_path("skipring_allreduce") : nullptr;
   if (dev != 0 && ops == nullptr) {

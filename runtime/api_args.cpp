@@ -26,6 +26,18 @@ thread_local LastReduction t_last_reduction;
 
 }  // namespace
 
+int check_allreduce_args(const char* fn, const void* sendbuf, const void* recvbuf, int count,
+                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, bool drain,
+                         AllreduceArgs* out) {
+  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+  if (count < 0) return MPI_ERR_COUNT;
+  if (int rc = ensure_init(fn); rc != MPI_SUCCESS) return rc;
+  if (int rc = comm_state(comm, false, &out->c, drain); rc != MPI_SUCCESS) return rc;
+  out->kind = reduction_of(datatype, op, &out->dt, &out->rop);
+  if (out->kind == MpiReduction::kUndefined) return MPI_ERR_OP;
+  return check_allreduce_buffers(fn, sendbuf, recvbuf, count, out->kind, out->dt);
+}
+
 int check_allreduce_buffers(const char* fn, const void* sendbuf, const void* recvbuf, int count,
                             MpiReduction kind, DType dt) {
   // Only sendbuf may be MPI_IN_PLACE (Open MPI: MPI_ERR_BUFFER, also with both in place).

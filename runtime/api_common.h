@@ -110,6 +110,19 @@ inline constexpr const char* kAliasWhy =
 // The buffer checks skipring_allreduce and skipring_iallreduce share (MPI_SUCCESS: none failed).
 int check_allreduce_buffers(const char* fn, const void* sendbuf, const void* recvbuf, int count,
                             MpiReduction kind, DType dt);
+// The argument checks skipring_allreduce and skipring_iallreduce share, in MPI's order: the
+// communicator, the count, skipring's initialization, the communicator's state (found, not
+// created; `drain` as comm_state's), the (datatype, op) pair and the buffers. MPI_SUCCESS: none
+// failed, and *out holds what they found.
+struct AllreduceArgs {
+  DType dt = DType::kInt8;  // set by reduction_of for native pairs
+  ROp rop = ROp::kSum;
+  Communicator* c = nullptr;  // the communicator's state, when it has one already
+  MpiReduction kind = MpiReduction::kUndefined;
+};
+int check_allreduce_args(const char* fn, const void* sendbuf, const void* recvbuf, int count,
+                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, bool drain,
+                         AllreduceArgs* out);
 // The (datatype, op) pair as skipring sees it (classify_reduction); kOther while disabled.
 MpiReduction reduction_of(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop);
 // Why a reduction goes to PMPI: disabled, the datatype, or the op (classify_reduction said

@@ -155,19 +155,16 @@ int iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datat
                MPI_Comm comm, MPI_Request* request) {
   if (request == nullptr) return MPI_ERR_REQUEST;
   *request = MPI_REQUEST_NULL;
-  if (comm == MPI_COMM_NULL) return MPI_ERR_COMM;
-  if (count < 0) return MPI_ERR_COUNT;
-  if (int rc = ensure_init("skipring_iallreduce"); rc != MPI_SUCCESS) return rc;
-  DType dt = DType::kInt8;  // set by reduction_of for native pairs
-  ROp rop;
-  Communicator* c = nullptr;
-  if (int rc = comm_state(comm, false, &c, false); rc != MPI_SUCCESS) return rc;
-  const MpiReduction kind = reduction_of(datatype, op, &dt, &rop);
-  if (kind == MpiReduction::kUndefined) return MPI_ERR_OP;
-  if (int rc = check_allreduce_buffers("skipring_iallreduce", sendbuf, recvbuf, count, kind, dt);
+  AllreduceArgs a;
+  if (int rc = check_allreduce_args("skipring_iallreduce", sendbuf, recvbuf, count, datatype, op,
+                                    comm, false, &a);
       rc != MPI_SUCCESS) {
     return rc;
   }
+  const DType dt = a.dt;
+  const ROp rop = a.rop;
+  const MpiReduction kind = a.kind;
+  Communicator* c = a.c;
   const unsigned dev = count > 0 ? device_buffers({sendbuf, recvbuf}) : 0;
   if (dev != 0) {
     return pmpi_iallreduce(SKIPRING_FALLBACK_MEMORY, sendbuf, recvbuf, count, datatype, op, comm,

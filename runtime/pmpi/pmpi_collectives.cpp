@@ -165,6 +165,40 @@ int run_skipring(MPI_Comm comm, F&& call) {
   return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
 }
 
+// What every wrapper does around its own argument checks: enter() (MPI not usable: an error;
+// inside MPI_Finalize: PMPI), `checks(&inter)` (MPI_SUCCESS or the rejected call's code; it may
+// set inter to 0 or 1 when it needed to know, else it stays -1 and is asked here only when
+// needed), skipring's initialization result, then PMPI for SKIPRING_ENABLE=0 (counted as
+// "disabled"), for inter-communicators (counted as "comm") and below `threshold` (bytes() as in
+// below_threshold, counted in mpi_small); else `run()`. `pmpi()` is the PMPI_ call itself.
+template <typename Pmpi, typename Checks, typename Bytes, typename Run>
+int dispatch(const char* fn, MPI_Comm comm, size_t threshold, Pmpi&& pmpi, Checks&& checks,
+             Bytes&& bytes, Run&& run) {
+  int init_rc;
+  switch (enter(fn, &init_rc)) {
+    case Entry::kUnusable:
+      return MPI_ERR_OTHER;
+    case Entry::kPmpi:
+      return pmpi();
+    case Entry::kUse:
+      break;
+  }
+  int inter = -1;
+  if (const int rc = checks(&inter); rc != MPI_SUCCESS) return rc;
+  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
+  if (!global_config().enable) {
+    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
+    return pmpi();
+  }
+  if (inter < 0) inter = is_inter(comm) ? 1 : 0;
+  if (inter == 1) {
+    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
+    return pmpi();
+  }
+  if (below_threshold(threshold, bytes)) return pmpi();
+  return run();
+}
+
 // --- MPI_Reduce_scatter_block ---------------------------------------------------------------
 
 // The checks shared by both reduce-scatters (`any_count`: some block is not empty).
@@ -202,41 +236,24 @@ int reduce_scatter_checks(const char* fn, const void* sendbuf, const void* recvb
 int reduce_scatter_block_impl(const void* sendbuf, void* recvbuf, int recvcount,
                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   constexpr const char* fn = "MPI_Reduce_scatter_block";
-  int init_rc;
-  switch (enter(fn, &init_rc)) {
-    case Entry::kUnusable:
-      return MPI_ERR_OTHER;
-    case Entry::kPmpi:
-      return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-    case Entry::kUse:
-      break;
-  }
-  if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
-  if (recvcount < 0) return reject(fn, comm, MPI_ERR_COUNT, "recvcount is negative");
   int size = 1;
-  PMPI_Comm_size(comm, &size);
   const size_t block = static_cast<size_t>(recvcount);
-  if (int rc = reduce_scatter_checks(fn, sendbuf, recvbuf, block * static_cast<size_t>(size), block,
+  return dispatch(
+      fn, comm, kMinBytes.reduce_scatter_block,
+      [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
+      [&](int*) {
+        if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
+        if (recvcount < 0) return reject(fn, comm, MPI_ERR_COUNT, "recvcount is negative");
+        PMPI_Comm_size(comm, &size);
+        return reduce_scatter_checks(fn, sendbuf, recvbuf, block * static_cast<size_t>(size), block,
                                      datatype, op, comm);
-      rc != MPI_SUCCESS) {
-    return rc;
-  }
-  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
-  if (!global_config().enable) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  }
-  if (is_inter(comm)) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  }
-  if (below_threshold(kMinBytes.reduce_scatter_block,
-                      [&] { return block * static_cast<size_t>(size) * type_bytes(datatype); })) {
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  }
-  return run_skipring(comm, [&] {
-    return skipring_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  });
+      },
+      [&] { return block * static_cast<size_t>(size) * type_bytes(datatype); },
+      [&] {
+        return run_skipring(comm, [&] {
+          return skipring_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+        });
+      });
 }
 
 // --- MPI_Reduce_scatter ---------------------------------------------------------------------
@@ -244,54 +261,39 @@ int reduce_scatter_block_impl(const void* sendbuf, void* recvbuf, int recvcount,
 int reduce_scatter_impl(const void* sendbuf, void* recvbuf, const int recvcounts[],
                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   constexpr const char* fn = "MPI_Reduce_scatter";
-  int init_rc;
-  switch (enter(fn, &init_rc)) {
-    case Entry::kUnusable:
-      return MPI_ERR_OTHER;
-    case Entry::kPmpi:
-      return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-    case Entry::kUse:
-      break;
-  }
-  if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
-  if (recvcounts == nullptr) return reject(fn, comm, MPI_ERR_ARG, "recvcounts is NULL");
-  const bool inter = is_inter(comm);
-  int size = 1, rank = 0;
-  PMPI_Comm_size(comm, &size);  // the local group's (inter): one recvcounts entry per rank
-  PMPI_Comm_rank(comm, &rank);
   size_t total = 0;
   bool equal = true;
-  for (int r = 0; r < size; ++r) {
-    if (recvcounts[r] < 0) return reject(fn, comm, MPI_ERR_COUNT, "a recvcounts entry is negative");
-    total += static_cast<size_t>(recvcounts[r]);
-    equal = equal && recvcounts[r] == recvcounts[0];
-  }
-  if (int rc = reduce_scatter_checks(fn, sendbuf, recvbuf, total,
+  return dispatch(
+      fn, comm, kMinBytes.reduce_scatter_block,
+      [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm); },
+      [&](int* inter) {
+        if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
+        if (recvcounts == nullptr) return reject(fn, comm, MPI_ERR_ARG, "recvcounts is NULL");
+        *inter = is_inter(comm) ? 1 : 0;
+        int size = 1, rank = 0;
+        PMPI_Comm_size(comm, &size);  // the local group's (inter): one recvcounts entry per rank
+        PMPI_Comm_rank(comm, &rank);
+        for (int r = 0; r < size; ++r) {
+          if (recvcounts[r] < 0) {
+            return reject(fn, comm, MPI_ERR_COUNT, "a recvcounts entry is negative");
+          }
+          total += static_cast<size_t>(recvcounts[r]);
+          equal = equal && recvcounts[r] == recvcounts[0];
+        }
+        return reduce_scatter_checks(fn, sendbuf, recvbuf, total,
                                      static_cast<size_t>(recvcounts[rank]), datatype, op, comm);
-      rc != MPI_SUCCESS) {
-    return rc;
-  }
-  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
-  if (!global_config().enable) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
-    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-  }
-  if (inter) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
-    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-  }
-  if (below_threshold(kMinBytes.reduce_scatter_block,
-                      [&] { return total * type_bytes(datatype); })) {
-    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-  }
-  if (!equal) {
-    // No skipring path for unequal blocks (the ring's chunks are equal).
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_OTHER);
-    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-  }
-  return run_skipring(comm, [&] {
-    return skipring_reduce_scatter_block(sendbuf, recvbuf, recvcounts[0], datatype, op, comm);
-  });
+      },
+      [&] { return total * type_bytes(datatype); },
+      [&] {
+        if (!equal) {
+          // No skipring path for unequal blocks (the ring's chunks are equal).
+          skipring_count_fallback_reason(SKIPRING_FALLBACK_OTHER);
+          return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+        }
+        return run_skipring(comm, [&] {
+          return skipring_reduce_scatter_block(sendbuf, recvbuf, recvcounts[0], datatype, op, comm);
+        });
+      });
 }
 
 // --- MPI_Allgather --------------------------------------------------------------------------
@@ -299,118 +301,99 @@ int reduce_scatter_impl(const void* sendbuf, void* recvbuf, const int recvcounts
 int allgather_impl(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                    int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   constexpr const char* fn = "MPI_Allgather";
-  int init_rc;
-  switch (enter(fn, &init_rc)) {
-    case Entry::kUnusable:
-      return MPI_ERR_OTHER;
-    case Entry::kPmpi:
-      return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    case Entry::kUse:
-      break;
-  }
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
-  if (recvcount < 0) return reject(fn, comm, MPI_ERR_COUNT, "recvcount is negative");
-  if (!in_place && sendcount < 0) return reject(fn, comm, MPI_ERR_COUNT, "sendcount is negative");
-  if (recvtype == MPI_DATATYPE_NULL) {
-    return reject(fn, comm, MPI_ERR_TYPE, "recvtype is MPI_DATATYPE_NULL");
-  }
-  if (!in_place && sendtype == MPI_DATATYPE_NULL) {
-    return reject(fn, comm, MPI_ERR_TYPE, "sendtype is MPI_DATATYPE_NULL");
-  }
-  if (recvbuf == MPI_IN_PLACE) {
-    return reject(fn, comm, MPI_ERR_ARG, "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
-  }
-  if (!in_place && sendcount > 0 && null_buffer(sendbuf, sendtype)) {
-    return reject(fn, comm, MPI_ERR_BUFFER,
-                  "sendbuf is NULL with a predefined datatype and sendcount > 0");
-  }
-  if (recvcount > 0 && null_buffer(recvbuf, recvtype)) {
-    return reject(fn, comm, MPI_ERR_BUFFER,
-                  "recvbuf is NULL with a predefined datatype and recvcount > 0");
-  }
-  if (recvcount > 0 && aliased(sendbuf, recvbuf)) {
-    return reject(fn, comm, MPI_ERR_BUFFER, kAliasWhy);
-  }
-  if (!in_place && sendcount > 0 && recvcount > 0 && sendbuf != recvbuf) {
-    int size = 1;
-    PMPI_Comm_size(comm, &size);
-    const size_t recv_elements = static_cast<size_t>(recvcount) * static_cast<size_t>(size);
-    if (near(sendbuf, recvbuf, std::max(static_cast<size_t>(sendcount), recv_elements)) &&
-        overlapping(sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
-                    recv_elements * type_bytes(recvtype)) &&
-        predefined(sendtype) && predefined(recvtype)) {
-      return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
-    }
-  }
-  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
-  if (!global_config().enable) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  }
-  if (is_inter(comm)) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  }
-  if (below_threshold(kMinBytes.allgather, [&] {
+  return dispatch(
+      fn, comm, kMinBytes.allgather,
+      [&] {
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+      },
+      [&](int*) {
+        const bool in_place = sendbuf == MPI_IN_PLACE;
+        if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
+        if (recvcount < 0) return reject(fn, comm, MPI_ERR_COUNT, "recvcount is negative");
+        if (!in_place && sendcount < 0) {
+          return reject(fn, comm, MPI_ERR_COUNT, "sendcount is negative");
+        }
+        if (recvtype == MPI_DATATYPE_NULL) {
+          return reject(fn, comm, MPI_ERR_TYPE, "recvtype is MPI_DATATYPE_NULL");
+        }
+        if (!in_place && sendtype == MPI_DATATYPE_NULL) {
+          return reject(fn, comm, MPI_ERR_TYPE, "sendtype is MPI_DATATYPE_NULL");
+        }
+        if (recvbuf == MPI_IN_PLACE) {
+          return reject(fn, comm, MPI_ERR_ARG, "recvbuf is MPI_IN_PLACE (only sendbuf may be)");
+        }
+        if (!in_place && sendcount > 0 && null_buffer(sendbuf, sendtype)) {
+          return reject(fn, comm, MPI_ERR_BUFFER,
+                        "sendbuf is NULL with a predefined datatype and sendcount > 0");
+        }
+        if (recvcount > 0 && null_buffer(recvbuf, recvtype)) {
+          return reject(fn, comm, MPI_ERR_BUFFER,
+                        "recvbuf is NULL with a predefined datatype and recvcount > 0");
+        }
+        if (recvcount > 0 && aliased(sendbuf, recvbuf)) {
+          return reject(fn, comm, MPI_ERR_BUFFER, kAliasWhy);
+        }
+        if (!in_place && sendcount > 0 && recvcount > 0 && sendbuf != recvbuf) {
+          int size = 1;
+          PMPI_Comm_size(comm, &size);
+          const size_t recv_elements = static_cast<size_t>(recvcount) * static_cast<size_t>(size);
+          if (near(sendbuf, recvbuf, std::max(static_cast<size_t>(sendcount), recv_elements)) &&
+              overlapping(sendbuf, static_cast<size_t>(sendcount) * type_bytes(sendtype), recvbuf,
+                          recv_elements * type_bytes(recvtype)) &&
+              predefined(sendtype) && predefined(recvtype)) {
+            return reject(fn, comm, MPI_ERR_BUFFER, kOverlapWhy);
+          }
+        }
+        return MPI_SUCCESS;
+      },
+      [&] {
         int size = 1;
         PMPI_Comm_size(comm, &size);
         return static_cast<size_t>(recvcount) * static_cast<size_t>(size) * type_bytes(recvtype);
-      })) {
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  }
-  return run_skipring(comm, [&] {
-    return skipring_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  });
+      },
+      [&] {
+        return run_skipring(comm, [&] {
+          return skipring_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                    comm);
+        });
+      });
 }
 
 // --- MPI_Bcast ------------------------------------------------------------------------------
 
 int bcast_impl(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
   constexpr const char* fn = "MPI_Bcast";
-  int init_rc;
-  switch (enter(fn, &init_rc)) {
-    case Entry::kUnusable:
-      return MPI_ERR_OTHER;
-    case Entry::kPmpi:
-      return PMPI_Bcast(buffer, count, datatype, root, comm);
-    case Entry::kUse:
-      break;
-  }
-  if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
-  if (count < 0) return reject(fn, comm, MPI_ERR_COUNT, "count is negative");
-  if (datatype == MPI_DATATYPE_NULL) {
-    return reject(fn, comm, MPI_ERR_TYPE, "datatype is MPI_DATATYPE_NULL");
-  }
-  const bool inter = is_inter(comm);
-  if (!inter) {
-    int size = 1;
-    PMPI_Comm_size(comm, &size);
-    if (root < 0 || root >= size) {
-      return reject(fn, comm, MPI_ERR_ROOT, "root is not a rank of the communicator");
-    }
-    if (buffer == MPI_IN_PLACE) {
-      return reject(fn, comm, MPI_ERR_ARG, "buffer is MPI_IN_PLACE (bcast has no in-place form)");
-    }
-    if (count > 0 && null_buffer(buffer, datatype)) {
-      return reject(fn, comm, MPI_ERR_BUFFER,
-                    "buffer is NULL with a predefined datatype and count > 0");
-    }
-  }
-  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
-  if (!global_config().enable) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
-    return PMPI_Bcast(buffer, count, datatype, root, comm);
-  }
-  if (inter) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
-    return PMPI_Bcast(buffer, count, datatype, root, comm);
-  }
-  if (below_threshold(kMinBytes.bcast,
-                      [&] { return static_cast<size_t>(count) * type_bytes(datatype); })) {
-    return PMPI_Bcast(buffer, count, datatype, root, comm);
-  }
-  return run_skipring(comm, [&] { return skipring_bcast(buffer, count, datatype, root, comm); });
+  return dispatch(
+      fn, comm, kMinBytes.bcast, [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); },
+      [&](int* inter) {
+        if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
+        if (count < 0) return reject(fn, comm, MPI_ERR_COUNT, "count is negative");
+        if (datatype == MPI_DATATYPE_NULL) {
+          return reject(fn, comm, MPI_ERR_TYPE, "datatype is MPI_DATATYPE_NULL");
+        }
+        *inter = is_inter(comm) ? 1 : 0;
+        if (*inter == 0) {
+          int size = 1;
+          PMPI_Comm_size(comm, &size);
+          if (root < 0 || root >= size) {
+            return reject(fn, comm, MPI_ERR_ROOT, "root is not a rank of the communicator");
+          }
+          if (buffer == MPI_IN_PLACE) {
+            return reject(fn, comm, MPI_ERR_ARG,
+                          "buffer is MPI_IN_PLACE (bcast has no in-place form)");
+          }
+          if (count > 0 && null_buffer(buffer, datatype)) {
+            return reject(fn, comm, MPI_ERR_BUFFER,
+                          "buffer is NULL with a predefined datatype and count > 0");
+          }
+        }
+        return MPI_SUCCESS;
+      },
+      [&] { return static_cast<size_t>(count) * type_bytes(datatype); },
+      [&] {
+        return run_skipring(comm,
+                            [&] { return skipring_bcast(buffer, count, datatype, root, comm); });
+      });
 }
 
 // --- MPI_Reduce -----------------------------------------------------------------------------
@@ -418,73 +401,61 @@ int bcast_impl(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Com
 int reduce_impl(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                 int root, MPI_Comm comm) {
   constexpr const char* fn = "MPI_Reduce";
-  int init_rc;
-  switch (enter(fn, &init_rc)) {
-    case Entry::kUnusable:
-      return MPI_ERR_OTHER;
-    case Entry::kPmpi:
-      return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-    case Entry::kUse:
-      break;
-  }
-  if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
-  if (count < 0) return reject(fn, comm, MPI_ERR_COUNT, "count is negative");
-  if (datatype == MPI_DATATYPE_NULL) {
-    return reject(fn, comm, MPI_ERR_TYPE, "datatype is MPI_DATATYPE_NULL");
-  }
-  if (op == MPI_OP_NULL) return reject(fn, comm, MPI_ERR_OP, "op is MPI_OP_NULL");
-  const bool inter = is_inter(comm);
-  if (!inter) {
-    int size = 1, rank = 0;
-    PMPI_Comm_size(comm, &size);
-    PMPI_Comm_rank(comm, &rank);
-    if (root < 0 || root >= size) {
-      return reject(fn, comm, MPI_ERR_ROOT, "root is not a rank of the communicator");
-    }
-    if (rank != root && sendbuf == MPI_IN_PLACE) {
-      return reject(fn, comm, MPI_ERR_ARG,
-                    "sendbuf is MPI_IN_PLACE at a non-root rank (only the root may pass it)");
-    }
-    if (rank == root && recvbuf == MPI_IN_PLACE) {
-      return reject(fn, comm, MPI_ERR_ARG,
-                    "recvbuf is MPI_IN_PLACE at the root (only sendbuf may be)");
-    }
-    if (count > 0 && null_buffer(sendbuf, datatype)) {
-      return reject(fn, comm, MPI_ERR_BUFFER,
-                    "sendbuf is NULL with a predefined datatype and count > 0");
-    }
-    if (rank == root && count > 0 && null_buffer(recvbuf, datatype)) {
-      return reject(fn, comm, MPI_ERR_BUFFER,
-                    "recvbuf is NULL at the root with a predefined datatype and count > 0");
-    }
-    // recvbuf is not significant at a non-root: only the root's buffers may not alias.
-    if (rank == root && count > 0 && aliased(sendbuf, recvbuf)) {
-      return reject(fn, comm, MPI_ERR_ARG, kAliasWhy);
-    }
-    if (rank == root && count > 0 && sendbuf != recvbuf &&
-        near(sendbuf, recvbuf, static_cast<size_t>(count))) {
-      // The type's size first: the envelope (predefined) only when the ranges overlap.
-      const size_t bytes = static_cast<size_t>(count) * type_bytes(datatype);
-      if (overlapping(sendbuf, bytes, recvbuf, bytes) && predefined(datatype)) {
-        return reject(fn, comm, MPI_ERR_ARG, kOverlapWhy);
-      }
-    }
-  }
-  if (init_rc != MPI_SUCCESS) return raise_error(comm, init_rc);
-  if (!global_config().enable) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_DISABLED);
-    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  }
-  if (inter) {
-    skipring_count_fallback_reason(SKIPRING_FALLBACK_COMM);
-    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  }
-  if (below_threshold(kMinBytes.reduce,
-                      [&] { return static_cast<size_t>(count) * type_bytes(datatype); })) {
-    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  }
-  return run_skipring(
-      comm, [&] { return skipring_reduce(sendbuf, recvbuf, count, datatype, op, root, comm); });
+  return dispatch(
+      fn, comm, kMinBytes.reduce,
+      [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); },
+      [&](int* inter) {
+        if (comm == MPI_COMM_NULL) return reject(fn, comm, MPI_ERR_COMM, "comm is MPI_COMM_NULL");
+        if (count < 0) return reject(fn, comm, MPI_ERR_COUNT, "count is negative");
+        if (datatype == MPI_DATATYPE_NULL) {
+          return reject(fn, comm, MPI_ERR_TYPE, "datatype is MPI_DATATYPE_NULL");
+        }
+        if (op == MPI_OP_NULL) return reject(fn, comm, MPI_ERR_OP, "op is MPI_OP_NULL");
+        *inter = is_inter(comm) ? 1 : 0;
+        if (*inter == 0) {
+          int size = 1, rank = 0;
+          PMPI_Comm_size(comm, &size);
+          PMPI_Comm_rank(comm, &rank);
+          if (root < 0 || root >= size) {
+            return reject(fn, comm, MPI_ERR_ROOT, "root is not a rank of the communicator");
+          }
+          if (rank != root && sendbuf == MPI_IN_PLACE) {
+            return reject(fn, comm, MPI_ERR_ARG,
+                          "sendbuf is MPI_IN_PLACE at a non-root rank (only the root may pass it)");
+          }
+          if (rank == root && recvbuf == MPI_IN_PLACE) {
+            return reject(fn, comm, MPI_ERR_ARG,
+                          "recvbuf is MPI_IN_PLACE at the root (only sendbuf may be)");
+          }
+          if (count > 0 && null_buffer(sendbuf, datatype)) {
+            return reject(fn, comm, MPI_ERR_BUFFER,
+                          "sendbuf is NULL with a predefined datatype and count > 0");
+          }
+          if (rank == root && count > 0 && null_buffer(recvbuf, datatype)) {
+            return reject(fn, comm, MPI_ERR_BUFFER,
+                          "recvbuf is NULL at the root with a predefined datatype and count > 0");
+          }
+          // recvbuf is not significant at a non-root: only the root's buffers may not alias.
+          if (rank == root && count > 0 && aliased(sendbuf, recvbuf)) {
+            return reject(fn, comm, MPI_ERR_ARG, kAliasWhy);
+          }
+          if (rank == root && count > 0 && sendbuf != recvbuf &&
+              near(sendbuf, recvbuf, static_cast<size_t>(count))) {
+            // The type's size first: the envelope (predefined) only when the ranges overlap.
+            const size_t bytes = static_cast<size_t>(count) * type_bytes(datatype);
+            if (overlapping(sendbuf, bytes, recvbuf, bytes) && predefined(datatype)) {
+              return reject(fn, comm, MPI_ERR_ARG, kOverlapWhy);
+            }
+          }
+        }
+        return MPI_SUCCESS;
+      },
+      [&] { return static_cast<size_t>(count) * type_bytes(datatype); },
+      [&] {
+        return run_skipring(comm, [&] {
+          return skipring_reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+        });
+      });
 }
 
 // Runs `impl` unless this thread is inside skipring (then `pmpi`), so that nothing thrown
