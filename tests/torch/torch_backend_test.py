@@ -15,6 +15,10 @@ Usage: mpirun -np N /usr/bin/python3 torch_backend_test.py MODE
                (sizes, dtypes, roots) all raise, naming each rank's call; the group still
                works afterwards
   subgroup     dist.new_group(ranks) with the skipring backend, results against the host
+  mismatch     sizes that differ across ranks with the consistency check off (rank r all-reduces
+               1000 * (r + 1) floats): at least one rank raises a RuntimeError naming the failed
+               all-reduce, none hangs (SKIPRING_TIMEOUT bounds the others) or crashes, and a new
+               skipring group works afterwards (the default one is unusable from then on)
   thread-serialized  MPI initialised by mpi4py at MPI_THREAD_SERIALIZED first: the module
                serialises its MPI calls; the async test
   thread-funneled    MPI initialised by mpi4py at MPI_THREAD_FUNNELED first: importing
@@ -371,6 +375,35 @@ def test_errors():
     expect_equal(t, torch.full((100,), float(size)), "all_reduce after the errors")
 
 
+def test_mismatch():
+    import time
+    global checks
+    rank, size = dist.get_rank(), dist.get_world_size()
+    started = time.monotonic()
+    raised = ""
+    try:
+        dist.all_reduce(torch.ones(1000 * (rank + 1)))
+    except RuntimeError as e:
+        raised = str(e)
+    took = time.monotonic() - started
+    checks += 1
+    if took > 20:
+        fail(f"mismatched all_reduce returned after {took:.1f} s")
+    if raised and "skipring backend: allreduce failed" not in raised:
+        fail(f"the error does not name the failed all-reduce: {raised}")
+    if rank == 0 and raised:
+        print(f"rank 0 raised: {raised}", flush=True)
+    g = dist.new_group(ranks=list(range(size)), backend="skipring")
+    flag = torch.tensor([1.0 if raised else 0.0])
+    dist.all_reduce(flag, group=g)
+    checks += 1
+    if flag.item() < 1:
+        fail("no rank raised for sizes that differ across ranks")
+    t = torch.ones(100)
+    dist.all_reduce(t, group=g)
+    expect_equal(t, torch.full((100,), float(size)), "all_reduce on a new group afterwards")
+
+
 def test_subgroup():
     size = dist.get_world_size()
     members = list(range(0, size, 2)) if size > 2 else [0, size - 1]
@@ -399,7 +432,7 @@ def main():
         fail(f"default backend is {dist.get_backend()}")
     try:
         {"collectives": test_collectives, "async": test_async, "errors": test_errors,
-         "subgroup": test_subgroup, "thread-serialized": test_serialized}[mode]()
+         "subgroup": test_subgroup, "mismatch": test_mismatch, "thread-serialized": test_serialized}[mode]()
     except Exception:  # noqa: BLE001
         traceback.print_exc()
         sys.stdout.flush()
