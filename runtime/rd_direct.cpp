@@ -154,7 +154,12 @@ struct Waiter {
     }
     // The announcement (or small message) both ways first; the payload's send completes once
     // the partner has checked the announcement and posted its receive.
-    if (n > 0) SKIPRING_RETURN_IF_ERROR(wait(reqs, n, recvs, round, peer, sts));
+    if (n > 0) {
+      if (const Status st = wait(reqs, n, recvs, round, peer, sts); !ok(st)) {
+        if (payload_send != MPI_REQUEST_NULL) MPI_Request_free(&payload_send);  // background
+        return st;
+      }
+    }
     if (theirs == nullptr) {
       return payload_send == MPI_REQUEST_NULL ? Status::kOk
                                               : wait(&payload_send, 1, 0, round, peer);
