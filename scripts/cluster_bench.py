@@ -15,7 +15,13 @@ the entry time); a point's value is the median over REPEAT runs, which go round-
 points (repeat 1 of every point, then repeat 2, ...). Ratios are medians of the per-run ratios
 (both variants from the same run). Late rows also give the floor: the least time after the
 arrival that any all-reduce schedule can take on these links (late_floor_ms), and its ratio to
-the plain ring's time, the least skip/ring any schedule could show. The no-straggler runs time
+the plain ring's time, the least skip/ring any schedule could show. With --bounds, every run of
+the round-robin also times late_bound's two omniscient schedules once the late rank is there
+after a long lateness (the others have summed everything without it): "owners" (its pieces to
+every owner, each final straight to every rank: skip-ahead's late path with nothing to wait
+for) and "chain" (its input down the healthy ranks, one stream per link): what these links and
+this MPI library allow after the arrival, where the floor counts bandwidth alone (the late rows
+get owners_bound_ms, chain_bound_ms and skip's ratios to them). The no-straggler runs time
 ITERS_NONE iterations (default 20; ITERS for the late ones): their target is a 3 % effect, and
 with 5 iterations a run's ratio scattered 0.98-1.06 where 20 give 0.99-1.02. Times are also
 given in units of
@@ -31,15 +37,16 @@ element or the plain ring skips. The cluster is taken down at the end (--keep-up
 Usage: scripts/cluster_bench.py [--bench build-release/apps/skipring_bench] [--rate 1gbit]
            [--hosts 4] [--per-host 1] [--sizes 16M,64M] [--late-rank 1] [--late-ms 200[,MS...]] [--no-none]
            [--repeat 5] [--iters 5] [--iters-none 20] [--warmup 1] [--out FILE]
-           [--runs-out FILE]
+           [--runs-out FILE] [--bounds]
 Build the benchmark first: cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release &&
-cmake --build build-release --target skipring_bench. SKIPRING_* variables set in the
+cmake --build build-release --target skipring_bench late_bound. SKIPRING_* variables set in the
 environment reach every rank (and are recorded in the CSV).
 """
 import argparse
 import csv
 import datetime
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,6 +67,7 @@ POINT_FIELDS = [
     "skip_over_mpi", "skip_over_mpi_min", "skip_over_mpi_max",
     "skip_L", "ring_L", "mpi_L", "floor_ms", "floor_over_ring", "skips_per_iter",
     "late_pieces_per_iter", "wrong",
+    "owners_bound_ms", "chain_bound_ms", "skip_over_owners_bound", "skip_over_chain_bound",
     "skipring_env", "commit", "date",
 ]
 RUN_FIELDS = [
@@ -179,13 +187,37 @@ def late_floor_ms(n, size, bps, late_ms):
     return max(s_ms, (n - 1) * (2 * s_ms - late_ms) / n)
 
 
+BOUND_RE = re.compile(r"ideal after-arrival p50 ([0-9.]+) ms, plain ring \(all at once\) p50 "
+                      r"([0-9.]+) ms, ratio [0-9.]+, wrong elements (\d+)")
+
+
+def run_bound(a, size, schedule, log_path):
+    """late_bound's omniscient schedule once the late rank is there (after a long lateness:
+    the others have summed everything without it), its p50 after-arrival time in ms."""
+    cmd = ["bash", VCLUSTER, "run", "-p", str(a.per_host), a.late_bound, "-b", str(size),
+           "-n", str(a.iters), "-w", str(max(1, a.warmup)), "--late-rank", str(a.late_rank),
+           "--schedule", schedule]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=a.timeout)
+    with open(log_path, "w") as f:
+        f.write(proc.stdout)
+    m = BOUND_RE.search(proc.stdout)
+    if proc.returncode != 0 or not m:
+        raise sd.DemoError(f"late_bound failed (exit {proc.returncode}): {' '.join(cmd)}\n"
+                           f"{proc.stdout[-2000:]}")
+    if int(m.group(3)) != 0:
+        raise sd.DemoError(f"late_bound {schedule} {size} B: {m.group(3)} wrong elements")
+    return float(m.group(1))
+
+
 def iters_of(a, scenario):
     return a.iters if scenario == "late" else a.iters_none
 
 
 def print_table(points):
     header = ["scenario", "size", "skip-ahead", "plain ring", "MPI_Allreduce", "L", "skip/ring",
-              "skip/MPI", "skip", "ring", "MPI", "floor/ring", "skips/iter"]
+              "skip/MPI", "skip", "ring", "MPI", "floor/ring", "skip/floor", "skip/owners",
+              "skip/chain", "skips/iter"]
     lines = []
     for p in points:
         label = (f"rank {p['late_rank']} {p['late_ms']} ms late" if p["scenario"] == "late"
@@ -194,6 +226,9 @@ def print_table(points):
                       f"{p['ring_ms']} ms", f"{p['mpi_ms']} ms", f"{p['L_ms']} ms",
                       p["skip_over_ring"], p["skip_over_mpi"], f"{p['skip_L']} L",
                       f"{p['ring_L']} L", f"{p['mpi_L']} L", p.get("floor_over_ring") or "-",
+                      (r4(float(p["skip_ms"]) / float(p["floor_ms"])) if p.get("floor_ms")
+                       else "-"),
+                      p.get("skip_over_owners_bound") or "-", p.get("skip_over_chain_bound") or "-",
                       p["skips_per_iter"]])
     widths = [max(len(str(row[i])) for row in [header] + lines) for i in range(len(header))]
     fmt = lambda row: "  ".join(str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i])
@@ -230,6 +265,14 @@ def main():
                     help="JSON rows and logs of the runs")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per mpirun")
     ap.add_argument("--keep-up", action="store_true", help="leave the cluster up at the end")
+    ap.add_argument("--bounds", action="store_true",
+                    help="also time late_bound's omniscient schedules after a long lateness "
+                    "(owners: the late rank's pieces to every owner, finals straight to every "
+                    "rank, as skip-ahead's late path; chain: one stream per link) per size, "
+                    "once per repeat: what the links and the MPI library allow after the "
+                    "arrival, beside the bandwidth floor")
+    ap.add_argument("--late-bound", default=None,
+                    help="late_bound binary (default: next to --bench)")
     a = ap.parse_args()
     nranks = a.hosts * a.per_host
     bps = rate_bytes_per_s(a.rate)
@@ -242,6 +285,9 @@ def main():
                  "--warmup non-negative")
     if not os.access(a.bench, os.X_OK):
         raise sd.DemoError(f"no benchmark at {a.bench}: build it first (see --help)")
+    a.late_bound = a.late_bound or os.path.join(os.path.dirname(a.bench), "late_bound")
+    if a.bounds and not os.access(a.late_bound, os.X_OK):
+        raise sd.DemoError(f"no late_bound at {a.late_bound}: build the late_bound target")
     os.makedirs(a.work_dir, exist_ok=True)
     commit = git_commit()
     env_text = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
@@ -258,6 +304,7 @@ def main():
               + (f", {env_text}" if env_text else ""), flush=True)
         progress = sd.Progress(len(points) * a.repeat)
         rows = {p: [] for p in points}
+        bounds = {(size, sch): [] for size in a.sizes for sch in ("owners", "chain")}
         runs = []
         problems = []
         for rep in range(a.repeat):
@@ -291,6 +338,11 @@ def main():
                 runs.append(run)
                 progress.end(("  FAILED: " + "; ".join(bad)) if bad else
                              f"  skip/ring {sd.fmt_ratio(row.get('skip_over_ring'))}")
+            for size, sch in (bounds if a.bounds else {}):
+                log = os.path.join(a.work_dir, f"bound-{sch}-{size}-run{rep + 1}.log")
+                bounds[(size, sch)].append(run_bound(a, size, sch, log))
+                print(f"  late_bound {sch} {sd.fmt_size(size)} (run {rep + 1}/{a.repeat}): "
+                      f"{bounds[(size, sch)][-1]:.1f} ms after the arrival", flush=True)
     finally:
         if not a.keep_up:
             vcluster("down", check=False)
@@ -301,8 +353,14 @@ def main():
         # The floor assumes every message crosses a downlink: one rank per host.
         floor_ms = (late_floor_ms(a.hosts, size, bps, late_ms)
                     if scen == "late" and a.per_host == 1 else None)
-        summary.append(summarize((scen, size, late_ms), rows[(scen, size, late_ms)], a, L_ms,
-                                 floor_ms, commit, env_text))
+        p = summarize((scen, size, late_ms), rows[(scen, size, late_ms)], a, L_ms, floor_ms,
+                      commit, env_text)
+        if scen == "late" and a.bounds:
+            for sch in ("owners", "chain"):
+                b = sd.median(bounds[(size, sch)])
+                p[f"{sch}_bound_ms"] = r4(b)
+                p[f"skip_over_{sch}_bound"] = r4(float(p["skip_ms"]) / b)
+        summary.append(p)
     for path, fields, data in ((a.out, POINT_FIELDS, summary), (a.runs_out, RUN_FIELDS, runs)):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", newline="") as f:

@@ -119,6 +119,19 @@ def find_preload(build):
     return lib
 
 
+def late_rank_ar_ms(res):
+    """The p50 over steps of the all-reduce time of the rank that slept most (the late rank's own
+    calls: from its arrival to its return, what the step waits for after it), "" without sleeps.
+    The per-step p50 of the slowest rank (ar_ms_p50) is what the others see: their wait for the
+    late rank plus that."""
+    sleeps = res.get("sleep_s_total") or []
+    if not sleeps or max(sleeps) <= 0:
+        return ""
+    late = max(range(len(sleeps)), key=lambda i: sleeps[i])
+    vals = sorted(res["ar_s"][late])
+    return round(1e3 * vals[len(vals) // 2], 2)
+
+
 def run_one(a, preload, framework, scenario, variant, rep):
     v = VARIANTS[variant]
     env = dict(os.environ)
@@ -291,7 +304,8 @@ def main():
                "target_acc": r["target_acc"], "final_acc": round(r["final_acc"], 4),
                "final_loss": round(r["final_loss"], 5), "param_hash": r["final_hash"],
                "schedule_hash": r["schedule_hash"], "calls_min": r["calls_min"],
-               "fallbacks": r["fallbacks"], "skips": r["skips"], "late": r["late"]}
+               "fallbacks": r["fallbacks"], "skips": r["skips"], "late": r["late"],
+               "late_rank_ar_ms_p50": late_rank_ar_ms(r)}
         rows.append(row)
         for e in r["evals"]:
             curves.append({"framework": fw, "scenario": sc, "variant": v, "rep": rep,
@@ -303,7 +317,8 @@ def main():
                             f"calls_min {r['calls_min']} (skipring did not run the all-reduces)")
         print(f"[{i + 1}/{len(plan)}] {fw:5s} {sc:14s} {v:8s} rep {rep}: epoch "
               f"{row['epoch_s']:.2f}s ar p50 {row['ar_ms_p50']:.1f} p99 "
-              f"{row['ar_ms_p99']:.1f} ms share {row['ar_share']:.2f} tta "
+              f"{row['ar_ms_p99']:.1f} ms late rank's {row['late_rank_ar_ms_p50'] or '-'} ms "
+              f"share {row['ar_share']:.2f} tta "
               f"{row['time_to_target_s']} acc {row['final_acc']:.4f} skips {row['skips']} "
               f"hash {row['param_hash']} ({r['job_s']:.1f} s)", flush=True)
     # Bit-identical plain ring across runs, same schedule in every variant.
@@ -333,7 +348,7 @@ def main():
             w.writerows(data)
         print(f"experiment: wrote {path}")
     # Summary: medians per (framework, scenario, variant).
-    print("\nframework scenario       variant   epoch_s  ar_p50  ar_p99  share  tta_s  acc")
+    print("\nframework scenario       variant   epoch_s  ar_p50  ar_p99  late_ar  share  tta_s  acc")
     for key in sorted({(r["framework"], r["scenario"], r["variant"]) for r in rows},
                       key=lambda k: (k[0], scenarios.index(k[1]), k[2])):
         rs = [r for r in rows if (r["framework"], r["scenario"], r["variant"]) == key]
@@ -342,7 +357,8 @@ def main():
             vals = sorted(float(r[field]) for r in rs if r[field] != "")
             return vals[len(vals) // 2] if vals else float("nan")
         print(f"{key[0]:9s} {key[1]:14s} {key[2]:8s} {med('epoch_s'):7.2f} "
-              f"{med('ar_ms_p50'):7.1f} {med('ar_ms_p99'):7.1f} {med('ar_share'):6.2f} "
+              f"{med('ar_ms_p50'):7.1f} {med('ar_ms_p99'):7.1f} {med('late_rank_ar_ms_p50'):7.1f} "
+              f"{med('ar_share'):6.2f} "
               f"{med('time_to_target_s'):6.2f} {med('final_acc'):.4f}")
     if a.plot:
         plot(curves, scenarios, a.plot)
