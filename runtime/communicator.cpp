@@ -161,6 +161,11 @@ Status Communicator::engine_allreduce(Algo algo, size_t bytes, size_t seg_bytes)
     ++seq_;
     return st;
   }
+  // Every rank of a correct program passes the same count, type and op: the transport checks
+  // the senders' before it trusts their sizes (MpiTransport::set_call; reset in
+  // finish_collective).
+  transport_->set_call(
+      call_word(params_.count, static_cast<int>(params_.dtype), static_cast<int>(params_.op)));
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
   remember_allreduce(algo, bytes, seg_bytes, chain_core);

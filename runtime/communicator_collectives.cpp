@@ -97,6 +97,7 @@ Status Communicator::run_collective(CollectiveCore* core, const char* name) {
 
 Status Communicator::finish_collective(CollectiveCore* core, Status st, const char* name,
                                        int algo) {
+  transport_->set_call(0);
   ++seq_;
   if (!ok(st)) {
     // keeps_usable's rule: a local argument error leaves the communicator usable, any other

@@ -124,8 +124,8 @@ Status MpiTransport::post_send(int peer, int tag, const void* header, size_t hea
     op.staging = take_staging(header_bytes + kSizeWordBytes);
     uint8_t* st = staging_[op.staging].data();
     std::memcpy(st, header, header_bytes);
-    const uint64_t announced = payload_bytes;
-    std::memcpy(st + header_bytes, &announced, kSizeWordBytes);
+    const uint64_t trailer[2] = {payload_bytes, call_};
+    std::memcpy(st + header_bytes, trailer, kSizeWordBytes);
     if (MPI_Isend(st, static_cast<int>(header_bytes + kSizeWordBytes), MPI_BYTE, peer,
                   header_tag(tag), comm_, &reqs[0]) != MPI_SUCCESS ||
         isend_data(payload, static_cast<int>(payload_bytes), peer, payload_tag(tag), comm_,
@@ -181,15 +181,21 @@ Status MpiTransport::post_recv(int peer, int tag, void* header, size_t header_by
     return Status::kErrTransport;
   }
   if (op.split) {
-    // The payload is received once the header part has come, from its sender, at the size it
-    // announces (checked against this receive's capacity first): a payload larger than its
-    // receive (counts or datatype sizes that differ across ranks) is a protocol error, never a
-    // write past the buffer (Open MPI's CMA path writes a longer message past its receive).
+    // From `peer`, or from the one rank that sends this tag (kAnySourceOneSender), whose call
+    // word matched (or the call is unknown): both parts at once; poll() checks that they came
+    // from the same rank. Else the payload once the header part has come (mpi_transport.h).
     op.remaining = 2;
-    op.deferred_payload = true;
+    const bool trusted = call_ == 0 || (peer >= 0 && verified_[peer] != 0);
+    if (peer == kAnySource || !trusted) {
+      op.deferred_payload = true;
+    } else if (MPI_Irecv(payload, static_cast<int>(payload_bytes), MPI_BYTE, src, payload_tag(tag),
+                         comm_, &reqs[1]) != MPI_SUCCESS) {
+      return Status::kErrTransport;
+    }
   }
   const int id = new_op(op);
   add_request(reqs[0], id);
+  if (op.split && !op.deferred_payload) add_request(reqs[1], id);
   return Status::kOk;
 }
 
@@ -235,27 +241,8 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
       } else if (!op.split) {
         op.payload_bytes = bytes - op.header_bytes;
       } else {
-        const uint8_t* st = staging_[op.staging].data();
-        std::memcpy(op.header, st, op.header_bytes);
-        uint64_t announced = 0;
-        std::memcpy(&announced, st + op.header_bytes, kSizeWordBytes);
-        if (announced > op.payload_capacity) {
-          return report_size_mismatch(
-              "payload part (announced)", statuses_[i].MPI_SOURCE, op.tag, 0, op.payload_capacity,
-              static_cast<long long>(std::min<uint64_t>(announced, LLONG_MAX)));
-        }
-        op.payload_announced = static_cast<size_t>(announced);
-      }
-      if (!payload_part && op.deferred_payload) {
-        // The header part arrived: now the payload, from that sender, at its announced size.
-        op.deferred_payload = false;
-        MPI_Request req;
-        if (MPI_Irecv(op.payload, static_cast<int>(op.payload_announced), MPI_BYTE, op.source,
-                      payload_tag(op.tag), comm_, &req) != MPI_SUCCESS) {
-          return Status::kErrTransport;
-        }
-        late_requests_.push_back(req);
-        late_request_op_.push_back(op_id);
+        std::memcpy(op.header, staging_[op.staging].data(), op.header_bytes);
+        SKIPRING_RETURN_IF_ERROR(check_trailer(op_id, statuses_[i].MPI_SOURCE));
       }
     }
     if (--op.remaining > 0) continue;
@@ -282,6 +269,58 @@ Status MpiTransport::test_requests(std::vector<Completion>* done) {
     add_request(late_requests_[i], late_request_op_[i]);
   late_requests_.clear();
   late_request_op_.clear();
+  return Status::kOk;
+}
+
+void MpiTransport::set_call(uint64_t word) {
+  call_ = word;
+  if (word != 0) verified_.assign(static_cast<size_t>(size_), 0);
+}
+
+Status MpiTransport::post_deferred_payload(int op_id, int source, size_t bytes) {
+  Op& op = ops_[op_id];
+  op.deferred_payload = false;
+  MPI_Request req;
+  if (MPI_Irecv(op.payload, static_cast<int>(bytes), MPI_BYTE, source, payload_tag(op.tag), comm_,
+                &req) != MPI_SUCCESS) {
+    return Status::kErrTransport;
+  }
+  late_requests_.push_back(req);
+  late_request_op_.push_back(op_id);
+  return Status::kOk;
+}
+
+Status MpiTransport::check_trailer(int op_id, int source) {
+  Op& op = ops_[op_id];
+  uint64_t trailer[2];
+  std::memcpy(trailer, staging_[op.staging].data() + op.header_bytes, kSizeWordBytes);
+  if (trailer[0] > op.payload_capacity) {
+    return report_size_mismatch("payload part (announced)", source, op.tag, 0, op.payload_capacity,
+                                static_cast<long long>(std::min<uint64_t>(trailer[0], LLONG_MAX)));
+  }
+  if (call_ != 0 && trailer[1] != call_) {
+    SKIPRING_LOG_ERROR(
+        "protocol error: the all-reduce's arguments differ across ranks: rank {} called it with "
+        "count {}{}, this rank with count {} (every rank must pass the same count, datatype and "
+        "op)",
+        source, call_word_count(trailer[1]),
+        (trailer[1] & 0xffff) != (call_ & 0xffff) ? " and another datatype or op" : "",
+        call_word_count(call_));
+    return Status::kErrProtocol;
+  }
+  if (!op.deferred_payload) return Status::kOk;
+  SKIPRING_RETURN_IF_ERROR(post_deferred_payload(op_id, source, static_cast<size_t>(trailer[0])));
+  if (call_ == 0 || verified_[source] != 0) return Status::kOk;
+  // The sender's call matched: its other pieces fit their receives as posted.
+  verified_[source] = 1;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op& o = ops_[i];
+    if (o.remaining > 0 && o.is_recv && o.deferred_payload && o.peer == source) {
+      o.source = source;
+      SKIPRING_RETURN_IF_ERROR(
+          post_deferred_payload(static_cast<int>(i), source, o.payload_capacity));
+    }
+  }
   return Status::kOk;
 }
 

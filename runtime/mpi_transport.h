@@ -16,16 +16,19 @@
 //    latency-bound path), into a buffer of even_capacity_ = max_header_ + kPackLimit bytes
 //    (a pooled staging buffer when the receive's own is smaller), so no sender can overrun
 //    it; poll() then checks the size before copying anything out.
-//  - The payload part of a split message (> kPackLimit bytes) is received once the header
-//    part has come: the header part ends with the payload's byte count, checked against the
-//    receive's capacity before the payload's receive is posted, at exactly that size. So a
-//    payload larger than its receive (counts or datatype sizes that differ across ranks) is a
-//    protocol error, never a write past the buffer (Open MPI 4.1's CMA path writes a longer
-//    message past its receive, for plain MPI programs too: docs/reliability.md). The sender
-//    sends both parts at once, so the payload's rendezvous request is already there when its
-//    receive is posted. (A probe-first receive, MPI_Improbe + MPI_Imrecv, was tried and removed
-//    earlier: under Open MPI's UCX pml it handed out same-tag payloads of one sender out of
-//    order.)
+//  - The payload part of a split message (> kPackLimit bytes): the header part ends with a
+//    trailer, the payload's byte count and the sender's call word (count, datatype and op of
+//    the all-reduce, set_call). A payload receive is posted ahead only from a sender whose
+//    call word already matched this rank's in this collective (then its layout is this rank's,
+//    and no payload can be longer than its receive) or when the call is unknown (set_call(0):
+//    other collectives, the cost probe); else once its header part has come: the trailer is
+//    checked, the payload received at the announced size, and every receive from that sender
+//    still waiting is posted. So counts or datatypes that differ across ranks are a protocol
+//    error naming both counts, never a write past a buffer (Open MPI 4.1's CMA path writes a
+//    longer message past its receive, for plain MPI programs too: docs/reliability.md), and
+//    only the first pieces from each sender per all-reduce wait for their header. (A
+//    probe-first receive, MPI_Improbe + MPI_Imrecv, was tried and removed earlier: under Open
+//    MPI's UCX pml it handed out same-tag payloads of one sender out of order.)
 // A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes.
 #pragma once
 
@@ -54,12 +57,14 @@ class MpiTransport final : public Transport {
   Status poll(std::vector<Completion>* done) override;
   Status cancel(Token token) override;
   size_t outstanding() const override { return ops_.size() - free_ops_.size(); }
+  void set_call(uint64_t word) override;
   Status unmatched_message_waiting(bool* waiting) override;
 
   // Messages up to this payload size are packed into a staging buffer.
   static constexpr size_t kPackLimit = 16 * 1024;
-  // The header part of a split message ends with the payload's byte count (uint64).
-  static constexpr size_t kSizeWordBytes = 8;
+  // The header part of a split message ends with a trailer: the payload's byte count and the
+  // sender's call word (set_call), two uint64.
+  static constexpr size_t kSizeWordBytes = 16;
 
  private:
   struct Op {
@@ -75,7 +80,6 @@ class MpiTransport final : public Transport {
     int tag = 0;
     size_t payload_capacity = 0;
     bool deferred_payload = false;  // split receive: payload posted after the header part
-    size_t payload_announced = 0;   // split receive: the payload size its header part gave
     int source = -1;                // split receive: the rank the first part came from
     int peer = -1;                  // as posted (a rank, kAnySource, kAnySourceOneSender)
   };
@@ -100,6 +104,13 @@ class MpiTransport final : public Transport {
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<int> free_staging_;
   std::vector<MPI_Request> late_requests_;  // posted during poll, added after it
+  uint64_t call_ = 0;              // set_call's word; 0: unknown (no check, payloads pre-posted)
+  std::vector<uint8_t> verified_;  // per rank: its call word matched this collective's
+  // Posts the payload receive of split receive `op_id` from `source` with `bytes` (in poll).
+  Status post_deferred_payload(int op_id, int source, size_t bytes);
+  // A split header part's trailer from `source` (op `op`): the payload fits, the call word
+  // matches; then every payload receive from `source` still waiting for its header is posted.
+  Status check_trailer(int op_id, int source);
   std::vector<int> late_request_op_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;

@@ -43,7 +43,18 @@ class Transport {
   virtual size_t outstanding() const = 0;
   // True when a message is waiting that no posted receive matches (stale-message check).
   virtual Status unmatched_message_waiting(bool* waiting) = 0;
+  // The collective about to run, as a word every rank of a correct program computes alike
+  // (call_word: count, datatype, op), or 0 (unknown). A transport may check it against what
+  // senders say before it trusts their sizes (MpiTransport). Default: ignored.
+  virtual void set_call(uint64_t word) { (void)word; }
 };
+
+// The all-reduce's call word for set_call: nonzero, the count in bits 16..62.
+inline uint64_t call_word(uint64_t count, int dtype, int op) {
+  return (uint64_t{1} << 63) | ((count & ((uint64_t{1} << 47) - 1)) << 16) |
+         (static_cast<uint64_t>(dtype & 0xff) << 8) | static_cast<uint64_t>(op & 0xff);
+}
+inline uint64_t call_word_count(uint64_t word) { return (word >> 16) & ((uint64_t{1} << 47) - 1); }
 
 // A message, or a part of a split one (`what`), of the wrong size: logs it with sender, tag and
 // the sizes expected, returns kErrProtocol. received < 0: more than hi (truncated).
