@@ -26,9 +26,10 @@
 //    still waiting is posted. So counts or datatypes that differ across ranks are a protocol
 //    error naming both counts, never a write past a buffer (Open MPI 4.1's CMA path writes a
 //    longer message past its receive, for plain MPI programs too: docs/reliability.md), and
-//    only the first pieces from each sender per all-reduce wait for their header. (A
-//    probe-first receive, MPI_Improbe + MPI_Imrecv, was tried and removed earlier: under Open
-//    MPI's UCX pml it handed out same-tag payloads of one sender out of order.)
+//    only the first pieces from each sender per all-reduce wait for their header. Off under
+//    SimGrid SMPI (set_call). A probe-first receive (MPI_Improbe + MPI_Imrecv) was tried and
+//    removed earlier: under Open MPI's UCX pml it handed out same-tag payloads of one sender
+//    out of order.
 // A size mismatch is Status::kErrProtocol, logged with peer, tag, expected and received sizes.
 #pragma once
 
