@@ -62,6 +62,10 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
         fmt::format("late_seen_s has {} entries for {} ranks", p.late_seen_s.size(), p.ring.size());
     return Status::kErrArg;
   }
+  if (p.late_coord < -1 || p.late_coord >= static_cast<int>(p.ring.size())) {
+    *why = fmt::format("late_coord {} is not a rank of {}", p.late_coord, p.ring.size());
+    return Status::kErrArg;
+  }
   if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
     *why = fmt::format("tag_span {} leaves the embedded ring fewer than {} tags", p.tag_span,
                        kMinRingSpan);
@@ -77,7 +81,8 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       n_(static_cast<int>(p.ring.size())),
       elem_(static_cast<int>(dtype_size(p.dtype))),
       hdr_bytes_(wire_header_bytes(static_cast<int>(p.ring.size()))),
-      coord_(p.ring.empty() ? 0 : p.ring[0]),
+      coord_(p.late_coord >= 0 ? p.late_coord : (p.ring.empty() ? 0 : p.ring[0])),
+      next_coord_(coord_),
       late_set_(static_cast<int>(p.ring.size())),
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
   const size_t seg_bytes = p_.late_segment_bytes > 0 ? p_.late_segment_bytes : p_.segment_bytes;
@@ -187,6 +192,23 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
+// Coordinator, deciding: if every other rank had arrived when we did (we came last), the next
+// healthy rank after us in ring order coordinates the next call; else we stay.
+int LateChainAllreduce::next_coordinator_after() const {
+  const double slack = std::max(kCoordLastSlackS, 0.5 * p_.late_wait_suspect_s);
+  for (int r = 0; r < n_; ++r) {
+    if (r == coord_) continue;
+    if (!arrived_[r] || seen_[r] > slack) return coord_;
+  }
+  const int pos =
+      static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), coord_) - p_.ring.begin());
+  for (int d = 1; d < n_; ++d) {
+    const int r = p_.ring[(pos + d) % n_];
+    if (!late_set_.contains(r)) return r;
+  }
+  return coord_;
+}
+
 // The usual ranks get the full wait; once only suspects are missing, the short one.
 double LateChainAllreduce::decision_time() const {
   for (int r = 0; r < n_; ++r) {
@@ -200,8 +222,9 @@ Status LateChainAllreduce::decide(double now, ActionList* out) {
   for (int r = 0; r < n_; ++r) {
     if (!arrived_[r]) late_set_.add(r);
   }
+  next_coord_ = next_coordinator_after();
   encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
-                     late_set_);
+                     late_set_, 0, static_cast<uint32_t>(next_coord_ + 1));
   for (int r = 0; r < n_; ++r) {
     if (r == coord_) continue;
     send(add_op(Op::kDecisionSend, -1, r), r, kKindDecision, hdr_ptr(&census_hdr_, coord_), nullptr,
@@ -438,6 +461,16 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       why = decode_wire_header(hdr_ptr(&census_hdr_, coord_), n_,
                                WireExpect{p_.seq, kLcPhaseDecision, 0, 0}, &late_set_);
       if (why.empty() && late_set_.contains(coord_)) why = "the coordinator is in it";
+      if (why.empty()) {
+        const uint32_t next = wire_route(hdr_ptr(&census_hdr_, coord_));
+        if (next == 0 || next > static_cast<uint32_t>(n_)) {
+          why = fmt::format("next coordinator word {} is not a rank", next);
+        } else if (late_set_.contains(static_cast<int>(next) - 1)) {
+          why = fmt::format("next coordinator {} is late", next - 1);
+        } else {
+          next_coord_ = static_cast<int>(next) - 1;
+        }
+      }
       if (!why.empty()) return fail("decision: " + why);
       ++stats_.messages_received;
       decided_ = true;

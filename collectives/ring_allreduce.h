@@ -117,6 +117,11 @@ struct RingParams {
   // rank gets late_wait_s.
   std::vector<double> late_seen_s;
   double late_wait_suspect_s = 0;
+  // The census's coordinator (a rank; -1: the rank at ring position 0). Every rank must pass the
+  // same: the driver takes it from the last decision (LateChainAllreduce::next_coordinator()),
+  // which moves the role off a coordinator that came last, so that a straggler at ring
+  // position 0 is taken out like any other from the next call on.
+  int late_coord = -1;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
   // (n = 16, 64 MiB: 16 segments per chunk, rank 1 20 ms late) the plain ring took 2.11 L after

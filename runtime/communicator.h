@@ -97,9 +97,13 @@ struct StragglerMemory {
   uint64_t auto_calls = 0;
   // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
   std::map<size_t, double> fastest_s;
-  // Late chain, the coordinator: how late each rank came to the last census (RingParams::
-  // late_seen_s).
+  // Late chain: how late each rank came to the last census (RingParams::late_seen_s): the
+  // coordinator's measurements there, elsewhere +inf for the ranks the decision took out and 0
+  // for the others (what makes them suspects is the same), so whoever coordinates next has it.
   std::vector<double> late_seen_s;
+  // Late chain: the next census's coordinator, from the last decision (identical on every rank;
+  // -1: ring position 0).
+  int late_coord = -1;
 };
 
 class Communicator {
