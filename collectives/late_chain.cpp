@@ -62,6 +62,11 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
         fmt::format("late_seen_s has {} entries for {} ranks", p.late_seen_s.size(), p.ring.size());
     return Status::kErrArg;
   }
+  if (!p.late_excluded_counts.empty() && p.late_excluded_counts.size() != p.ring.size()) {
+    *why = fmt::format("late_excluded_counts has {} entries for {} ranks",
+                       p.late_excluded_counts.size(), p.ring.size());
+    return Status::kErrArg;
+  }
   if (p.late_coord < -1 || p.late_coord >= static_cast<int>(p.ring.size())) {
     *why = fmt::format("late_coord {} is not a rank of {}", p.late_coord, p.ring.size());
     return Status::kErrArg;
@@ -192,21 +197,31 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
-// Coordinator, deciding: if every other rank had arrived when we did (we came last), the next
-// healthy rank after us in ring order coordinates the next call; else we stay.
+// Coordinator, deciding: if every other rank's arrival was in within half the census's wait of
+// ours (we came last, or nearly: then handing on costs nothing, and polling under load can take
+// that long to see messages that were waiting), the healthy rank after us in ring order that
+// earlier decisions took out least often coordinates the next call; else we stay.
 int LateChainAllreduce::next_coordinator_after() const {
-  const double slack = std::max(kCoordLastSlackS, 0.5 * p_.late_wait_suspect_s);
+  const double slack = std::max(kCoordLastSlackS, 0.5 * p_.late_wait_s);
   for (int r = 0; r < n_; ++r) {
     if (r == coord_) continue;
     if (!arrived_[r] || seen_[r] > slack) return coord_;
   }
   const int pos =
       static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), coord_) - p_.ring.begin());
+  const bool counted = p_.late_excluded_counts.size() == static_cast<size_t>(n_);
+  int best = coord_;
+  uint32_t best_count = std::numeric_limits<uint32_t>::max();
   for (int d = 1; d < n_; ++d) {
     const int r = p_.ring[(pos + d) % n_];
-    if (!late_set_.contains(r)) return r;
+    if (late_set_.contains(r)) continue;
+    const uint32_t c = counted ? p_.late_excluded_counts[r] : 0;
+    if (c < best_count) {
+      best = r;
+      best_count = c;
+    }
   }
-  return coord_;
+  return best;
 }
 
 // The usual ranks get the full wait; once only suspects are missing, the short one.

@@ -12,10 +12,11 @@
 //     straggler) gets only late_wait_suspect_s once every other rank is in. Every rank waits for
 //     the decision before it moves data, so all agree on E; a rank in E reads it whenever it
 //     arrives. The census cannot take out its own coordinator: when the coordinator finds every
-//     other rank already there (it came last, by more than kCoordLastSlackS), the decision names
-//     the next healthy rank in ring order as the next call's coordinator (its route word), and
-//     every rank passes that on (next_coordinator()), so a persistent straggler at the
-//     coordinator's place costs one call, not every call.
+//     other rank already there (it came last: kCoordLastSlackS), the
+//     decision names the next call's coordinator in its route word: after it in ring order, the
+//     healthy rank that earlier decisions took out least often (RingParams::
+//     late_excluded_counts); every rank passes that on (next_coordinator()), so a persistent
+//     straggler at the coordinator's place costs one call, not every call.
 //  2. E empty: the skip-ahead ring of every rank (RingAllreduce, embedded unmodified through a
 //     NestedCore, the lower half of the tags). The only cost of the census is one gather and one
 //     scatter of headers at the coordinator.
@@ -79,9 +80,9 @@ constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 // per owner in flight (plan_late_path), at most kLateChainMaxInflight: n = 16, 8 ms late,
 // 1903 us with 8, 1564 with 16, 1615 with 32; n = 64, 1921 with 8, 1930 with 16, 1700 with 64.
 constexpr int kLateChainInflight = 8;
-// The coordinator came last when every other rank's arrival was there within this of its own
-// start (or within half the suspects' wait, if longer): it then hands the role on. A coordinator
-// that was last by less hands it on too, which costs nothing.
+// The coordinator came last when every other rank's arrival was in within this of its own start,
+// or within half the census's wait if longer: it then hands the role on (a coordinator that was
+// only nearly last hands it on too, which costs nothing).
 constexpr double kCoordLastSlackS = 20e-6;
 constexpr int kLateChainMaxInflight = 64;
 

@@ -122,6 +122,11 @@ struct RingParams {
   // which moves the role off a coordinator that came last, so that a straggler at ring
   // position 0 is taken out like any other from the next call on.
   int late_coord = -1;
+  // How many earlier decisions took each rank out (the driver counts them from the decisions, so
+  // every rank has the same; empty: none known). A coordinator handing its role on picks, after
+  // it in ring order, the healthy rank taken out least often: not a straggler that happened to
+  // be on time in this call.
+  std::vector<uint32_t> late_excluded_counts;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
   // (n = 16, 64 MiB: 16 segments per chunk, rank 1 20 ms late) the plain ring took 2.11 L after

@@ -117,6 +117,7 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     p.late_wait_s = plan->wait_s;
     p.late_seen_s = straggler_.late_seen_s;
     p.late_coord = straggler_.late_coord;
+    p.late_excluded_counts = straggler_.late_excluded_counts;
     p.late_wait_suspect_s = plan->wait_suspect_s;
     SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan->to_string());
   }

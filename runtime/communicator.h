@@ -104,6 +104,9 @@ struct StragglerMemory {
   // Late chain: the next census's coordinator, from the last decision (identical on every rank;
   // -1: ring position 0).
   int late_coord = -1;
+  // Late chain: how many decisions took each rank out (from the decisions: the same on every
+  // rank; RingParams::late_excluded_counts).
+  std::vector<uint32_t> late_excluded_counts;
 };
 
 class Communicator {

@@ -127,7 +127,11 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       m.late_seen_s.assign(static_cast<size_t>(size_), 0.0);
       for (int r : chain->excluded()) m.late_seen_s[r] = std::numeric_limits<double>::infinity();
     }
-    if (chain->decided()) m.late_coord = chain->next_coordinator();
+    if (chain->decided()) {
+      m.late_coord = chain->next_coordinator();
+      m.late_excluded_counts.resize(static_cast<size_t>(size_), 0);
+      for (int r : chain->excluded()) ++m.late_excluded_counts[r];
+    }
     if (last_stats_.late_excluded == 0) {
       // The coordinator (the only rank whose waits count) times from the last arrival: a rank
       // kept in and late must not make the usual time look longer (a first call slowed by

@@ -326,6 +326,39 @@ TEST(LateChain, LateCoordinatorHandsOn) {
   }
 }
 
+// The hand-off skips ranks that earlier decisions took out (a straggler that happened to be on
+// time): after the coordinator in ring order, the healthy rank taken out least often.
+TEST(LateChain, HandOffAvoidsStragglers) {
+  const int n = 5;
+  harness::Options o = base(n, 4711);
+  o.ring = {3, 0, 4, 1, 2};
+  o.late_coord = 0;
+  o.start_time.assign(n, 0.0);
+  o.start_time[0] = 1e-3;  // the coordinator comes last
+  o.late_excluded_counts = {0, 0, 0, 0, 0};
+  o.late_excluded_counts[4] = 3;  // its successor was a straggler
+  o.late_excluded_counts[1] = 1;  // and the one after it, once
+  std::vector<int> next(n, -2);
+  o.on_done = [&](int rank, int, const CollectiveCore& core) {
+    next[rank] = dynamic_cast<const LateChainAllreduce&>(core).next_coordinator();
+  };
+  Seen s = run_exact(o, "counts");
+  ASSERT_TRUE(s.ok);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], 2) << r;  // 4 and 1 passed over
+  o.late_excluded_counts = {};
+  s = run_exact(o, "no counts");
+  ASSERT_TRUE(s.ok);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], 4) << r;  // the successor
+  o.late_excluded_counts = {0, 0, 0};
+  std::string why;
+  RingParams p = o;
+  p.rank = 0;
+  std::vector<int64_t> buf(p.count);
+  p.sendbuf = p.recvbuf = buf.data();
+  EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kErrArg);
+  EXPECT_NE(why.find("late_excluded_counts"), std::string::npos) << why;
+}
+
 // A decision naming a next coordinator that is not a rank, or one the decision took out, is a
 // protocol error on the ranks that read it, never a silent hand-off (forged route words).
 TEST(LateChain, ForgedNextCoordinatorFails) {
