@@ -175,6 +175,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
     seen_.assign(n_, -1.0);
     seen_[coord_] = 0;
     suspect_.assign(n_, 0);
+    waited_.assign(n_, -1.0);
     if (p_.late_seen_s.size() == static_cast<size_t>(n_)) {
       for (int r = 0; r < n_; ++r) {
         suspect_[r] = r != coord_ && p_.late_seen_s[r] > p_.late_wait_s;
@@ -189,7 +190,10 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   }
   ContributionSet me(n_);
   me.add(p_.rank);
-  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me);
+  // Our wait for this coordinator's last decision, in microseconds + 1 (0: not known).
+  const double wait_us = p_.late_my_wait_s >= 0 ? std::min(p_.late_my_wait_s * 1e6, 4e9) : -1;
+  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me,
+                     0, wait_us >= 0 ? static_cast<uint32_t>(wait_us) + 1 : 0);
   send(add_op(Op::kArriveSend, -1, coord_), coord_, kKindArrive, hdr_ptr(&census_hdr_, p_.rank),
        nullptr, 0, out);
   recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
@@ -197,15 +201,13 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   return Status::kOk;
 }
 
-// Coordinator, deciding: if every other rank's arrival was in within half the census's wait of
-// ours (we came last, or nearly: then handing on costs nothing, and polling under load can take
-// that long to see messages that were waiting), the healthy rank after us in ring order that
-// earlier decisions took out least often coordinates the next call; else we stay.
+// Coordinator, deciding: if every other rank waited more than twice the census's wait for our
+// last decision (we came late, by more than the wait), the healthy rank after us in ring order
+// that earlier decisions took out least often coordinates the next call; else we stay.
 int LateChainAllreduce::next_coordinator_after() const {
-  const double slack = std::max(kCoordLastSlackS, 0.5 * p_.late_wait_s);
   for (int r = 0; r < n_; ++r) {
     if (r == coord_) continue;
-    if (!arrived_[r] || seen_[r] > slack) return coord_;
+    if (!arrived_[r] || !(waited_[r] > 2 * p_.late_wait_s)) return coord_;
   }
   const int pos =
       static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), coord_) - p_.ring.begin());
@@ -466,6 +468,9 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       ++stats_.messages_received;
       arrived_[o.who] = 1;
       seen_[o.who] = std::max(0.0, now - t0_);
+      if (const uint32_t w = wire_route(hdr_ptr(&census_hdr_, o.who)); w > 0) {
+        waited_[o.who] = (w - 1) * 1e-6;
+      }
       if (!decided_ && (now >= decision_time() ||
                         std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
@@ -485,6 +490,7 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
         } else {
           next_coord_ = static_cast<int>(next) - 1;
         }
+        decision_wait_ = std::max(0.0, now - stats_.start);
       }
       if (!why.empty()) return fail("decision: " + why);
       ++stats_.messages_received;

@@ -127,6 +127,11 @@ struct RingParams {
   // it in ring order, the healthy rank taken out least often: not a straggler that happened to
   // be on time in this call.
   std::vector<uint32_t> late_excluded_counts;
+  // How long this rank waited for the last decision after it arrived, if that decision came
+  // from this call's coordinator (< 0: not known). Sent in the arrival header: a coordinator
+  // every other rank waited for, more than twice late_wait_s, came late itself (the decision
+  // comes at most late_wait_s after it arrives), and hands its role on.
+  double late_my_wait_s = -1;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
   // (n = 16, 64 MiB: 16 segments per chunk, rank 1 20 ms late) the plain ring took 2.11 L after

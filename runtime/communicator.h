@@ -107,6 +107,10 @@ struct StragglerMemory {
   // Late chain: how many decisions took each rank out (from the decisions: the same on every
   // rank; RingParams::late_excluded_counts).
   std::vector<uint32_t> late_excluded_counts;
+  // Late chain: how long this rank waited for the last decision, and whose it was (RingParams::
+  // late_my_wait_s, sent only to the same coordinator).
+  double late_my_wait_s = -1;
+  int late_wait_coord = -1;
 };
 
 class Communicator {

@@ -129,6 +129,8 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
     }
     if (chain->decided()) {
       m.late_coord = chain->next_coordinator();
+      m.late_my_wait_s = chain->decision_wait();
+      m.late_wait_coord = chain->coordinator();
       m.late_excluded_counts.resize(static_cast<size_t>(size_), 0);
       for (int r : chain->excluded()) ++m.late_excluded_counts[r];
     }
