@@ -62,6 +62,15 @@ Status LateChainAllreduce::validate(const RingParams& p, std::string* why) {
         fmt::format("late_seen_s has {} entries for {} ranks", p.late_seen_s.size(), p.ring.size());
     return Status::kErrArg;
   }
+  if (!p.late_excluded_counts.empty() && p.late_excluded_counts.size() != p.ring.size()) {
+    *why = fmt::format("late_excluded_counts has {} entries for {} ranks",
+                       p.late_excluded_counts.size(), p.ring.size());
+    return Status::kErrArg;
+  }
+  if (p.late_coord < -1 || p.late_coord >= static_cast<int>(p.ring.size())) {
+    *why = fmt::format("late_coord {} is not a rank of {}", p.late_coord, p.ring.size());
+    return Status::kErrArg;
+  }
   if (p.tag_span / 2 < kMinRingSpan || p.tag_span / 2 + kOwnTags > p.tag_span - 1) {
     *why = fmt::format("tag_span {} leaves the embedded ring fewer than {} tags", p.tag_span,
                        kMinRingSpan);
@@ -77,7 +86,8 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       n_(static_cast<int>(p.ring.size())),
       elem_(static_cast<int>(dtype_size(p.dtype))),
       hdr_bytes_(wire_header_bytes(static_cast<int>(p.ring.size()))),
-      coord_(p.ring.empty() ? 0 : p.ring[0]),
+      coord_(p.late_coord >= 0 ? p.late_coord : (p.ring.empty() ? 0 : p.ring[0])),
+      next_coord_(coord_),
       late_set_(static_cast<int>(p.ring.size())),
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {
   const size_t seg_bytes = p_.late_segment_bytes > 0 ? p_.late_segment_bytes : p_.segment_bytes;
@@ -165,6 +175,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
     seen_.assign(n_, -1.0);
     seen_[coord_] = 0;
     suspect_.assign(n_, 0);
+    waited_.assign(n_, -1.0);
     if (p_.late_seen_s.size() == static_cast<size_t>(n_)) {
       for (int r = 0; r < n_; ++r) {
         suspect_[r] = r != coord_ && p_.late_seen_s[r] > p_.late_wait_s;
@@ -179,12 +190,40 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   }
   ContributionSet me(n_);
   me.add(p_.rank);
-  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me);
+  // Our wait for this coordinator's last decision, in microseconds + 1 (0: not known).
+  const double wait_us = p_.late_my_wait_s >= 0 ? std::min(p_.late_my_wait_s * 1e6, 4e9) : -1;
+  encode_wire_header(hdr_ptr(&census_hdr_, p_.rank), WireExpect{p_.seq, kLcPhaseArrive, 0, 0}, me,
+                     0, wait_us >= 0 ? static_cast<uint32_t>(wait_us) + 1 : 0);
   send(add_op(Op::kArriveSend, -1, coord_), coord_, kKindArrive, hdr_ptr(&census_hdr_, p_.rank),
        nullptr, 0, out);
   recv(add_op(Op::kDecisionRecv, -1, coord_), coord_, kKindDecision, hdr_ptr(&census_hdr_, coord_),
        nullptr, 0, out);
   return Status::kOk;
+}
+
+// Coordinator, deciding: if every other rank waited more than twice the census's wait for our
+// last decision (we came late, by more than the wait), the healthy rank after us in ring order
+// that earlier decisions took out least often coordinates the next call; else we stay.
+int LateChainAllreduce::next_coordinator_after() const {
+  for (int r = 0; r < n_; ++r) {
+    if (r == coord_) continue;
+    if (!arrived_[r] || !(waited_[r] > 2 * p_.late_wait_s)) return coord_;
+  }
+  const int pos =
+      static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), coord_) - p_.ring.begin());
+  const bool counted = p_.late_excluded_counts.size() == static_cast<size_t>(n_);
+  int best = coord_;
+  uint32_t best_count = std::numeric_limits<uint32_t>::max();
+  for (int d = 1; d < n_; ++d) {
+    const int r = p_.ring[(pos + d) % n_];
+    if (late_set_.contains(r)) continue;
+    const uint32_t c = counted ? p_.late_excluded_counts[r] : 0;
+    if (c < best_count) {
+      best = r;
+      best_count = c;
+    }
+  }
+  return best;
 }
 
 // The usual ranks get the full wait; once only suspects are missing, the short one.
@@ -200,8 +239,9 @@ Status LateChainAllreduce::decide(double now, ActionList* out) {
   for (int r = 0; r < n_; ++r) {
     if (!arrived_[r]) late_set_.add(r);
   }
+  next_coord_ = next_coordinator_after();
   encode_wire_header(hdr_ptr(&census_hdr_, coord_), WireExpect{p_.seq, kLcPhaseDecision, 0, 0},
-                     late_set_);
+                     late_set_, 0, static_cast<uint32_t>(next_coord_ + 1));
   for (int r = 0; r < n_; ++r) {
     if (r == coord_) continue;
     send(add_op(Op::kDecisionSend, -1, r), r, kKindDecision, hdr_ptr(&census_hdr_, coord_), nullptr,
@@ -428,6 +468,9 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       ++stats_.messages_received;
       arrived_[o.who] = 1;
       seen_[o.who] = std::max(0.0, now - t0_);
+      if (const uint32_t w = wire_route(hdr_ptr(&census_hdr_, o.who)); w > 0) {
+        waited_[o.who] = (w - 1) * 1e-6;
+      }
       if (!decided_ && (now >= decision_time() ||
                         std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
@@ -438,6 +481,17 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       why = decode_wire_header(hdr_ptr(&census_hdr_, coord_), n_,
                                WireExpect{p_.seq, kLcPhaseDecision, 0, 0}, &late_set_);
       if (why.empty() && late_set_.contains(coord_)) why = "the coordinator is in it";
+      if (why.empty()) {
+        const uint32_t next = wire_route(hdr_ptr(&census_hdr_, coord_));
+        if (next == 0 || next > static_cast<uint32_t>(n_)) {
+          why = fmt::format("next coordinator word {} is not a rank", next);
+        } else if (late_set_.contains(static_cast<int>(next) - 1)) {
+          why = fmt::format("next coordinator {} is late", next - 1);
+        } else {
+          next_coord_ = static_cast<int>(next) - 1;
+        }
+        decision_wait_ = std::max(0.0, now - stats_.start);
+      }
       if (!why.empty()) return fail("decision: " + why);
       ++stats_.messages_received;
       decided_ = true;

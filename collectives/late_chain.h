@@ -4,13 +4,21 @@
 // comes. An I/O-free state machine like the ring (collective_core.h). One protocol for every
 // lateness: nothing waits for a phase the late input could overlap.
 //
-//  1. Census. Every rank tells the coordinator (ring position 0) that it has arrived (a header
-//     only). The coordinator waits until every rank has, or until RingParams::late_wait_s has
-//     passed since it arrived itself, and sends every rank the set E of ranks it had not heard
-//     from (usually empty). A rank that came later than late_wait_s last time (RingParams::
-//     late_seen_s, the driver's memory: a persistent straggler) gets only late_wait_suspect_s
-//     once every other rank is in. Every rank waits for the decision before it moves data, so
-//     all agree on E; a rank in E reads it whenever it arrives.
+//  1. Census. Every rank tells the coordinator (RingParams::late_coord, by default ring position
+//     0) that it has arrived (a header only). The coordinator waits until every rank has, or
+//     until RingParams::late_wait_s has passed since it arrived itself, and sends every rank the
+//     set E of ranks it had not heard from (usually empty). A rank that came later than
+//     late_wait_s last time (RingParams::late_seen_s, the driver's memory: a persistent
+//     straggler) gets only late_wait_suspect_s once every other rank is in. Every rank waits for
+//     the decision before it moves data, so all agree on E; a rank in E reads it whenever it
+//     arrives. The census cannot take out its own coordinator. Every rank's arrival header says
+//     how long it waited for the last decision of this coordinator (RingParams::late_my_wait_s);
+//     when every other rank waited more than twice late_wait_s, the coordinator came late (by
+//     more than the wait: the decision comes at most late_wait_s after it arrives), and the
+//     decision names the next call's coordinator in its route word: after it in ring order, the
+//     healthy rank that earlier decisions took out least often (RingParams::
+//     late_excluded_counts); every rank passes that on (next_coordinator()), so a persistent
+//     straggler at the coordinator's place costs two calls, not every call.
 //  2. E empty: the skip-ahead ring of every rank (RingAllreduce, embedded unmodified through a
 //     NestedCore, the lower half of the tags). The only cost of the census is one gather and one
 //     scatter of headers at the coordinator.
@@ -74,6 +82,7 @@ constexpr size_t kLateChainSegmentBytes = 60 * 1024;
 // per owner in flight (plan_late_path), at most kLateChainMaxInflight: n = 16, 8 ms late,
 // 1903 us with 8, 1564 with 16, 1615 with 32; n = 64, 1921 with 8, 1930 with 16, 1700 with 64.
 constexpr int kLateChainInflight = 8;
+
 constexpr int kLateChainMaxInflight = 64;
 
 class LateChainAllreduce final : public CoreBase {
@@ -100,6 +109,13 @@ class LateChainAllreduce final : public CoreBase {
   // next call's RingParams::late_seen_s); complete once the collective is. Empty elsewhere.
   const std::vector<double>& lateness() const { return seen_; }
   bool decided() const { return decided_; }
+  // The coordinator the decision named for the next call (identical on every rank once decided;
+  // this call's coordinator unless it came last).
+  int next_coordinator() const { return next_coord_; }
+  int coordinator() const { return coord_; }
+  // How long this rank waited for the decision after it arrived (the next call's RingParams::
+  // late_my_wait_s; < 0: the coordinator, or not decided).
+  double decision_wait() const { return decision_wait_; }
 
  private:
   enum class Op : uint8_t {
@@ -125,6 +141,7 @@ class LateChainAllreduce final : public CoreBase {
   Status decide(double now, ActionList* out);
   // Coordinator: when the census decides if nobody else arrives.
   double decision_time() const;
+  int next_coordinator_after() const;
   Status begin(double now, ActionList* out);
   Status start_ring(double now, ActionList* out);
   // Forwards the ring's actions (peers mapped to ranks); goes on once the ring is done.
@@ -157,7 +174,10 @@ class LateChainAllreduce final : public CoreBase {
   std::vector<uint8_t>* ring_scratch_;
   int n_, elem_;
   size_t hdr_bytes_;
-  int coord_;  // the coordinator's rank (ring position 0)
+  int coord_;       // the coordinator's rank (RingParams::late_coord, or ring position 0)
+  int next_coord_;  // the next call's (the decision's route word - 1)
+  double decision_wait_ = -1;
+  std::vector<double> waited_;  // coordinator: each rank's report of its last wait (< 0: none)
   double t0_ = 0, deadline_ = 0, suspect_deadline_ = 0;
   std::vector<char> suspect_;  // coordinator: by rank, late beyond the wait last time
   std::vector<double> seen_;   // coordinator: how late each rank arrived (-1: not yet)

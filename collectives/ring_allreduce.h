@@ -117,6 +117,21 @@ struct RingParams {
   // rank gets late_wait_s.
   std::vector<double> late_seen_s;
   double late_wait_suspect_s = 0;
+  // The census's coordinator (a rank; -1: the rank at ring position 0). Every rank must pass the
+  // same: the driver takes it from the last decision (LateChainAllreduce::next_coordinator()),
+  // which moves the role off a coordinator that came last, so that a straggler at ring
+  // position 0 is taken out like any other from the next call on.
+  int late_coord = -1;
+  // How many earlier decisions took each rank out (the driver counts them from the decisions, so
+  // every rank has the same; empty: none known). A coordinator handing its role on picks, after
+  // it in ring order, the healthy rank taken out least often: not a straggler that happened to
+  // be on time in this call.
+  std::vector<uint32_t> late_excluded_counts;
+  // How long this rank waited for the last decision after it arrived, if that decision came
+  // from this call's coordinator (< 0: not known). Sent in the arrival header: a coordinator
+  // every other rank waited for, more than twice late_wait_s, came late itself (the decision
+  // comes at most late_wait_s after it arrives), and hands its role on.
+  double late_my_wait_s = -1;
   // Across hosts (the driver sets it where the ring spans more than one host): each chunk of at
   // least kLeadInMinSegments segments starts with half a segment (RingLayout). Under SimGrid
   // (n = 16, 64 MiB: 16 segments per chunk, rank 1 20 ms late) the plain ring took 2.11 L after

@@ -97,9 +97,20 @@ struct StragglerMemory {
   uint64_t auto_calls = 0;
   // Late chain: the fastest time of each size with nobody taken out (late_wait_s).
   std::map<size_t, double> fastest_s;
-  // Late chain, the coordinator: how late each rank came to the last census (RingParams::
-  // late_seen_s).
+  // Late chain: how late each rank came to the last census (RingParams::late_seen_s): the
+  // coordinator's measurements there, elsewhere +inf for the ranks the decision took out and 0
+  // for the others (what makes them suspects is the same), so whoever coordinates next has it.
   std::vector<double> late_seen_s;
+  // Late chain: the next census's coordinator, from the last decision (identical on every rank;
+  // -1: ring position 0).
+  int late_coord = -1;
+  // Late chain: how many decisions took each rank out (from the decisions: the same on every
+  // rank; RingParams::late_excluded_counts).
+  std::vector<uint32_t> late_excluded_counts;
+  // Late chain: how long this rank waited for the last decision, and whose it was (RingParams::
+  // late_my_wait_s, sent only to the same coordinator).
+  double late_my_wait_s = -1;
+  int late_wait_coord = -1;
 };
 
 class Communicator {

@@ -3,6 +3,7 @@
 // and this rank's lateness observations, and what the late chain remembers between calls.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "collectives/late_chain.h"
@@ -119,8 +120,20 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
                                       const LateChainAllreduce* chain) {
   StragglerMemory& m = straggler_;
   if (chain != nullptr) {
-    // The coordinator's memory for the next census (empty on the other ranks).
+    // The memory for the next census: the coordinator's measurements, or what the decision
+    // says (who was taken out), and who coordinates next (the decision's, on every rank).
     m.late_seen_s = chain->lateness();
+    if (m.late_seen_s.empty() && chain->decided()) {
+      m.late_seen_s.assign(static_cast<size_t>(size_), 0.0);
+      for (int r : chain->excluded()) m.late_seen_s[r] = std::numeric_limits<double>::infinity();
+    }
+    if (chain->decided()) {
+      m.late_coord = chain->next_coordinator();
+      m.late_my_wait_s = chain->decision_wait();
+      m.late_wait_coord = chain->coordinator();
+      m.late_excluded_counts.resize(static_cast<size_t>(size_), 0);
+      for (int r : chain->excluded()) ++m.late_excluded_counts[r];
+    }
     if (last_stats_.late_excluded == 0) {
       // The coordinator (the only rank whose waits count) times from the last arrival: a rank
       // kept in and late must not make the usual time look longer (a first call slowed by

@@ -38,7 +38,7 @@ def fmt_size(b):
 SIM = os.path.join(ROOT, "build-sim", "apps", "skipring_sim")
 
 
-def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
+def sim(n, size, modes, late_us, iters, warmup, env_extra=None, late_rank=1):
     env = dict(os.environ)
     env.setdefault("SKIPRING_SIM_REDUCE_GBPS", "50")
     env.update(env_extra or {})
@@ -46,7 +46,7 @@ def sim(n, size, modes, late_us, iters, warmup, env_extra=None):
            SIM, "--bytes", str(size),
            "--mode", modes, "--iters", str(iters), "--warmup", str(warmup)]
     if late_us > 0:
-        cmd += ["--late-rank", "1", "--late-us", f"{late_us:.3f}"]
+        cmd += ["--late-rank", str(late_rank), "--late-us", f"{late_us:.3f}"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"late_sweep: {' '.join(cmd)} failed ({out.returncode}):\n"
@@ -72,6 +72,9 @@ def main():
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--sim", default="", help="the SMPI driver (scripts/sim_build.sh)")
+    ap.add_argument("--late-rank", type=int, default=1,
+                    help="the late rank (0: the census's first coordinator, which hands its role "
+                    "on after the first call it comes last to; rows get a late_rank column)")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--cluster-csv", default="",
@@ -94,13 +97,16 @@ def main():
             t0 = sim(n, size, "ring", 0, 1, a.warmup)["ring"]
             for f in [float(x) for x in a.lates.split(",")]:
                 late_us = f * t0
-                t = sim(n, size, "skip,ring", late_us, a.iters, a.warmup)
+                t = sim(n, size, "skip,ring", late_us, a.iters, a.warmup,
+                        late_rank=a.late_rank)
                 floor_us = late_floor_ms(n, size, LINK_BPS, late_us / 1e3) * 1e3
                 p = dict(n=n, bytes=size, late_t0=f, late_us=round(late_us, 1), t0_us=round(t0, 1),
                          skip_us=round(t["skip"], 1), ring_us=round(t["ring"], 1),
                          floor_us=round(floor_us, 1), skip_over_ring=round(t["skip"] / t["ring"], 3),
                          floor_over_ring=round(floor_us / t["ring"], 3),
                          skip_over_floor=round(t["skip"] / floor_us, 3))
+                if a.late_rank != 1:
+                    p["late_rank"] = a.late_rank
                 points.append(p)
                 print(f"n={n:4d} {fmt_size(size):>7} late {f:5.2f} T0 ({late_us:9.1f} us): "
                       f"skip {p['skip_us']:9.1f} ring {p['ring_us']:9.1f} floor {p['floor_us']:9.1f}"

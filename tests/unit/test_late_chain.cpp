@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "collectives/late_chain.h"
 #include "collectives/late_plan.h"
 #include "collectives/reduce_kernels.h"
+#include "collectives/wire_header.h"
 #include "tests/unit/harness.h"
 #include "tests/unit/test_data.h"
 
@@ -263,6 +265,146 @@ TEST(LateChain, CoordinatorMeasuresLateness) {
   }
 }
 
+// The census cannot take out its own coordinator. A late coordinator's decision comes late to
+// everyone; each rank reports that wait in its next arrival (RingParams::late_my_wait_s), and a
+// coordinator every other rank waited for, more than twice the census's wait, hands its role to
+// the next healthy rank in ring order (the decision's route word, read alike by every rank); the
+// next call, coordinated there, takes the same straggler out like any other. Without such
+// reports (first call, or a coordinator in time) the role stays. Ring orders shuffled,
+// coordinators at every position.
+TEST(LateChain, LateCoordinatorHandsOn) {
+  std::mt19937_64 rng(4242);
+  for (int n : {2, 3, 4, 7}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      harness::Options o = base(n, 3000 + n * 31 + trial);
+      o.ring.resize(n);
+      std::iota(o.ring.begin(), o.ring.end(), 0);
+      std::shuffle(o.ring.begin(), o.ring.end(), rng);
+      const int pos = static_cast<int>(rng() % n);
+      if (trial % 2 == 1) o.late_coord = o.ring[pos];  // else: ring position 0 by default
+      const int c = o.late_coord >= 0 ? o.late_coord : o.ring[0];
+      const int c_pos =
+          static_cast<int>(std::find(o.ring.begin(), o.ring.end(), c) - o.ring.begin());
+      const int succ = o.ring[(c_pos + 1) % n];
+      const std::string what = "n=" + std::to_string(n) + " trial " + std::to_string(trial) +
+                               " coordinator " + std::to_string(c);
+      std::vector<int> next(n, -2), seen_coord(n, -2);
+      std::vector<double> waited(n, -2);
+      o.on_done = [&](int rank, int, const CollectiveCore& core) {
+        const auto& chain = dynamic_cast<const LateChainAllreduce&>(core);
+        next[rank] = chain.next_coordinator();
+        seen_coord[rank] = chain.coordinator();
+        waited[rank] = chain.decision_wait();
+      };
+      // The coordinator comes 1 ms after everyone else (5x the wait), nothing reported yet:
+      // nobody is taken out (the census waits for its coordinator), the role stays, and every
+      // other rank measured its wait for the decision.
+      o.start_time.assign(n, 0.0);
+      o.start_time[c] = 1e-3;
+      Seen s = run_exact(o, what + " coordinator late");
+      ASSERT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      double least_wait = 1.0;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(seen_coord[r], c) << what << " rank " << r;
+        EXPECT_EQ(next[r], c) << what << " rank " << r;
+        if (r == c) {
+          EXPECT_LT(waited[r], 0) << what;
+        } else {
+          EXPECT_GE(waited[r], 0.9e-3) << what << " rank " << r;
+          least_wait = std::min(least_wait, waited[r]);
+        }
+      }
+      // Late again, and every rank reports its wait: the role goes to the successor.
+      harness::Options o2 = o;
+      o2.late_my_wait_s = least_wait;
+      o2.seed = o.seed + 1;
+      s = run_exact(o2, what + " reported");
+      ASSERT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, 0u) << what;
+      for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], n == 1 ? c : succ) << what << " rank " << r;
+      // Next call, coordinated by the successor: the old coordinator, late again, is taken out;
+      // the reports are about another coordinator (the driver sends none): the role stays.
+      harness::Options o3 = o;
+      o3.late_coord = succ;
+      o3.seed = o.seed + 2;
+      s = run_exact(o3, what + " next call");
+      ASSERT_TRUE(s.ok);
+      EXPECT_EQ(s.excluded, n > 1 ? static_cast<uint64_t>(n) : 0u) << what;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(seen_coord[r], succ) << what << " rank " << r;
+        EXPECT_EQ(next[r], succ) << what << " rank " << r;
+      }
+      // Short waits reported (the coordinator was in time), another rank late: the role stays.
+      harness::Options o4 = o;
+      o4.start_time.assign(n, 0.0);
+      if (n > 1) o4.start_time[o.ring[(c_pos + 1 + rng() % (n - 1)) % n]] = 1e-3;
+      o4.late_my_wait_s = 1e-4;
+      s = run_exact(o4, what + " another rank late");
+      ASSERT_TRUE(s.ok);
+      for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], c) << what << " rank " << r;
+    }
+  }
+}
+
+// The hand-off skips ranks that earlier decisions took out (a straggler that happened to be on
+// time): after the coordinator in ring order, the healthy rank taken out least often.
+TEST(LateChain, HandOffAvoidsStragglers) {
+  const int n = 5;
+  harness::Options o = base(n, 4711);
+  o.ring = {3, 0, 4, 1, 2};
+  o.late_coord = 0;
+  o.start_time.assign(n, 0.0);
+  o.start_time[0] = 1e-3;   // the coordinator comes last
+  o.late_my_wait_s = 1e-3;  // every rank waited 5x the wait for its last decision
+  o.late_excluded_counts = {0, 0, 0, 0, 0};
+  o.late_excluded_counts[4] = 3;  // its successor was a straggler
+  o.late_excluded_counts[1] = 1;  // and the one after it, once
+  std::vector<int> next(n, -2);
+  o.on_done = [&](int rank, int, const CollectiveCore& core) {
+    next[rank] = dynamic_cast<const LateChainAllreduce&>(core).next_coordinator();
+  };
+  Seen s = run_exact(o, "counts");
+  ASSERT_TRUE(s.ok);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], 2) << r;  // 4 and 1 passed over
+  o.late_excluded_counts = {};
+  s = run_exact(o, "no counts");
+  ASSERT_TRUE(s.ok);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(next[r], 4) << r;  // the successor
+  o.late_excluded_counts = {0, 0, 0};
+  std::string why;
+  RingParams p = o;
+  p.rank = 0;
+  std::vector<int64_t> buf(p.count);
+  p.sendbuf = p.recvbuf = buf.data();
+  EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kErrArg);
+  EXPECT_NE(why.find("late_excluded_counts"), std::string::npos) << why;
+}
+
+// A decision naming a next coordinator that is not a rank, or one the decision took out, is a
+// protocol error on the ranks that read it, never a silent hand-off (forged route words).
+TEST(LateChain, ForgedNextCoordinatorFails) {
+  const int n = 4;
+  for (uint32_t forged : {0u, 9u, 3u}) {  // none, not a rank, rank 2 (late: taken out)
+    harness::Options o = base(n, 810 + forged);
+    o.start_time.assign(n, 0.0);
+    o.start_time[2] = 2e-3;
+    const int decision_tag = o.tag_span / 2 + 2 * 1 + static_cast<int>(o.seq & 1);
+    o.tamper = [&](int src, int, int tag, std::vector<uint8_t>* hdr, std::vector<uint8_t>*) {
+      if (src == 0 && tag == decision_tag && hdr->size() >= sizeof(WireHeader)) {
+        std::memcpy(hdr->data() + offsetof(WireHeader, route), &forged, sizeof(forged));
+        seal_wire_header(hdr->data(), hdr->size());
+      }
+      return 1;
+    };
+    const testdata::Buffers in = testdata::make_inputs(o, 5, false);
+    const harness::Result res = harness::run(o, in);
+    EXPECT_NE(res.status, Status::kOk) << "forged " << forged;
+    EXPECT_NE(res.error.find("next coordinator"), std::string::npos)
+        << "forged " << forged << ": " << res.error;
+  }
+}
+
 // The late input's path: the late rank sends each block's segments to its owner and reads each
 // final from it (every healthy rank), nothing goes through another rank, and every link carries
 // about the vector: the late rank's uplink S, each owner's uplink about S of finals on top of its
@@ -452,6 +594,9 @@ TEST(LateChain, RandomSchedules) {
     o.start_time.assign(n, 0.0);
     const int lates = static_cast<int>(rng() % 4);
     for (int k = 0; k < lates; ++k) o.start_time[rng() % n] = 1e-6 * (rng() % 2000);
+    // The coordinator anywhere (a decision's hand-off), late or not, reports of waits or not.
+    if (rng() % 2 == 0) o.late_coord = static_cast<int>(rng() % n);
+    if (rng() % 2 == 0) o.late_my_wait_s = 1e-6 * (rng() % 1000);
     if (rng() % 3 == 0) {
       const uint64_t slow_mask = rng();
       const double scale = o.skip_threshold_s * (0.5 + (rng() % 40) / 10.0);
@@ -499,6 +644,11 @@ TEST(LateChain, RejectsBadParameters) {
   EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
   EXPECT_NE(why.find("late_seen_s"), std::string::npos) << why;
   p.late_seen_s = {0.0, 1.0};
+  EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kOk) << why;
+  p.late_coord = 2;  // not a rank of 2
+  EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
+  EXPECT_NE(why.find("late_coord"), std::string::npos) << why;
+  p.late_coord = 1;
   EXPECT_EQ(LateChainAllreduce::validate(p, &why), Status::kOk) << why;
   p.tag_span = 100;
   EXPECT_NE(LateChainAllreduce::validate(p, &why), Status::kOk);
