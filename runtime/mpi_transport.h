@@ -26,7 +26,9 @@
 //    still waiting is posted. So counts or datatypes that differ across ranks are a protocol
 //    error naming both counts, never a write past a buffer (Open MPI 4.1's CMA path writes a
 //    longer message past its receive, for plain MPI programs too: docs/reliability.md), and
-//    only the first pieces from each sender per all-reduce wait for their header. Off under
+//    only the first pieces from each sender per all-reduce wait for their header; only from
+//    senders in this rank's shared-memory group (MPI_COMM_TYPE_SHARED), since a network
+//    transport truncates instead of overrunning. Off under
 //    SimGrid SMPI (set_call). A probe-first receive (MPI_Improbe + MPI_Imrecv) was tried and
 //    removed earlier: under Open MPI's UCX pml it handed out same-tag payloads of one sender
 //    out of order.
@@ -105,8 +107,9 @@ class MpiTransport final : public Transport {
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<int> free_staging_;
   std::vector<MPI_Request> late_requests_;  // posted during poll, added after it
-  uint64_t call_ = 0;              // set_call's word; 0: unknown (no check, payloads pre-posted)
-  std::vector<uint8_t> verified_;  // per rank: its call word matched this collective's
+  uint64_t call_ = 0;               // set_call's word; 0: unknown (no check, payloads pre-posted)
+  std::vector<uint8_t> verified_;   // per rank: its call word matched this collective's
+  std::vector<uint8_t> same_node_;  // per rank: in our MPI_COMM_TYPE_SHARED group (CMA possible)
   // Posts the payload receive of split receive `op_id` from `source` with `bytes` (in poll).
   Status post_deferred_payload(int op_id, int source, size_t bytes);
   // A split header part's trailer from `source` (op `op`): the payload fits, the call word
