@@ -125,7 +125,7 @@ def late_rank_ar_ms(res):
     The per-step p50 of the slowest rank (ar_ms_p50) is what the others see: their wait for the
     late rank plus that."""
     sleeps = res.get("sleep_s_total") or []
-    if not sleeps or max(sleeps) <= 0:
+    if not sleeps or max(sleeps) <= 0 or not res.get("ar_s"):
         return ""
     late = max(range(len(sleeps)), key=lambda i: sleeps[i])
     vals = sorted(res["ar_s"][late])
