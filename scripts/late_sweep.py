@@ -161,12 +161,18 @@ def main():
                                 label=f"skip/ring {fmt_size(size)}")
                 bx.plot(xs, [float(r["floor_over_ring"]) for r in rs], linestyle="--",
                         color=line.get_color(), label=f"floor/ring {fmt_size(size)}")
+                # cluster_bench --bounds: the omniscient one-stream schedule after a long
+                # lateness on the same links (what they give, where the floor counts bandwidth)
+                if all(r.get("chain_bound_ms") for r in rs):
+                    bx.plot(xs, [float(r["chain_bound_ms"]) / float(r["ring_ms"]) for r in rs],
+                            linestyle=":", color=line.get_color(),
+                            label=f"late_bound chain/ring {fmt_size(size)} (long lateness)")
             bx.axhline(1.0, color="grey", linewidth=0.8)
             bx.set_xscale("log")
             bx.set_xlabel("lateness (ms)")
             bx.set_title(f"{cluster[0]['hosts']} emulated hosts x 1 rank, {cluster[0]['rate']} "
                          "(medians of runs)")
-            bx.legend(fontsize=7)
+            bx.legend(fontsize=7, loc="lower left")
         fig.tight_layout()
         fig.savefig(a.plot, dpi=120)
 
