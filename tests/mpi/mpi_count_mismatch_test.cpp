@@ -1,4 +1,4 @@
-// Counts that differ across ranks (issue 44): rank r calls skipring_allreduce with
+// Counts that differ across ranks (issues 39 and 40): rank r calls skipring_allreduce with
 // `base * (r + 1)` float elements, for each algorithm forced through skipring_set_algo and for
 // auto. Every call must return an error on at least one rank within a bounded time (the
 // others may time out: SKIPRING_TIMEOUT is short in the test's environment), no call may write
