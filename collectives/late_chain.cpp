@@ -86,7 +86,7 @@ LateChainAllreduce::LateChainAllreduce(const RingParams& p, std::vector<uint8_t>
       n_(static_cast<int>(p.ring.size())),
       elem_(static_cast<int>(dtype_size(p.dtype))),
       hdr_bytes_(wire_header_bytes(static_cast<int>(p.ring.size()))),
-      coord_(p.late_coord >= 0 ? p.late_coord : (p.ring.empty() ? 0 : p.ring[0])),
+      coord_(late_coordinator(p)),
       next_coord_(coord_),
       late_set_(static_cast<int>(p.ring.size())),
       ring_(pack_token(kTokRing, 0), static_cast<int>(kTokenKindShift)) {

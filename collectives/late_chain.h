@@ -85,6 +85,13 @@ constexpr int kLateChainInflight = 8;
 
 constexpr int kLateChainMaxInflight = 64;
 
+// This call's census coordinator: RingParams::late_coord, or ring position 0 when none was handed
+// on (0 for an empty ring, which validate() refuses).
+inline int late_coordinator(const RingParams& p) {
+  if (p.late_coord >= 0) return p.late_coord;
+  return p.ring.empty() ? 0 : p.ring[0];
+}
+
 class LateChainAllreduce final : public CoreBase {
  public:
   // Checks the common parameters, late_inflight >= 1, the waits >= 0, late_seen_s's size and

@@ -118,7 +118,7 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     p.late_seen_s = straggler_.late_seen_s;
     p.late_coord = straggler_.late_coord;
     p.late_excluded_counts = straggler_.late_excluded_counts;
-    const int coord = straggler_.late_coord >= 0 ? straggler_.late_coord : p.ring[0];
+    const int coord = late_coordinator(p);
     p.late_my_wait_s = straggler_.late_wait_coord == coord ? straggler_.late_my_wait_s : -1;
     p.late_wait_suspect_s = plan->wait_suspect_s;
     SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan->to_string());

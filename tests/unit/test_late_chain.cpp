@@ -282,7 +282,7 @@ TEST(LateChain, LateCoordinatorHandsOn) {
       std::shuffle(o.ring.begin(), o.ring.end(), rng);
       const int pos = static_cast<int>(rng() % n);
       if (trial % 2 == 1) o.late_coord = o.ring[pos];  // else: ring position 0 by default
-      const int c = o.late_coord >= 0 ? o.late_coord : o.ring[0];
+      const int c = late_coordinator(o);
       const int c_pos =
           static_cast<int>(std::find(o.ring.begin(), o.ring.end(), c) - o.ring.begin());
       const int succ = o.ring[(c_pos + 1) % n];
