@@ -226,8 +226,13 @@ int LateChainAllreduce::next_coordinator_after() const {
   return best;
 }
 
-// The usual ranks get the full wait; once only suspects are missing, the short one.
+// The usual ranks get the full wait; once only suspects are missing, the short one. Never before
+// the healthy ranks would be a strict majority: each owner sends its block's final to the n - 1
+// others, (n - 1) S / h on its uplink after the late inputs come, which is at least the ring's
+// 2 (n - 1) / n S per link unless h > n / 2 (4 ranks, 3 taken out: 3 S, twice the ring).
 double LateChainAllreduce::decision_time() const {
+  const int in = static_cast<int>(std::count(arrived_.begin(), arrived_.end(), 1));
+  if (2 * in <= n_) return std::numeric_limits<double>::infinity();
   for (int r = 0; r < n_; ++r) {
     if (!arrived_[r] && !suspect_[r]) return deadline_;
   }

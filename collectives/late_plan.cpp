@@ -31,7 +31,9 @@ LatePlan plan_late_path(const LatePlanInput& in) {
     // auto: across hosts, from kLateChainMinBytes, where the census costs at most
     // kLateChainMaxCensusShare of the ring's modelled time (under SimGrid at n = 4, 1 MiB, it
     // cost 11 of 147 us).
-    if (in.hosts <= 1 || in.bytes < kLateChainMinBytes) return plan;
+    // Not at n = 2: the census takes a rank out only while the healthy ranks stay a strict
+    // majority (LateChainAllreduce::decision_time), which two ranks never are.
+    if (in.n < 3 || in.hosts <= 1 || in.bytes < kLateChainMinBytes) return plan;
     if (!std::isfinite(in.ring_model_s) ||
         in.census_s > kLateChainMaxCensusShare * in.ring_model_s) {
       return plan;

@@ -132,6 +132,13 @@ TEST(LatePlan, WhereItRuns) {
     v.late_chain = 1;
     EXPECT_EQ(plan_late_path(v).late_path, variant < 3 || variant == 5) << "forced " << variant;
   }
+  // auto: not at n = 2 (the census never takes the only other rank out); forced, it runs.
+  LatePlanInput two = plan_input();
+  two.n = 2;
+  two.hosts = 2;
+  EXPECT_FALSE(plan_late_path(two).late_path);
+  two.late_chain = 1;
+  EXPECT_TRUE(plan_late_path(two).late_path);
   in.late_chain = 0;
   EXPECT_FALSE(plan_late_path(in).late_path);
 }
@@ -193,8 +200,9 @@ TEST(LateChain, EveryLateRank) {
                                  " wide=" + std::to_string(wide);
         const Seen s = run_exact(o, what);
         EXPECT_TRUE(s.ok) << what;
-        // Collective 0 excludes the late rank on all n ranks; collective 1 starts together.
-        EXPECT_EQ(s.excluded, late == n - 1 ? 0u : static_cast<uint64_t>(n)) << what;
+        // Collective 0 excludes the late rank on all n ranks (not its own coordinator, not at
+        // n = 2: one healthy rank is no majority); collective 1 starts together.
+        EXPECT_EQ(s.excluded, late == n - 1 || n < 3 ? 0u : static_cast<uint64_t>(n)) << what;
       }
     }
   }
@@ -330,7 +338,7 @@ TEST(LateChain, LateCoordinatorHandsOn) {
       o3.seed = o.seed + 2;
       s = run_exact(o3, what + " next call");
       ASSERT_TRUE(s.ok);
-      EXPECT_EQ(s.excluded, n > 1 ? static_cast<uint64_t>(n) : 0u) << what;
+      EXPECT_EQ(s.excluded, n > 2 ? static_cast<uint64_t>(n) : 0u) << what;
       for (int r = 0; r < n; ++r) {
         EXPECT_EQ(seen_coord[r], succ) << what << " rank " << r;
         EXPECT_EQ(next[r], succ) << what << " rank " << r;
@@ -456,7 +464,31 @@ TEST(LateChain, FloatBitsIdentical) {
       const Seen s =
           run_exact(o, "float n=" + std::to_string(n) + " lates=" + std::to_string(lates), true);
       EXPECT_TRUE(s.ok);
-      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n * lates)) << n;
+      // n = 3 with two late: the census waits for the first of them (one healthy rank is no
+      // majority) and takes out the second.
+      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n * (n == 3 ? 1 : lates))) << n;
+    }
+  }
+}
+
+// The census takes ranks out only while the healthy ones stay a strict majority (an owner's
+// finals cost (n - 1) S / h on its uplink, the ring's 2 (n - 1) / n S unless h > n / 2): with
+// more ranks late than that, it waits past its deadline for the earliest of them, then takes out
+// the rest. Exact either way.
+TEST(LateChain, HealthyStayAMajority) {
+  for (int n : {3, 4, 5, 6, 8}) {
+    for (int lates = 1; lates < n; ++lates) {
+      harness::Options o = base(n, 900 + n * 7 + lates);
+      o.ring.resize(n);
+      std::iota(o.ring.begin(), o.ring.end(), 0);  // coordinator rank 0
+      o.start_time.assign(n, 0.0);
+      // Ranks n - lates .. n - 1 late by 2, 4, 6 ... ms, all past the census's wait.
+      for (int k = 0; k < lates; ++k) o.start_time[n - lates + k] = 2e-3 * (k + 1);
+      const std::string what = "n=" + std::to_string(n) + " lates=" + std::to_string(lates);
+      const Seen s = run_exact(o, what);
+      ASSERT_TRUE(s.ok) << what;
+      const int most = (n - 1) / 2;  // h > n / 2  <=>  m <= (n - 1) / 2
+      EXPECT_EQ(s.excluded, static_cast<uint64_t>(n * std::min(lates, most))) << what;
     }
   }
 }
