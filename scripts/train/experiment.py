@@ -296,7 +296,9 @@ def main():
         row = {"framework": fw, "scenario": sc, "variant": v, "rep": rep, "np": r["np"],
                "hosts": a.cluster or 1, "grad_MiB": round(r["grad_bytes"] / 2**20, 2),
                "buckets": r["buckets"], "steps": r["steps"],
-               "epoch_s": round(r["epoch_s"], 3), "ar_ms_p50": round(r["ar_ms_p50"], 2),
+               "epoch_s": round(r["epoch_s"], 3),
+               "warmup_ms": round(1e3 * r.get("warmup_s", 0.0), 1),
+               "ar_ms_p50": round(r["ar_ms_p50"], 2),
                "ar_ms_p99": round(r["ar_ms_p99"], 2), "ar_share": round(r["ar_share"], 3),
                "compute_ms_p50": round(r["compute_ms_p50"], 2),
                "time_to_target_s": (round(r["time_to_target_s"], 3)
@@ -348,7 +350,8 @@ def main():
             w.writerows(data)
         print(f"experiment: wrote {path}")
     # Summary: medians per (framework, scenario, variant).
-    print("\nframework scenario       variant   epoch_s  ar_p50  ar_p99  late_ar  share  tta_s  acc")
+    print("\nframework scenario       variant   epoch_s warmup_ms  ar_p50  ar_p99  late_ar  share  "
+          "tta_s  acc")
     for key in sorted({(r["framework"], r["scenario"], r["variant"]) for r in rows},
                       key=lambda k: (k[0], scenarios.index(k[1]), k[2])):
         rs = [r for r in rows if (r["framework"], r["scenario"], r["variant"]) == key]
@@ -356,7 +359,7 @@ def main():
         def med(field):
             vals = sorted(float(r[field]) for r in rs if r[field] != "")
             return vals[len(vals) // 2] if vals else float("nan")
-        print(f"{key[0]:9s} {key[1]:14s} {key[2]:8s} {med('epoch_s'):7.2f} "
+        print(f"{key[0]:9s} {key[1]:14s} {key[2]:8s} {med('epoch_s'):7.2f} {med('warmup_ms'):9.1f} "
               f"{med('ar_ms_p50'):7.1f} {med('ar_ms_p99'):7.1f} {med('late_rank_ar_ms_p50'):7.1f} "
               f"{med('ar_share'):6.2f} "
               f"{med('time_to_target_s'):6.2f} {med('final_acc'):.4f}")
