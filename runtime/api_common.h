@@ -160,6 +160,9 @@ void log_fallbacks();
 extern std::atomic<int> g_nb_pending;
 // Returns once no nonblocking call of `c` is queued or running.
 void wait_nonblocking(Communicator* c);
+// Sleeps until none of `requests` is a nonblocking all-reduce still running on the progress
+// thread (skipring_block_on_requests).
+void block_on_requests(int count, const MPI_Request* requests);
 // Waits for c's pending nonblocking calls (none: one load).
 inline void drain_nonblocking(Communicator* c) {
   if (c != nullptr && g_nb_pending.load(std::memory_order_acquire) != 0) wait_nonblocking(c);

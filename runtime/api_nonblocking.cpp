@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include "runtime/api_common.h"
 #include "runtime/api_device.h"
@@ -39,7 +40,7 @@ struct NbJob {
   MPI_Request greq = MPI_REQUEST_NULL;
   int rc = MPI_SUCCESS;
 };
-void run_nb_job(NbJob* job);  // runs it and completes its request (below)
+void run_nb_job(NbJob* job);  // runs it, sets job->rc (below); the worker completes the request
 
 class NbWorker {
  public:
@@ -50,9 +51,23 @@ class NbWorker {
       thread_ = std::thread([this] { loop(); });
     }
     queue_.push_back(job);
+    running_.insert(job->greq);
     ++pending_[job->c];
     g_nb_pending.fetch_add(1, std::memory_order_release);
     work_.notify_one();
+  }
+  // Returns once none of `requests` is a job still queued or running, sleeping meanwhile (the
+  // caller's MPI_Wait would poll on the core this thread may need); the request is completed
+  // right after (MPI_Grequest_complete), so the caller's wait then returns at once.
+  void block_on(int count, const MPI_Request* requests) {
+    if (g_nb_pending.load(std::memory_order_acquire) == 0) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] {
+      for (int i = 0; i < count; ++i) {
+        if (running_.count(requests[i]) != 0) return false;
+      }
+      return true;
+    });
   }
   // Returns once no job of `c` is queued or running.
   void drain(Communicator* c) {
@@ -84,9 +99,15 @@ class NbWorker {
         queue_.pop_front();
       }
       Communicator* c = job->c;
-      run_nb_job(job);  // the caller may free job from here on (its wait returned)
+      const MPI_Request greq = job->greq;
+      run_nb_job(job);
+      // Complete first, then wake a caller asleep in block_on: woken earlier, it would poll in
+      // MPI_Wait on the core this thread needs to complete the request. From here on the caller
+      // may free job (a caller that tests may even reuse the handle: running_ counts entries).
+      MPI_Grequest_complete(greq);
       {
         std::lock_guard<std::mutex> lock(mutex_);
+        running_.erase(running_.find(greq));
         if (--pending_[c] == 0) pending_.erase(c);
         g_nb_pending.fetch_sub(1, std::memory_order_release);
       }
@@ -98,6 +119,7 @@ class NbWorker {
   std::condition_variable work_, done_;
   std::deque<NbJob*> queue_;
   std::map<Communicator*, int> pending_;
+  std::unordered_multiset<MPI_Request> running_;  // requests not yet completed
   std::thread thread_;
   bool stop_ = false;
 };
@@ -137,7 +159,6 @@ void run_nb_job(NbJob* job) {
     rc = MPI_ERR_OTHER;
   }
   job->rc = rc;
-  MPI_Grequest_complete(job->greq);
 }
 
 // The MPI library's own nonblocking all-reduce, counted as a fallback with `reason` (-1: not a
@@ -218,6 +239,10 @@ int iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datat
 
 void wait_nonblocking(Communicator* c) { nb_worker().drain(c); }
 
+void block_on_requests(int count, const MPI_Request* requests) {
+  nb_worker().block_on(count, requests);
+}
+
 void stop_nonblocking() { nb_worker().stop(); }
 
 }  // namespace skipring::api
@@ -231,6 +256,15 @@ int skipring_iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datat
                         MPI_Op op, MPI_Comm comm, MPI_Request* request) {
   return guarded(
       [&]() -> int { return iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); });
+}
+
+int skipring_block_on_requests(int count, const MPI_Request* requests) {
+  if (count < 0) return MPI_ERR_COUNT;
+  if (count > 0 && requests == nullptr) return MPI_ERR_REQUEST;
+  return guarded([&]() -> int {
+    block_on_requests(count, requests);
+    return MPI_SUCCESS;
+  });
 }
 
 }  // extern "C"

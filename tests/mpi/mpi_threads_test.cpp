@@ -79,6 +79,46 @@ void worker(int t, MPI_Comm comm, int iters, size_t max_count, int rank, int siz
   }
 }
 
+// The nonblocking all-reduce's sleeping wait (skipring_block_on_requests): once it returns for
+// a request the progress thread ran, the request is complete (MPI_Test says so at once), the
+// results are right; MPI_REQUEST_NULL is ignored, bad arguments get their error codes. Sizes
+// above the `mpi` row's probe sizes, so the progress thread runs them (not PMPI_Iallreduce).
+void block_on_requests_checks(int rank, int size) {
+  mpitest::check(skipring_block_on_requests(-1, nullptr) == MPI_ERR_COUNT, "count -1");
+  mpitest::check(skipring_block_on_requests(1, nullptr) == MPI_ERR_REQUEST, "NULL requests");
+  mpitest::check(skipring_block_on_requests(0, nullptr) == MPI_SUCCESS, "count 0");
+  MPI_Request none = MPI_REQUEST_NULL;
+  mpitest::check(skipring_block_on_requests(1, &none) == MPI_SUCCESS, "MPI_REQUEST_NULL");
+  for (size_t count : {size_t{32768}, size_t{131072}}) {
+    std::vector<int64_t> in(count), out0(count, 0), out1(count, 0);
+    for (size_t i = 0; i < count; ++i) in[i] = input_value(7, static_cast<int>(count), rank, i);
+    MPI_Request reqs[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    const bool started =
+        skipring_iallreduce(in.data(), out0.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                            MPI_COMM_WORLD, &reqs[0]) == MPI_SUCCESS &&
+        skipring_iallreduce(in.data(), out1.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                            MPI_COMM_WORLD, &reqs[2]) == MPI_SUCCESS;
+    mpitest::check(started, "skipring_iallreduce of " + std::to_string(count));
+    if (!started) continue;
+    mpitest::check(skipring_block_on_requests(3, reqs) == MPI_SUCCESS, "block on two");
+    int flags[2] = {0, 0};
+    MPI_Test(&reqs[0], &flags[0], MPI_STATUS_IGNORE);
+    MPI_Test(&reqs[2], &flags[1], MPI_STATUS_IGNORE);
+    mpitest::check(
+        flags[0] == 1 && flags[1] == 1,
+        "complete once skipring_block_on_requests returned (" + std::to_string(count) + ")");
+    if (flags[0] == 0) MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+    if (flags[1] == 0) MPI_Wait(&reqs[2], MPI_STATUS_IGNORE);
+    bool right = true;
+    for (size_t i = 0; i < count && right; ++i) {
+      int64_t want = 0;
+      for (int r = 0; r < size; ++r) want += input_value(7, static_cast<int>(count), r, i);
+      right = out0[i] == want && out1[i] == want;
+    }
+    mpitest::check(right, "nonblocking results of " + std::to_string(count));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +160,7 @@ int main(int argc, char** argv) {
     mpitest::check(skipring_pending_messages(comms[t], &pending) == MPI_SUCCESS && pending == 0,
                    "thread " + std::to_string(t) + "'s communicator has messages left");
   }
+  block_on_requests_checks(mpitest::g_rank, mpitest::g_size);
   // The process-wide totals saw every call of every thread.
   skipring_totals_t totals{};
   mpitest::check(skipring_get_totals(&totals) == MPI_SUCCESS &&

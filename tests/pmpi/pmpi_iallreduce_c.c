@@ -10,8 +10,10 @@
  *    with fewer cores than ranks x 2 threads cannot overlap): t_pure = MPI_Iallreduce + MPI_Wait,
  *    t_cpu = a computation as long as t_pure, t_ovrl = MPI_Iallreduce + that computation +
  *    MPI_Wait; overlap = (t_pure + t_cpu - t_ovrl) / min(t_pure, t_cpu).
+ *  - --overlap-idle: the same with the computation replaced by a sleep as long: what a rank
+ *    whose progress thread has a core of its own sees (this machine has 2 cores for 2 ranks).
  * Options: --single (MPI_Init_thread with MPI_THREAD_SINGLE: the calls go to PMPI_Iallreduce),
- * --late-ms MS, --overlap. Prints "N passed, M failed"; exits 1 on any failure. */
+ * --late-ms MS, --overlap, --overlap-idle. Prints "N passed, M failed"; exits 1 on any failure. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,15 @@ static void compute(double seconds) {
     for (int i = 0; i < 1000; ++i) x = x * 1.0000001 + 1e-9;
   }
   g_sink += x;
+}
+
+/* `seconds` of sleep: a "computation" that leaves the core to the progress thread. */
+static void idle(double seconds) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)seconds;
+  ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+  while (nanosleep(&ts, &ts) != 0) {
+  }
 }
 
 static int value(int rank, int i, int call) { return (rank + 1) * 3 + i % 17 + call; }
@@ -157,7 +168,7 @@ static void late(MPI_Comm comm, double late_s) {
   free(out);
 }
 
-static void overlap(MPI_Comm comm) {
+static void overlap(MPI_Comm comm, int sleep_instead) {
   const int sizes[] = {262144, 1048576, 4194304}; /* 1, 4, 16 MiB of int */
   for (int k = 0; k < 3; ++k) {
     const int n = sizes[k];
@@ -177,7 +188,11 @@ static void overlap(MPI_Comm comm) {
       MPI_Barrier(comm);
       const double t0 = MPI_Wtime();
       MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, comm, &req);
-      compute(pure);
+      if (sleep_instead) {
+        idle(pure);
+      } else {
+        compute(pure);
+      }
       MPI_Wait(&req, MPI_STATUS_IGNORE);
       const double t = MPI_Wtime() - t0;
       if (t < ovrl) ovrl = t;
@@ -190,8 +205,9 @@ static void overlap(MPI_Comm comm) {
     if (ov < 0) ov = 0;
     if (ov > 1) ov = 1;
     if (g_rank == 0) {
-      printf("overlap %d MiB: t_pure %.3f ms, t_cpu %.3f ms, t_ovrl %.3f ms, overlap %.0f %%\n",
-             n * 4 >> 20, all[0] * 1e3, cpu * 1e3, all[1] * 1e3, ov * 100);
+      printf("overlap%s %d MiB: t_pure %.3f ms, t_cpu %.3f ms, t_ovrl %.3f ms, overlap %.0f %%\n",
+             sleep_instead ? " (sleep)" : "", n * 4 >> 20, all[0] * 1e3, cpu * 1e3, all[1] * 1e3,
+             ov * 100);
     }
     free(in);
     free(out);
@@ -199,13 +215,15 @@ static void overlap(MPI_Comm comm) {
 }
 
 int main(int argc, char** argv) {
-  int required = MPI_THREAD_MULTIPLE, want_overlap = 0;
+  int required = MPI_THREAD_MULTIPLE, want_overlap = 0, want_idle = 0;
   double late_ms = 0;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--single") == 0) {
       required = MPI_THREAD_SINGLE;
     } else if (strcmp(argv[i], "--overlap") == 0) {
       want_overlap = 1;
+    } else if (strcmp(argv[i], "--overlap-idle") == 0) {
+      want_idle = 1;
     } else if (strcmp(argv[i], "--late-ms") == 0 && i + 1 < argc) {
       late_ms = atof(argv[++i]);
     } else {
@@ -221,7 +239,8 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   basic(comm);
   if (late_ms > 0 && g_size > 1) late(comm, late_ms * 1e-3);
-  if (want_overlap) overlap(comm);
+  if (want_overlap) overlap(comm, 0);
+  if (want_idle) overlap(comm, 1);
   MPI_Comm_free(&comm);
   int totals[2] = {g_passed, g_failed}, sums[2];
   MPI_Allreduce(totals, sums, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -56,6 +56,16 @@ SKIPRING_API int skipring_iallreduce(const void* sendbuf, void* recvbuf, int cou
                                      MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                      MPI_Request* request);
 
+/* Sleeps, without using the calling thread's core, until none of the `count` requests is a
+ * skipring_iallreduce still running on the progress thread; MPI_Wait / MPI_Waitall on them then
+ * return at once. Call it before waiting where the progress thread shares a core with the
+ * caller (one rank per core): MPI's own wait polls, and the progress thread then runs only when
+ * the scheduler preempts the poll (about 4 ms at a time on Linux). Other requests (and
+ * MPI_REQUEST_NULL) are ignored; it returns at once when no nonblocking all-reduce is pending.
+ * The drop-in's MPI_Wait and MPI_Waitall call it. MPI_ERR_COUNT for count < 0,
+ * MPI_ERR_REQUEST for requests NULL with count > 0. */
+SKIPRING_API int skipring_block_on_requests(int count, const MPI_Request* requests);
+
 /* The other collectives, with the same semantics and argument conventions as their MPI
  * namesakes (MPI_IN_PLACE where MPI allows it), run on skipring's engine without skip-ahead:
  * reduce-scatter and allgather as rings, broadcast and reduce as pipelined chains along the
