@@ -101,6 +101,37 @@ static void basic(MPI_Comm comm) {
       free(out);
     }
   }
+  /* MPI_Waitall over a nonblocking all-reduce, MPI_REQUEST_NULL and a point-to-point receive
+   * whose sender (the partner rank) sends, blocking and large (rendezvous), before it starts
+   * its own all-reduce: the drop-in's MPI_Waitall sleeps until skipring's progress thread has
+   * run the all-reduce, which needs the partner, whose send needs this rank's receive to
+   * progress meanwhile (it does: the progress thread's MPI calls progress every request). */
+  {
+    const int n = 262144, m = 262144; /* 1 MiB each */
+    const int partner = g_rank ^ 1;
+    int* in = fill(n, 40);
+    int* out = malloc((size_t)n * sizeof(int));
+    int* msg = malloc((size_t)m * sizeof(int));
+    for (int i = 0; i < m; ++i) msg[i] = (partner < g_size && (g_rank & 1)) ? g_rank * 7 + i : 0;
+    MPI_Request reqs[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (partner < g_size && (g_rank & 1)) {
+      MPI_Send(msg, m, MPI_INT, partner, 77, comm);
+      MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, comm, &reqs[0]);
+      CHECK(MPI_Wait(&reqs[0], MPI_STATUS_IGNORE) == MPI_SUCCESS, "Wait after Send");
+    } else {
+      MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, comm, &reqs[0]);
+      if (partner < g_size) MPI_Irecv(msg, m, MPI_INT, partner, 77, comm, &reqs[2]);
+      MPI_Status sts[3];
+      CHECK(MPI_Waitall(3, reqs, sts) == MPI_SUCCESS, "mixed Waitall");
+      int bad = 0;
+      for (int i = 0; partner < g_size && i < m; ++i) bad += msg[i] != partner * 7 + i;
+      CHECK(bad == 0, "mixed Waitall: %d wrong elements received", bad);
+    }
+    CHECK(wrong(out, n, 40) == 0, "mixed Waitall: wrong all-reduce elements");
+    free(in);
+    free(out);
+    free(msg);
+  }
   /* An MPI_Test loop. */
   {
     const int n = 65536;
