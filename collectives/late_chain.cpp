@@ -169,6 +169,7 @@ Status LateChainAllreduce::start(double now, ActionList* out) {
   if (p_.rank == coord_) {
     arrived_.assign(n_, 0);
     arrived_[coord_] = 1;
+    arrived_count_ = 1;
     t0_ = now;
     deadline_ = now + p_.late_wait_s;
     suspect_deadline_ = now + std::min(p_.late_wait_s, p_.late_wait_suspect_s);
@@ -231,8 +232,7 @@ int LateChainAllreduce::next_coordinator_after() const {
 // others, (n - 1) S / h on its uplink after the late inputs come, which is at least the ring's
 // 2 (n - 1) / n S per link unless h > n / 2 (4 ranks, 3 taken out: 3 S, twice the ring).
 double LateChainAllreduce::decision_time() const {
-  const int in = static_cast<int>(std::count(arrived_.begin(), arrived_.end(), 1));
-  if (2 * in <= n_) return std::numeric_limits<double>::infinity();
+  if (2 * arrived_count_ <= n_) return std::numeric_limits<double>::infinity();
   for (int r = 0; r < n_; ++r) {
     if (!arrived_[r] && !suspect_[r]) return deadline_;
   }
@@ -471,13 +471,13 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       if (why.empty() && set != want) why = "arrival with set " + set.to_string();
       if (!why.empty()) return fail(fmt::format("arrival of rank {}: {}", o.who, why));
       ++stats_.messages_received;
+      ++arrived_count_;  // one arrival receive per rank
       arrived_[o.who] = 1;
       seen_[o.who] = std::max(0.0, now - t0_);
       if (const uint32_t w = wire_route(hdr_ptr(&census_hdr_, o.who)); w > 0) {
         waited_[o.who] = (w - 1) * 1e-6;
       }
-      if (!decided_ && (now >= decision_time() ||
-                        std::all_of(arrived_.begin(), arrived_.end(), [](char c) { return c; }))) {
+      if (!decided_ && (now >= decision_time() || arrived_count_ == n_)) {
         SKIPRING_RETURN_IF_ERROR(decide(now, out));
       }
       break;

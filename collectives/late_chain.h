@@ -190,6 +190,7 @@ class LateChainAllreduce final : public CoreBase {
   std::vector<double> seen_;   // coordinator: how late each rank arrived (-1: not yet)
   bool started_ = false, decided_ = false, ring_done_ = false;
   std::vector<char> arrived_;  // coordinator: by rank
+  int arrived_count_ = 0;      // coordinator: ranks in arrived_
   std::vector<OpRec> ops_;
   size_t pending_ = 0;               // our operations posted and not completed
   std::vector<uint8_t> census_hdr_;  // one header per rank (arrival / decision)
