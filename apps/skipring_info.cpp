@@ -16,6 +16,7 @@
 
 #include "apps/app_version.h"
 #include "collectives/algorithms.h"
+#include "collectives/ring_allreduce.h"
 #include "runtime/api_internal.h"
 #include "runtime/config.h"
 #include "runtime/memtype.h"
@@ -107,6 +108,17 @@ bool print_topology(const skipring::Config& cfg, int rank) {
   }
   fmt::print("ring: {}\n", join(topo.ring, " "));
   fmt::print("inter-host hops: {} (hosts: {})\n", topo.inter_host_hops, topo.num_hosts());
+  // What cross_host_segment_bytes (collectives/ring_allreduce.h) makes of the links.
+  if (topo.num_hosts() > 1) {
+    const bool sockets = skipring::hosts_joined_by_sockets(topo);
+    const bool mpi = cfg.transport == skipring::TransportKind::kMpi;
+    fmt::print("links between hosts: {}\n",
+               sockets ? (mpi ? fmt::format("TCP sockets (a host without an RDMA NIC): the ring's "
+                                            "segments across hosts at most {} KiB",
+                                            skipring::kSocketSegmentBytes / 1024)
+                              : std::string("TCP sockets, carried by UCX (SKIPRING_TRANSPORT=ucx)"))
+                       : std::string("RDMA NICs on every host"));
+  }
   print_affinity(topo);
   return true;
 }

@@ -73,8 +73,9 @@ constexpr size_t kLateChainMinBytes = 1 << 20;
 constexpr double kLateChainMaxCensusShare = 0.01;
 // The late pieces' and finals' message size by default (SKIPRING_LATE_SEGMENT_BYTES=0): under
 // Open MPI's TCP BTL eager limit (64 KiB), so that one message in flight streams without a
-// rendezvous round trip per message. The same in every build (SimGrid included).
-constexpr size_t kLateChainSegmentBytes = 60 * 1024;
+// rendezvous round trip per message (kSocketSegmentBytes). The same in every build (SimGrid
+// included), whatever the links.
+constexpr size_t kLateChainSegmentBytes = kSocketSegmentBytes;
 // A late rank's input sends in flight by default (SKIPRING_LATE_INFLIGHT=0): they go to h different
 // owners round-robin, and SimGrid leaves a link idle for a latency between back-to-back
 // messages (n = 8, 16 MiB, rank 1 late by T0, us after the arrival: 2333 with 2 in flight,

@@ -138,6 +138,10 @@ struct RingParams {
   // the arrival instead of 2.24 L; without a straggler it is unchanged. Identical on every rank
   // (from the topology).
   bool lead_in = false;
+  // The hosts are joined by TCP sockets (no RDMA NIC on some host, the MPI transport; never
+  // under SimGrid): cross-host ring segments of kSocketSegmentBytes (cross_host_segment_bytes).
+  // Identical on every rank (from the topology and the agreed transport).
+  bool socket_links = false;
   // Tags the transport can carry: 0 .. tag_span - 1 (MPI_TAG_UB differs between PMLs: UCX's
   // is far below ob1's). tag_span - 1 is the control tag; segments grow if needed so that the
   // data tags fit below it.
@@ -164,9 +168,20 @@ int ring_data_tag(uint32_t seq, int seg_id, int kind);
 // more keep `max_bytes`: at n = 16, 64 MiB, halving the segment made skip-ahead slower (1.55 ->
 // 1.59 L after the arrival) for a ring gain of 0.1 L. One host (`hosts` <= 1) keeps `max_bytes`
 // throughout.
+//
+// Hosts joined by sockets (`socket_links`: TCP, no RDMA NIC; RingParams::socket_links) take
+// kSocketSegmentBytes instead, at most `max_bytes`: under Open MPI's TCP BTL eager limit
+// (64 KiB with its headers), a segment streams without the rendezvous round trip a larger
+// message needs (request to send, then its acknowledgement, which travels back behind the
+// receiver's own outgoing data in the link's queue). 4 emulated hosts x 1 rank at 1 Gbit/s
+// (scripts/vcluster.sh), 4 MiB, plain ring: 56-58 ms with 60 KiB segments against 63-73 ms with
+// 128 KiB (the wire's floor 50 ms), as fast as raising Open MPI's eager limit to 1 MiB
+// (docs/benchmarks.md, "Segments across hosts joined by TCP").
 constexpr size_t kCrossHostMinSegments = 8;
 constexpr size_t kCrossHostSegmentFloor = 128 * 1024;
-size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hosts);
+constexpr size_t kSocketSegmentBytes = 60 * 1024;
+size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hosts,
+                                bool socket_links);
 
 // Checks what every all-reduce core needs: the ring is a permutation holding `rank`, the op is
 // defined on the type, buffers are present when count > 0.

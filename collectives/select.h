@@ -61,6 +61,8 @@ struct TopologySummary {
   // False when a host runs more busy ranks than it has cores: a rank's transfers and
   // reductions then share a core instead of overlapping.
   bool overlap = true;
+  // The hosts are joined by TCP sockets (RingParams::socket_links): set at communicator setup.
+  bool socket_links = false;
   // Multi-tree plan (tree/multitree): number of trees, the tallest tree's height and the
   // aggregate rate in bytes/s of the plan (0: no plan, algorithm not applicable).
   int trees = 0;

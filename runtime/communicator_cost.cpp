@@ -192,8 +192,9 @@ std::string Communicator::describe_selection(size_t max_bytes) {
   }
   const TopologySummary& t = model_.topo;
   std::string out =
-      fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}): {}\n", t.n, t.hosts,
-                  t.max_local, t.overlap ? "" : ", more ranks than cores", model_.cost.to_string());
+      fmt::format("cost model ({} ranks, {} hosts, at most {} per host{}{}): {}\n", t.n, t.hosts,
+                  t.max_local, t.overlap ? "" : ", more ranks than cores",
+                  t.socket_links ? ", hosts joined by TCP sockets" : "", model_.cost.to_string());
   out +=
       fmt::format("SKIPRING_ALGO={}{}\n", algo_name(cfg_.algo),
                   cfg_.algo == Algo::kAuto ? "" : " (forced: the table shows what auto would do)");

@@ -471,6 +471,12 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
     topo.ranks_per_host.push_back(static_cast<int>(h.size()));
     topo.max_local = std::max<int>(topo.max_local, static_cast<int>(h.size()));
   }
+#ifndef SKIPRING_SIMGRID
+  // Over skipring's UCX transport the rendezvous is UCX's (RDMA or its own TCP protocol); under
+  // SimGrid the platform's links are a model, and its records list no devices.
+  topo.socket_links =
+      cfg.transport == TransportKind::kMpi && hosts_joined_by_sockets(c->topology_);
+#endif
   if (!cfg.tree_graph.empty()) {
     LinkGraph& g = c->model_.tree_graph;
     if (Status st = LinkGraph::load(cfg.tree_graph, &g, &why); !ok(st)) {

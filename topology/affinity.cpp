@@ -72,6 +72,22 @@ std::vector<int> candidate_nics(const RankRecord& rec) {
   return sorted_devices(rec, [](const TopoDevice& d) { return d.is(TopoDeviceKind::kNic); });
 }
 
+bool hosts_joined_by_sockets(const Topology& t) {
+  if (t.num_hosts() <= 1) return false;
+  for (const std::vector<int>& ranks : t.host_ranks) {
+    bool rdma = false;
+    for (int r : ranks) {
+      const RankRecord& rec = t.records[static_cast<size_t>(r)];
+      for (int32_t i = 0; i < rec.num_devices && !rdma; ++i) {
+        const TopoDevice& d = rec.devices[i];
+        rdma = d.is(TopoDeviceKind::kNic) && (d.flags & kTopoDevRdma) != 0;
+      }
+    }
+    if (!rdma) return true;
+  }
+  return false;
+}
+
 const char* pci_distance_name(PciDistance d) {
   switch (d) {
     case PciDistance::kSwitch:

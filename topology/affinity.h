@@ -75,6 +75,11 @@ std::string ucx_device_name(const TopoDevice& nic);
 // The UCX device of rank_nic(t, rank); "" when the host lists no NIC (leave UCX's default).
 std::string preferred_ucx_net_device(const Topology& t, int rank);
 
+// More than one host, and some host lists no RDMA NIC (kTopoDevRdma): the MPI library's traffic
+// between hosts goes over TCP sockets (kernel TCP, a rendezvous round trip per large message).
+// Hosts the records say nothing about (no hwloc) count as without one.
+bool hosts_joined_by_sockets(const Topology& t);
+
 // The rank has a GPU and its NIC is behind the same PCI switch.
 bool is_hier_leader(const Topology& t, int rank);
 // Per host its ranks with the leaders first, then the others, each in rank order: the

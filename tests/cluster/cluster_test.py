@@ -137,6 +137,11 @@ def test_topology(cluster, a):
     hm = re.search(r"^inter-host hops: (\d+) \(hosts: (\d+)\)$", out, re.M)
     check(hm is not None and int(hm.group(2)) == n and int(hm.group(1)) == (n if n > 1 else 0),
           f"{n} inter-host hops")
+    # The emulated hosts' NICs are veth devices, no RDMA: the ring's cross-host segments are cut
+    # under Open MPI's TCP eager limit (cross_host_segment_bytes).
+    if n > 1:
+        check(re.search(r"^links between hosts: TCP sockets .* at most 60 KiB$", out, re.M)
+              is not None, "hosts joined by TCP sockets, 60 KiB segments")
 
 
 def test_hier(cluster, a):

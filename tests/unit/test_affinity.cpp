@@ -316,6 +316,24 @@ TEST(TopologyAffinity, UcxDeviceNames) {
   EXPECT_EQ(ucx_device_name(make_dev({kNic, "eth0/x", "", "", "", 0, 0})), "eth0");
 }
 
+// Cross-host traffic goes over sockets when some host has no RDMA NIC (its records list none);
+// one host never; an RDMA NIC on every host: no.
+TEST(TopologyAffinity, HostsJoinedBySockets) {
+  const std::vector<Dev> eth = {{kNic, "eth0", "0000:03:00.0", "", "0000:00", 0, 0}};
+  const std::vector<Dev> ib = two_switch_server();
+  EXPECT_FALSE(hosts_joined_by_sockets(build({make_record(0, "a", eth), make_record(1, "a", eth)})))
+      << "one host";
+  EXPECT_TRUE(hosts_joined_by_sockets(build({make_record(0, "a", eth), make_record(1, "b", eth)})));
+  EXPECT_TRUE(hosts_joined_by_sockets(build({make_record(0, "a", {}), make_record(1, "b", {})})))
+      << "no devices known";
+  EXPECT_FALSE(hosts_joined_by_sockets(build({make_record(0, "a", ib), make_record(1, "b", ib)})));
+  EXPECT_TRUE(hosts_joined_by_sockets(build({make_record(0, "a", ib), make_record(1, "b", eth)})))
+      << "one host without RDMA";
+  // The RDMA NIC listed on one of a host's ranks is the host's.
+  EXPECT_FALSE(hosts_joined_by_sockets(build({make_record(0, "a", ib), make_record(1, "a", {}),
+                                              make_record(2, "b", ib)})));
+}
+
 TEST(TopologyAffinity, NewFieldsSurviveTheWire) {
   RankRecord in = make_record(3, "gpunode", two_switch_server(), 0, 0);
   in.gpu_request = 1;

@@ -156,22 +156,30 @@ TEST(RingRandom, ManySchedules) {
 // configured size (communicator.cpp applies it to the ring rows when the ranks span hosts).
 TEST(RingLayout, CrossHostSegments) {
   constexpr size_t K = 1024, M = 1024 * 1024;
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2), 128 * K);  // 64 MiB over 64 ranks
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2, 2), 192 * K);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2), 256 * K);    // 8 already
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 2), 256 * K);   // never above the setting
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 256 * K, 2), 128 * K);  // the floor
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2), 128 * K);    // one segment still
-  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2), 64 * K);      // a smaller setting wins
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1), 256 * K);    // one host: the setting
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2, false), 128 * K);  // 64 MiB over 64 ranks
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2, 2, false), 192 * K);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2, false), 256 * K);    // 8 already
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 2, false), 256 * K);   // never above the setting
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 256 * K, 2, false), 128 * K);  // the floor
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2, false), 128 * K);    // one segment still
+  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2, false), 64 * K);      // a smaller setting wins
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, false), 256 * K);    // one host: the setting
+  // Hosts joined by sockets: 60 KiB (under Open MPI's TCP eager limit) at every chunk size,
+  // a smaller setting still wins, one host still the setting.
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2, true), kSocketSegmentBytes);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 4, true), kSocketSegmentBytes);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2, true), kSocketSegmentBytes);
+  EXPECT_EQ(cross_host_segment_bytes(32 * K, 1 * M, 2, true), 32 * K);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, true), 256 * K);
+  EXPECT_LT(kSocketSegmentBytes + 256, size_t{64} * K);  // room for skipring's and MPI's headers
   // A chunk of 1 MiB + 8 bytes: still at most 8 segments (rounded up).
-  const size_t seg = cross_host_segment_bytes(256 * K, M + 8, 2);
+  const size_t seg = cross_host_segment_bytes(256 * K, M + 8, 2, false);
   EXPECT_LE((M + 8 + seg - 1) / seg, 8u);
   // The segment it gives still runs exactly.
   harness::Options o;
   o.n = 5;
   o.count = 5 * 3000;
-  o.segment_bytes = cross_host_segment_bytes(8 * K, o.count / o.n * 4, 2);
+  o.segment_bytes = cross_host_segment_bytes(8 * K, o.count / o.n * 4, 2, false);
   o.seed = 11;
   run_and_check(o);
 }
