@@ -170,12 +170,15 @@ int ring_data_tag(uint32_t seq, int seg_id, int kind);
 // throughout.
 //
 // Hosts joined by sockets (`socket_links`: TCP, no RDMA NIC; RingParams::socket_links) take
-// kSocketSegmentBytes instead, at most `max_bytes`: under Open MPI's TCP BTL eager limit
-// (64 KiB with its headers), a segment streams without the rendezvous round trip a larger
-// message needs (request to send, then its acknowledgement, which travels back behind the
-// receiver's own outgoing data in the link's queue). 4 emulated hosts x 1 rank at 1 Gbit/s
-// (scripts/vcluster.sh), 4 MiB, plain ring: 56-58 ms with 60 KiB segments against 63-73 ms with
-// 128 KiB (the wire's floor 50 ms), as fast as raising Open MPI's eager limit to 1 MiB
+// kSocketSegmentBytes instead where that rule gives less than `max_bytes` (chunks below
+// 8 x max_bytes): under Open MPI's TCP BTL eager limit (64 KiB with its headers), a segment
+// streams without the rendezvous round trip a larger message needs (request to send, then its
+// acknowledgement, which travels back behind the receiver's own outgoing data in the link's
+// queue). 4 emulated hosts x 1 rank at 1 Gbit/s (scripts/vcluster.sh), 4 MiB, plain ring:
+// 56-58 ms with 60 KiB segments against 63-73 ms with 128 KiB (the wire's floor 50 ms), as fast
+// as raising Open MPI's eager limit to 1 MiB. With 256 KiB segments (8 of them in flight) the
+// round trips were hidden: 60 KiB gave 0.99x at 16 MiB and 1.02x at 64 MiB (skipring_bench),
+// 1.14x gloo's time at 64 MiB through the torch backend against 0.94x
 // (docs/benchmarks.md, "Segments across hosts joined by TCP").
 constexpr size_t kCrossHostMinSegments = 8;
 constexpr size_t kCrossHostSegmentFloor = 128 * 1024;

@@ -90,9 +90,10 @@ Status RingAllreduce::validate(const RingParams& p, std::string* why) {
 size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hosts,
                                 bool socket_links) {
   if (hosts <= 1) return max_bytes;
-  if (socket_links) return std::min(max_bytes, kSocketSegmentBytes);
   const size_t want = (chunk_bytes + kCrossHostMinSegments - 1) / kCrossHostMinSegments;
-  return std::min(max_bytes, std::max(kCrossHostSegmentFloor, want));
+  const size_t seg = std::min(max_bytes, std::max(kCrossHostSegmentFloor, want));
+  if (socket_links && seg < max_bytes) return std::min(max_bytes, kSocketSegmentBytes);
+  return seg;
 }
 
 size_t RingAllreduce::effective_segment_bytes(const RingParams& p) {
