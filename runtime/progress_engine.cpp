@@ -289,6 +289,20 @@ Status ProgressEngine::watchdog(double now) {
 }
 
 Status ProgressEngine::run(CollectiveCore* core) {
+  const Status st = run_until_done(core);
+  if (!ok(st)) {
+    // The collective failed (an error, or the watchdog): its buffers are the caller's again
+    // once this returns, and must not be written into any more. A transport whose matched
+    // receives can still be written by their senders (UcxTransport's put rendezvous) waits for
+    // them here, bounded, and stops (docs/reliability.md). The bound: the watchdog's timeout,
+    // 1 to 5 s.
+    const double t = options_.timeout_s > 0 ? options_.timeout_s : 5.0;
+    transport_->abandon(std::min(5.0, std::max(1.0, t)));
+  }
+  return st;
+}
+
+Status ProgressEngine::run_until_done(CollectiveCore* core) {
   SKIPRING_RETURN_IF_ERROR(begin(core));
 #ifdef SKIPRING_SIMGRID
   // Under SMPI: poll, and when nothing happened sleep in simulated time (spinning or

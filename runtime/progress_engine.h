@@ -59,7 +59,9 @@ class ProgressEngine {
   // One non-blocking pass: poll, feed events, execute actions, fire timers. *progressed is
   // true when anything happened.
   Status progress(bool* progressed);
-  // begin() then progress() with back-off until the core is done.
+  // begin() then progress() with back-off until the core is done. When it fails, the
+  // transport is told (Transport::abandon) before it returns: the caller's buffers are
+  // released after that.
   Status run(CollectiveCore* core);
   // Delay hook for the next collectives (empty: none).
   void set_step_delay(StepDelayFn fn) { step_delay_ = std::move(fn); }
@@ -88,6 +90,7 @@ class ProgressEngine {
 
  private:
   Status watchdog(double now);
+  Status run_until_done(CollectiveCore* core);  // run() less the failure handling
   Status execute(ActionList* actions);
   // SKIPRING_MSGLOG: remembers a posted message / writes a completed one (log_ set).
   void log_posted(const Action& a);

@@ -47,6 +47,12 @@ class Transport {
   // (call_word: count, datatype, op), or 0 (unknown). A transport may check it against what
   // senders say before it trusts their sizes (MpiTransport). Default: ignored.
   virtual void set_call(uint64_t word) { (void)word; }
+  // The collective failed, and the caller releases its buffers (and the communicator breaks)
+  // once this returns: no operation may write into them after. A transport that cannot
+  // cancel every posted operation at once makes sure of that here, taking up to `seconds`
+  // (UcxTransport: waits for its matched receives, then never progresses again). Default:
+  // nothing.
+  virtual void abandon(double seconds) { (void)seconds; }
 };
 
 // The all-reduce's call word for set_call: nonzero, the count in bits 16..62.

@@ -64,7 +64,9 @@ ucp_context_h get_context(const std::string& net_device, std::string* error) {
       // UCX sends from the receiver's progress after its receive completed; a receiver whose
       // collective is then over does not progress this worker again until its next
       // collective, and the sender waits (mpi_soak_np3 hung that way). With a put every
-      // completion depends on a message to a rank still waiting for something.
+      // completion depends on a message to a rank still waiting for something. The price: a
+      // put lands in the receiver's buffer with no further step of the receiver, so a failed
+      // collective must not return while one may still come (UcxTransport::abandon).
       if (std::getenv("UCX_RNDV_SCHEME") == nullptr) {
         (void)ucp_config_modify(config, "RNDV_SCHEME", "put_zcopy");
       }
@@ -145,9 +147,9 @@ struct UcxTransport::Impl {
       progress_some(worker);
     }
   }
-  // A receive is posted (a collective is under way, or one failed and left a matched receive
-  // behind): its buffer is the caller's, so only the caller progresses the worker. (`posted`
-  // is empty outside poll, which holds `mu` while it fills and empties it.)
+  // A receive is posted (a collective is under way): its buffer is the caller's, so only the
+  // caller progresses the worker. (`posted` is empty outside poll, which holds `mu` while it
+  // fills and empties it.) After a failed collective `bg` is stopped for good (abandon).
   bool receiving() const {
     for (const Part& x : active) {
       if (ops[x.op].is_recv) return true;
@@ -201,6 +203,8 @@ struct UcxTransport::Impl {
   };
 
   ucp_worker_h worker = nullptr;
+  // A collective failed (abandon): the worker is never progressed again, every call fails.
+  bool abandoned = false;
   std::vector<ucp_ep_h> eps;
   std::deque<Op> ops;  // stable addresses: UCX writes receive info and reads iovs in place
   std::vector<int> free_ops;
@@ -427,40 +431,35 @@ UcxTransport::~UcxTransport() {
   Impl& m = *impl_;
   m.stop_background();
   if (m.worker == nullptr) return;
-  // Only after an error are operations still in flight here. Receives first, without
-  // progressing the worker: their buffers (the communicator's scratch, the caller's) may be gone
-  // already, so nothing may land in them any more. A receive that is matched (a rendezvous
-  // under way) cannot be cancelled: then the worker is never progressed again and is left as
-  // it is (leaked), since any progress could complete that receive into freed memory
-  // (mpi_watchdog_counts_differ_np4 over UCX: "malloc(): unaligned tcache chunk detected",
-  // SIGABRT in this destructor's send progress, 2 runs in 14 under load).
-  bool matched = false;
+  // Only after an error are operations still in flight here, and the buffers of that call
+  // (the caller's, the communicator's scratch) may be gone already: nothing may land in them
+  // any more, so with anything in flight the worker is never progressed again. Receives not
+  // matched yet are cancelled (no progress needed). A matched receive (its rendezvous data is
+  // put by the sender, with no step of ours) or a send still under way (progress would act on
+  // its peer's request to send: a put into the peer's buffer, which may be gone too) leaves
+  // the worker as it is (leaked). abandon() gave them their bounded chance while the buffers
+  // were still there; before it, this destructor progressed sends for up to 2 s, which put
+  // into a peer's freed receive buffer (mpi_count_mismatch_np2 over UCX: heap corruption,
+  // docs/reliability.md), and progressed a worker with a matched receive
+  // (mpi_watchdog_counts_differ_np4: "malloc(): unaligned tcache chunk detected").
   for (size_t i = m.active.size(); i-- > 0;) {
     const Impl::Part x = m.active[i];
     if (!m.ops[x.op].is_recv) continue;
     void* req = m.ops[x.op].req[x.part];
     ucp_request_cancel(m.worker, req);
-    if (ucp_request_check_status(req) == UCS_INPROGRESS) {
-      matched = true;
-      continue;
-    }
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) continue;
     ucp_request_free(req);
     m.active[i] = m.active.back();
     m.active.pop_back();
   }
-  if (matched) {
+  if (!m.active.empty()) {
     SKIPRING_LOG_WARN(
-        "UCX: a receive is still under way as the communicator goes; its worker is left "
-        "unfreed (progressing it could write into freed memory)");
+        "UCX: {} operation(s) still under way as the communicator goes (a matched receive or a "
+        "send); its worker is left unfreed and never progressed again (progress could write "
+        "into freed memory)",
+        m.active.size());
     return;
   }
-  // Sends still in flight get a bounded chance to finish, so the peer sees the message (and
-  // its own error) instead of waiting for its timeout; MPI would deliver them in the
-  // background.
-  for (const Impl::Part& x : m.active) {
-    if (!m.ops[x.op].is_recv) progress_until_done(m.worker, m.ops[x.op].req[x.part], 2.0);
-  }
-  for (const Impl::Part& x : m.active) ucp_request_free(m.ops[x.op].req[x.part]);
   ucp_request_param_t p;
   std::memset(&p, 0, sizeof(p));
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -476,12 +475,79 @@ UcxTransport::~UcxTransport() {
   ucp_worker_destroy(m.worker);
 }
 
+void UcxTransport::abandon(double seconds) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    if (m.abandoned || m.active.empty()) return;  // nothing in flight: nothing can land
+  }
+  m.stop_background();  // `bg` must not progress the worker from now on either
+  const Impl::Use use(m);
+  m.abandoned = true;
+  // Receives not matched yet: cancelled at once. Matched ones cannot be: their data comes
+  // (a rendezvous put by the sender, or eager fragments), so the worker is progressed until
+  // each has finished, while the caller's buffers are still there. Sends get a short chance
+  // too (a peer still in the collective then sees its message, and its own error, sooner);
+  // one its peer never matches does not hold the call longer.
+  for (const Impl::Part& x : m.active) {
+    if (m.ops[x.op].is_recv) ucp_request_cancel(m.worker, m.ops[x.op].req[x.part]);
+  }
+  constexpr double kSendGrace = 0.25;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const Clock::time_point sends_end =
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(std::min(seconds, kSendGrace)));
+  for (;;) {
+    bool recv_left = false, send_left = false;
+    for (const Impl::Part& x : m.active) {
+      if (ucp_request_check_status(m.ops[x.op].req[x.part]) != UCS_INPROGRESS) continue;
+      (m.ops[x.op].is_recv ? recv_left : send_left) = true;
+    }
+    if (!recv_left && !send_left) break;
+    const Clock::time_point now = Clock::now();
+    if (now > end || (!recv_left && now > sends_end)) break;
+    if (ucp_worker_progress(m.worker) == 0) sched_yield();
+  }
+  // Finished requests are released; what is left stays in `active` for the destructor, which
+  // then leaves the worker unfreed.
+  int left_from = -1, left_tag = -1;
+  size_t recv_left = 0;
+  for (size_t i = m.active.size(); i-- > 0;) {
+    const Impl::Part x = m.active[i];
+    Impl::Op& op = m.ops[x.op];
+    if (ucp_request_check_status(op.req[x.part]) == UCS_INPROGRESS) {
+      if (op.is_recv) {
+        ++recv_left;
+        left_from = op.peer;
+        left_tag = op.tag;
+      }
+      continue;
+    }
+    ucp_request_free(op.req[x.part]);
+    op.req[x.part] = nullptr;
+    m.active[i] = m.active.back();
+    m.active.pop_back();
+  }
+  if (recv_left > 0) {
+    // Its sender stopped (its own collective failed: it never progresses its worker again)
+    // or did not run for that long. The worker is never progressed again either way.
+    SKIPRING_LOG_WARN(
+        "UCX: after the failed collective, {} matched receive(s) (from rank {} with tag {}) "
+        "did not finish within {:.1f} s; this communicator's UCX worker stops here",
+        recv_left, left_from, left_tag, seconds);
+  }
+}
+
 size_t UcxTransport::outstanding() const { return impl_->in_flight; }
 
 Status UcxTransport::post_send(int peer, int tag, const void* header, size_t header_bytes,
                                const void* payload, size_t payload_bytes, Token token) {
   Impl& m = *impl_;
   const Impl::Use use(m);
+  if (m.abandoned) return Status::kErrTransport;
   if (peer < 0 || peer >= size_ || tag < 0 || tag >= tag_span()) return Status::kErrArg;
   const int id = m.new_op();
   Impl::Op& op = m.ops[id];
@@ -509,6 +575,7 @@ Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_by
                                size_t payload_bytes, Token token) {
   Impl& m = *impl_;
   const Impl::Use use(m);
+  if (m.abandoned) return Status::kErrTransport;
   if (peer >= size_ || (peer < 0 && peer != kAnySource && peer != kAnySourceOneSender) || tag < 0 ||
       tag >= tag_span()) {
     return Status::kErrArg;
@@ -545,6 +612,7 @@ Status UcxTransport::post_recv(int peer, int tag, void* header, size_t header_by
 Status UcxTransport::poll(std::vector<Completion>* done) {
   Impl& m = *impl_;
   const Impl::Use use(m);
+  if (m.abandoned) return Status::kErrTransport;
   progress_some(m.worker);
   Status out = Status::kOk;
   for (const Impl::Part& x : m.immediate) {
@@ -577,6 +645,7 @@ Status UcxTransport::poll(std::vector<Completion>* done) {
 Status UcxTransport::cancel(Token token) {
   Impl& m = *impl_;
   const Impl::Use use(m);
+  if (m.abandoned) return Status::kErrTransport;
   int id = -1;
   for (size_t i = 0; i < m.ops.size(); ++i) {
     if (m.ops[i].in_use && m.ops[i].is_recv && m.ops[i].token == token) id = static_cast<int>(i);
@@ -590,7 +659,7 @@ Status UcxTransport::cancel(Token token) {
     ucp_request_cancel(m.worker, req);
     if (!progress_until_done(m.worker, req, 0.2)) {
       // Matched, and its data still coming (a rendezvous from a sender that stopped): not
-      // cancellable. Left in `active`; the destructor releases it without progressing.
+      // cancellable. Left in `active`: the collective fails, and abandon waits for it.
       SKIPRING_LOG_ERROR("UCX: a cancelled receive from rank {} with tag {} is still receiving",
                          op.peer, op.tag);
       return Status::kErrProtocol;
@@ -610,6 +679,7 @@ Status UcxTransport::cancel(Token token) {
 Status UcxTransport::unmatched_message_waiting(bool* waiting) {
   Impl& m = *impl_;
   const Impl::Use use(m);
+  if (m.abandoned) return Status::kErrTransport;
   progress_some(m.worker);
   ucp_tag_recv_info_t info;
   *waiting = ucp_tag_probe_nb(m.worker, 0, 0, 0, &info) != nullptr;
@@ -657,6 +727,7 @@ Status UcxTransport::post_recv(int, int, void*, size_t, void*, size_t, Token) {
 Status UcxTransport::poll(std::vector<Completion>*) { return Status::kErrInternal; }
 Status UcxTransport::cancel(Token) { return Status::kErrInternal; }
 Status UcxTransport::unmatched_message_waiting(bool*) { return Status::kErrInternal; }
+void UcxTransport::abandon(double) {}
 std::string UcxTransport::describe() { return "not built (no UCX found at configure time)"; }
 
 }  // namespace skipring

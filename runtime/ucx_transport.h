@@ -13,7 +13,8 @@
 // receive needs no second round (the MPI transport splits large messages in two).
 //
 // Receives never write past their buffers: UCX truncates (UCS_ERR_MESSAGE_TRUNCATED), reported
-// as kErrProtocol with peer, tag and sizes, as MpiTransport does. Buffers are host memory (the C
+// as kErrProtocol with peer, tag and sizes, as MpiTransport does. Nor into them once a failed
+// collective has returned (abandon). Buffers are host memory (the C
 // API stages or falls back for device memory, runtime/api_device.cpp); every operation says so to
 // UCX (UCP_OP_ATTR_FIELD_MEMORY_TYPE), which also spares UCX its own memory-type lookup.
 #pragma once
@@ -55,6 +56,12 @@ class UcxTransport final : public Transport {
   Status cancel(Token token) override;
   size_t outstanding() const override;
   Status unmatched_message_waiting(bool* waiting) override;
+  // After a failed collective: cancels the receives not matched yet, progresses the worker
+  // until every matched one has finished (a rendezvous's data is put into them by the sender
+  // with no further step of ours) and sends have had a short chance, at most `seconds`; from
+  // then on the worker is never progressed again (every later call fails with kErrTransport),
+  // so no late put or fragment can land in the caller's buffers once they are freed.
+  void abandon(double seconds) override;
 
   // The UCX library's version and the transports of this process's context, for
   // skipring_info and logs: "UCX 1.13.1" or why the context could not be created.
