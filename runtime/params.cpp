@@ -304,7 +304,8 @@ const std::vector<ParamDef>& param_table() {
       // agree: pieces and message sizes
       {"SKIPRING_SEGMENT_BYTES", kAgree, &Config::segment_bytes, {1024, 1 << 30}, "",
        "pipelining unit: each chunk moves in segments of at most this size (the ring across "
-       "hosts cuts a chunk into at least 8, down to 128 KiB)"},
+       "hosts cuts a chunk into at least 8, down to 128 KiB, and to 60 KiB where they would be "
+       "smaller than this over TCP)"},
       // agree: slots and messages in flight
       {"SKIPRING_PIPELINE_DEPTH", kAgree, &Config::pipeline_depth, {1, 64}, "",
        "segments in flight per direction (receive slots / send slots)"},
