@@ -113,13 +113,13 @@ bool print_topology(const skipring::Config& cfg, int rank) {
     const bool sockets = skipring::hosts_joined_by_sockets(topo);
     const bool mpi = cfg.transport == skipring::TransportKind::kMpi;
     fmt::print("links between hosts: {}\n",
-               sockets ? (mpi ? fmt::format("TCP sockets (a host without an RDMA NIC): the ring's "
-                                            "segments across hosts {} KiB for chunks under {} KiB",
-                                            skipring::kSocketSegmentBytes / 1024,
-                                            skipring::kCrossHostMinSegments *
-                                                cfg.segment_bytes / 1024)
-                              : std::string("TCP sockets, carried by UCX (SKIPRING_TRANSPORT=ucx)"))
-                       : std::string("RDMA NICs on every host"));
+               sockets
+                   ? (mpi ? fmt::format("TCP sockets (a host without an RDMA NIC): the ring's "
+                                        "segments across hosts {} KiB for chunks under {} KiB",
+                                        skipring::kSocketSegmentBytes / 1024,
+                                        skipring::kCrossHostMinSegments * cfg.segment_bytes / 1024)
+                          : std::string("TCP sockets, carried by UCX (SKIPRING_TRANSPORT=ucx)"))
+                   : std::string("RDMA NICs on every host"));
   }
   print_affinity(topo);
   return true;

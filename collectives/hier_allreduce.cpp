@@ -442,9 +442,9 @@ Status HierAllreduce::start_ring(double now, ActionList* out) {
   // A ring across hosts: its segments follow the flat ring's rules (cross_host_segment_bytes,
   // the lead-in), so with one rank per host this is the flat ring, to the message.
   const size_t hosts = host_order_.size();
-  rp.segment_bytes = cross_host_segment_bytes(
-      p_.segment_bytes, rp.count * elem_ / std::max<size_t>(1, hosts) + elem_, hosts,
-      p_.socket_links);
+  rp.segment_bytes = cross_host_segment_bytes(p_.segment_bytes,
+                                              rp.count * elem_ / std::max<size_t>(1, hosts) + elem_,
+                                              hosts, p_.socket_links);
   rp.lead_in = hosts > 1;
   rp.socket_links = p_.socket_links;
   rp.depth = p_.depth;

@@ -68,14 +68,14 @@ size_t Communicator::plan_segments(Algo algo, size_t bytes, DType dtype) {
   RingParams& p = params_;
   const size_t chunk_bytes = bytes / std::max(1, size_) + dtype_size(dtype);
   // The ring's segments (skip-ahead or not) across hosts: at least 8 per chunk where that keeps
-  // them at 128 KiB or more, 60 KiB over sockets (cross_host_segment_bytes), and the lead-in (RingLayout). Every rank
-  // derives them from the agreed count and topology.
+  // them at 128 KiB or more, 60 KiB over sockets (cross_host_segment_bytes), and the lead-in
+  // (RingLayout). Every rank derives them from the agreed count and topology.
   const bool ring = algo == Algo::kRing || algo == Algo::kSkipRing;
   p.socket_links = model_.topo.socket_links;
-  p.segment_bytes = ring ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
-                                                    static_cast<size_t>(model_.topo.hosts),
-                                                    p.socket_links)
-                         : cfg_.segment_bytes;
+  p.segment_bytes =
+      ring ? cross_host_segment_bytes(cfg_.segment_bytes, chunk_bytes,
+                                      static_cast<size_t>(model_.topo.hosts), p.socket_links)
+           : cfg_.segment_bytes;
   p.lead_in = ring && model_.topo.hosts > 1;
   return std::min(chunk_bytes, p.segment_bytes);
 }

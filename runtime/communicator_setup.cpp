@@ -474,8 +474,7 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
 #ifndef SKIPRING_SIMGRID
   // Over skipring's UCX transport the rendezvous is UCX's (RDMA or its own TCP protocol); under
   // SimGrid the platform's links are a model, and its records list no devices.
-  topo.socket_links =
-      cfg.transport == TransportKind::kMpi && hosts_joined_by_sockets(c->topology_);
+  topo.socket_links = cfg.transport == TransportKind::kMpi && hosts_joined_by_sockets(c->topology_);
 #endif
   if (!cfg.tree_graph.empty()) {
     LinkGraph& g = c->model_.tree_graph;

@@ -71,18 +71,24 @@ bool all_bytes(const std::vector<uint8_t>& v, uint8_t b) {
   return true;
 }
 
+// Polls the transport for `seconds`, backing off between polls; what completed meanwhile.
+std::vector<Completion> poll_for(UcxTransport* t, double seconds) {
+  std::vector<Completion> done;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < seconds) {
+    (void)t->poll(&done);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return done;
+}
+
 // Rank 1's side: posts the receive and polls long enough for the sender's request to send to
 // be matched (the request to put goes back to rank 0, which is not progressing).
 void post_and_match(UcxTransport* t, std::vector<uint8_t>* header, std::vector<uint8_t>* payload) {
   check(t->post_recv(0, kTag, header->data(), kHeader, payload->data(), kPayload, 7) == Status::kOk,
         "post_recv");
-  std::vector<Completion> done;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (seconds_since(t0) < 0.3) {
-    (void)t->poll(&done);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  check(done.empty(), "the rendezvous receive did not complete while its sender stood still");
+  check(poll_for(t, 0.3).empty(),
+        "the rendezvous receive did not complete while its sender stood still");
 }
 
 // Rank 0's side: the message, and a receive nothing matches, as in a collective still under
@@ -95,13 +101,8 @@ void post_send(UcxTransport* t, std::vector<uint8_t>* never, const std::vector<u
         "post_recv (never matched)");
   check(t->post_send(1, kTag, header.data(), kHeader, payload.data(), kPayload, 9) == Status::kOk,
         "post_send");
-  std::vector<Completion> done;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (seconds_since(t0) < 0.3) {
-    (void)t->poll(&done);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  check(done.empty(), "the rendezvous send did not complete before its receive was posted");
+  check(poll_for(t, 0.3).empty(),
+        "the rendezvous send did not complete before its receive was posted");
 }
 
 void sender_also_fails() {

@@ -330,8 +330,8 @@ TEST(TopologyAffinity, HostsJoinedBySockets) {
   EXPECT_TRUE(hosts_joined_by_sockets(build({make_record(0, "a", ib), make_record(1, "b", eth)})))
       << "one host without RDMA";
   // The RDMA NIC listed on one of a host's ranks is the host's.
-  EXPECT_FALSE(hosts_joined_by_sockets(build({make_record(0, "a", ib), make_record(1, "a", {}),
-                                              make_record(2, "b", ib)})));
+  EXPECT_FALSE(hosts_joined_by_sockets(
+      build({make_record(0, "a", ib), make_record(1, "a", {}), make_record(2, "b", ib)})));
 }
 
 TEST(TopologyAffinity, NewFieldsSurviveTheWire) {

@@ -158,12 +158,13 @@ TEST(RingLayout, CrossHostSegments) {
   constexpr size_t K = 1024, M = 1024 * 1024;
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2, false), 128 * K);  // 64 MiB over 64 ranks
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2, 2, false), 192 * K);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2, false), 256 * K);    // 8 already
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 2, false), 256 * K);   // never above the setting
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2, false), 256 * K);  // 8 already
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 2, false),
+            256 * K);  // never above the setting
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 256 * K, 2, false), 128 * K);  // the floor
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2, false), 128 * K);    // one segment still
-  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2, false), 64 * K);      // a smaller setting wins
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, false), 256 * K);    // one host: the setting
+  EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2, false), 64 * K);    // a smaller setting wins
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, false), 256 * K);  // one host: the setting
   // Hosts joined by sockets: 60 KiB (under Open MPI's TCP eager limit) where the rule above
   // gives less than the setting; chunks of 8 whole settings keep it; a smaller setting still
   // wins, one host still the setting.
