@@ -51,9 +51,10 @@ double Communicator::skip_threshold(size_t segment_bytes, size_t bytes) {
   // sake (no rendezvous per message: cross_host_segment_bytes); a healthy predecessor pauses as
   // long as before (a descheduled rank, a reduction on a shared core), so the threshold keeps
   // the piece the ring would have without the cut. With the 60 KiB piece in the link floor
-  // (2 ms instead of 8.4 at 1 Gbit/s), skip-ahead across 4 emulated hosts on 2 cores, no
-  // straggler, skipped healthy ranks 526-726 times in a run of 1-64 MiB (8 calls per size) and
-  // took 1.16-1.21 s at 64 MiB against the plain ring's 0.92; with the floor kept, 4 skips, 0.95 s.
+  // (2 ms instead of 4.2-8.4 at 1 Gbit/s) and, in a first version, every cross-host segment cut,
+  // skip-ahead across 4 emulated hosts on 2 cores, no straggler, skipped healthy ranks 526-726
+  // times in a run of 1-64 MiB (8 calls per size) and took 1.16-1.21 s at 64 MiB against the
+  // plain ring's 0.92; with the floor kept, 4 skips, 0.95 s.
   if (model_.topo.socket_links && model_.topo.hosts > 1) {
     const size_t chunk = bytes / static_cast<size_t>(std::max(1, size_)) + 1;
     segment_bytes = std::max(
