@@ -85,6 +85,7 @@ std::vector<Completion> poll_for(UcxTransport* t, double seconds) {
 // Rank 1's side: posts the receive and polls long enough for the sender's request to send to
 // be matched (the request to put goes back to rank 0, which is not progressing).
 void post_and_match(UcxTransport* t, std::vector<uint8_t>* header, std::vector<uint8_t>* payload) {
+  MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);  // rank 0 has sent
   check(t->post_recv(0, kTag, header->data(), kHeader, payload->data(), kPayload, 7) == Status::kOk,
         "post_recv");
   check(poll_for(t, 0.3).empty(),
@@ -95,8 +96,15 @@ void post_and_match(UcxTransport* t, std::vector<uint8_t>* header, std::vector<u
 // way (the transport's background progress stays off while a receive is posted). Progressed a
 // while, so its request to send reaches rank 1, which has not posted its receive yet (no
 // request to put comes back before rank 0 stops progressing).
-void post_send(UcxTransport* t, std::vector<uint8_t>* never, const std::vector<uint8_t>& header,
-               const std::vector<uint8_t>& payload) {
+struct SenderBuffers {
+  std::vector<uint8_t> header = std::vector<uint8_t>(kHeader, kData);
+  std::vector<uint8_t> payload = std::vector<uint8_t>(kPayload, kData);
+  std::vector<uint8_t> never = std::vector<uint8_t>(64);
+};
+void post_send(UcxTransport* t, SenderBuffers* b) {
+  std::vector<uint8_t>* never = &b->never;
+  const std::vector<uint8_t>& header = b->header;
+  const std::vector<uint8_t>& payload = b->payload;
   check(t->post_recv(1, kNeverTag, nullptr, 0, never->data(), never->size(), 8) == Status::kOk,
         "post_recv (never matched)");
   check(t->post_send(1, kTag, header.data(), kHeader, payload.data(), kPayload, 9) == Status::kOk,
@@ -105,14 +113,27 @@ void post_send(UcxTransport* t, std::vector<uint8_t>* never, const std::vector<u
         "the rendezvous send did not complete before its receive was posted");
 }
 
+// One case's communicator and connected transport; the transport goes first at scope end.
+struct Case {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::unique_ptr<UcxTransport> t;
+  Case() {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    t = make_transport(comm);
+  }
+  ~Case() {
+    t.reset();
+    MPI_Comm_free(&comm);
+  }
+};
+
 void sender_also_fails() {
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  auto t = make_transport(comm);
+  Case c;
+  std::unique_ptr<UcxTransport>& t = c.t;
   if (t == nullptr) return;
   if (g_rank == 0) {
-    std::vector<uint8_t> header(kHeader, kData), payload(kPayload, kData), never(64);
-    post_send(t.get(), &never, header, payload);
+    SenderBuffers b;
+    post_send(t.get(), &b);
     MPI_Send(nullptr, 0, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
     // Until rank 1 has matched the message and is about to give up: no progress here.
     MPI_Recv(nullptr, 0, MPI_BYTE, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -122,7 +143,6 @@ void sender_also_fails() {
     mpitest::barrier();
   } else {
     std::vector<uint8_t> header(kHeader, 0), payload(kPayload, 0);
-    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     post_and_match(t.get(), &header, &payload);
     MPI_Send(nullptr, 0, MPI_BYTE, 0, 0, MPI_COMM_WORLD);
     const auto t0 = std::chrono::steady_clock::now();
@@ -141,20 +161,17 @@ void sender_also_fails() {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     check(all_bytes(payload, kCanary), "nothing landed after abandon (sender also failed)");
   }
-  t.reset();
-  MPI_Comm_free(&comm);
 }
 
 void sender_gave_up_first() {
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  auto t = make_transport(comm);
+  Case c;
+  std::unique_ptr<UcxTransport>& t = c.t;
   if (t == nullptr) return;
   if (g_rank == 0) {
-    std::vector<uint8_t> header(kHeader, kData), payload(kPayload, kData), never(64);
-    post_send(t.get(), &never, header, payload);
+    SenderBuffers b;
+    post_send(t.get(), &b);
     t->abandon(5.0);  // nothing matched the message yet: returns after the sends' short chance
-    check(t->post_send(1, kTag, header.data(), kHeader, payload.data(), kPayload, 10) ==
+    check(t->post_send(1, kTag, b.header.data(), kHeader, b.payload.data(), kPayload, 10) ==
               Status::kErrTransport,
           "an abandoned transport refuses further sends");
     std::vector<Completion> done;
@@ -165,7 +182,6 @@ void sender_gave_up_first() {
     mpitest::barrier();
   } else {
     std::vector<uint8_t> header(kHeader, 0), payload(kPayload, 0);
-    MPI_Recv(nullptr, 0, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     post_and_match(t.get(), &header, &payload);
     const auto t0 = std::chrono::steady_clock::now();
     t->abandon(1.0);
@@ -178,8 +194,6 @@ void sender_gave_up_first() {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     check(all_bytes(payload, kCanary), "nothing landed after abandon (sender gave up first)");
   }
-  t.reset();
-  MPI_Comm_free(&comm);
 }
 
 }  // namespace
