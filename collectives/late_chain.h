@@ -66,6 +66,8 @@
 
 namespace skipring {
 
+class RingReduceScatter;  // collectives/ring_collectives.h
+
 // Where the driver runs it by default (SKIPRING_LATE_CHAIN=auto): skip-ahead across hosts from
 // this size on ...
 constexpr size_t kLateChainMinBytes = 1 << 20;
@@ -159,6 +161,7 @@ class LateChainAllreduce final : public CoreBase {
   void post_finals(ActionList* out);
   void try_folds(ActionList* out);
   void send_finals(int g, ActionList* out);
+  void forward_final(int b, int gid, ActionList* out);
   void pump_pieces(ActionList* out);
   void maybe_done(double now, ActionList* out);
   // Census and decision: one tag per kind; pieces and finals: per segment in the block (`seg`).
@@ -201,18 +204,21 @@ class LateChainAllreduce final : public CoreBase {
   int hpos_ = -1;             // our index in healthy_ (-1: late)
   int late_idx_ = -1;         // our index in late_ (late ranks)
   NestedCore ring_;
+  RingReduceScatter* rs_ = nullptr;  // ring_'s core when it is the healthy ranks' reduce-scatter
   // Phase 3 (E not empty).
   size_t seg_elems_ = 0;
   int seg_tags_ = 64;          // pieces' and finals' tags per kind and parity (late_chain.cpp)
   std::vector<size_t> boff_;   // h + 1 element offsets of the blocks
   std::vector<int> seg_base_;  // h + 1: block i's segments are seg_base_[i] .. seg_base_[i + 1]
   int nseg_ = 0;               // segments of all blocks
+  bool ag_ring_ = false;       // finals passed on around the healthy ranks (begin)
   std::vector<uint8_t> buf_;   // owner: m x our block (the late pieces)
   std::vector<uint8_t> piece_hdr_;  // owner: m x our segments; late rank: one per segment sent
   std::vector<uint8_t> final_hdr_;  // by global segment: received finals, or ours sent
   std::vector<int> pieces_left_;    // owner, per segment of our block: late pieces still to come
   std::vector<char> folded_;        // owner, per segment of our block
   int folds_done_ = 0, next_final_send_ = 0;
+  int fold_scan_ = 0;  // segments of our block before it have their folds under way
   bool finals_posted_ = false;
   int finals_in_ = 0, finals_expected_ = 0;
   // Late rank: its input's segments in sending order (global ids), and the window.

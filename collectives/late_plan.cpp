@@ -45,7 +45,7 @@ LatePlan plan_late_path(const LatePlanInput& in) {
                                     : std::max(in.skip_floor_s, late_wait_share(in.n) * usual);
   const double suspect = in.late_wait_suspect_us > 0
                              ? in.late_wait_suspect_us * 1e-6
-                             : std::max(in.skip_floor_s, kLateWaitSuspectShare * usual);
+                             : std::max(in.suspect_floor_s, kLateWaitSuspectShare * usual);
   plan.wait_suspect_s = std::min(plan.wait_s, suspect);
   plan.segment_bytes =
       in.late_segment_bytes > 0

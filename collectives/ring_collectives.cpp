@@ -477,6 +477,13 @@ size_t RingReduceScatter::scratch_bytes() const {
   return (p_.count - (off_[first + 1] - off_[first])) * elem_;
 }
 
+size_t RingReduceScatter::final_prefix_elems() {
+  while (out_done_ < out_ops_.size() && op_finished(out_ops_[out_done_].first)) {
+    out_done_elems_ += out_ops_[out_done_++].second;
+  }
+  return out_done_elems_;
+}
+
 Status RingReduceScatter::build(uint8_t* scratch) {
   const int own = p_.rank;
   uint8_t* out = c_.result ? static_cast<uint8_t*>(c_.result)
@@ -484,7 +491,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
   const auto* in = static_cast<const uint8_t*>(p_.sendbuf);
   const size_t own_elems = off_[own + 1] - off_[own];
   if (n_ == 1 || p_.count == 0) {
-    if (n_ == 1) add_copy(out, in + off_[own] * elem_, own_elems, {});
+    if (n_ == 1) out_ops_.emplace_back(add_copy(out, in + off_[own] * elem_, own_elems, {}), own_elems);
     return Status::kOk;
   }
   const int pred = (pos_ - 1 + n_) % n_, succ = (pos_ + 1) % n_;
@@ -532,6 +539,7 @@ Status RingReduceScatter::build(uint8_t* scratch) {
       uint8_t* dst = last ? out + g * seg_elems_ * elem_ : buf;
       const int ov = new_var();
       const int red = add_reduce(dst, buf, mine, e, rv, 0, ov, last ? &full : nullptr, {r}, step);
+      if (last) out_ops_.emplace_back(red, e);
       next.push_back({red, ov, buf});
     }
     fwd = std::move(next);

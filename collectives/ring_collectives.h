@@ -95,6 +95,7 @@ class ScheduleCore : public CoreBase {
   int add_reduce(void* dst, const void* a, const void* b, size_t elems, int var_a, int var_b,
                  int out_var, const ContributionSet* expect, const Deps& deps, int step = -1);
   int add_copy(void* dst, const void* src, size_t elems, const Deps& deps);
+  bool op_finished(int id) const { return ops_[static_cast<size_t>(id)].finished; }
 
   ContributionSet full_set() const;
   ContributionSet single(int rank) const;
@@ -181,10 +182,18 @@ class RingReduceScatter final : public SegmentedSchedule {
   static Status validate(const RingParams& p, const CollParams& c, std::string* why);
   RingReduceScatter(const RingParams& p, const CollParams& c, std::vector<uint8_t>* scratch);
 
+  // Elements at the start of the rank's own block that hold their result already (the last
+  // step's reductions finished in segment order so far): the late path (late_chain.h) folds and
+  // sends those while the rest of the reduce-scatter runs. Nothing reads them again.
+  size_t final_prefix_elems();
+
  private:
   size_t scratch_bytes() const override;
   Status build(uint8_t* scratch) override;
   std::vector<size_t> off_;
+  // The own block's result, segment by segment: the operation that writes it and its elements.
+  std::vector<std::pair<int, size_t>> out_ops_;
+  size_t out_done_ = 0, out_done_elems_ = 0;
 };
 
 // Ring allgather: rank r's block is sendbuf + offset(r) (its other blocks are not read); every

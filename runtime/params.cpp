@@ -349,8 +349,8 @@ const std::vector<ParamDef>& param_table() {
        "least the skip threshold's floor"},
       {"SKIPRING_LATE_WAIT_SUSPECT_US", kLocal, &Config::late_wait_suspect_us, {0, 1e9}, "(0: derived)",
        "the census's wait in µs for the ranks it took out last time, once every other rank is "
-       "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least the "
-       "skip threshold's floor"},
+       "in; 0 = 2 % of the fastest time of this size (the cost model's before any), at least "
+       "SKIPRING_SKIP_MIN_WAIT_US (never the 5 ms oversubscription floor)"},
       // agree: a late rank's window: harmless to agree on
       {"SKIPRING_LATE_INFLIGHT", kAgree, &Config::late_inflight, {0, 64}, "(0: 8, or n - 1 up to 64 where that is more)",
        "late path: a late rank's input messages in flight to the block owners"},

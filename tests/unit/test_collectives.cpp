@@ -362,6 +362,36 @@ TEST(CollectiveProtocol, ReduceScatterOverlapIsAnError) {
   EXPECT_EQ(find_action(more, Action::Kind::kReduce), nullptr);
 }
 
+// The late path folds a segment of an owner's block once the reduce-scatter has finished it:
+// final_prefix_elems counts the elements at the start of the own block whose last-step
+// reductions have finished, in segment order (a later segment done first does not count yet).
+TEST(CollectiveProtocol, ReduceScatterFinalPrefix) {
+  testutil::DrivenCore<RingReduceScatter> d;
+  d.setup(0, testutil::identity_ring(2), 16);  // own block 0: 8 int32, 2 segments of 4
+  d.p.segment_bytes = 16;
+  d.core.reset(new RingReduceScatter(d.p, CollParams{}, &d.scratch));
+  d.start();
+  EXPECT_EQ(d.core->final_prefix_elems(), 0u);
+  std::vector<Action> recvs;
+  for (const Action& a : d.acts) {
+    if (a.kind == Action::Kind::kRecv) recvs.push_back(a);
+  }
+  ASSERT_EQ(recvs.size(), 2u);
+  std::vector<size_t> prefix;
+  for (int g : {1, 0}) {  // the second segment's piece first
+    write_hdr(recvs[g].header, kRsPhase, 0, {1}, 0, static_cast<uint32_t>(g));
+    ActionList more;
+    ASSERT_EQ(d.core->on_recv(recvs[g].token, recvs[g].payload_bytes, 1.0, &more), Status::kOk);
+    const Action* red = find_action(more, Action::Kind::kReduce);
+    ASSERT_NE(red, nullptr) << g;
+    EXPECT_EQ(d.core->final_prefix_elems(), 0u) << "reduction of segment " << g << " not done";
+    ActionList after;
+    ASSERT_EQ(d.core->on_reduce(red->token, 2.0, &after), Status::kOk);
+    prefix.push_back(d.core->final_prefix_elems());
+  }
+  EXPECT_EQ(prefix, (std::vector<size_t>{0, 8}));
+}
+
 TEST(CollectiveProtocol, ReduceScatterWrongChunkIsAnError) {
   Driven d(Coll::kReduceScatter, 1, 4, 8);
   const Action* recv = find_action(d.acts, Action::Kind::kRecv, 0);
