@@ -413,8 +413,8 @@ void LateChainAllreduce::post_finals(ActionList* out) {
     for (int g = 0; g < block_segs(i); ++g) {
       const int gid = seg_base_[i] + g;
       if (ag_ring_) {
-        recv(add_op(Op::kFinalRecv, gid, i), pred, kKindAg, hdr_ptr(&final_hdr_, gid),
-             out_ptr(gid), seg_len(gid) * elem_, out, gid);
+        recv(add_op(Op::kFinalRecv, gid, i), pred, kKindAg, hdr_ptr(&final_hdr_, gid), out_ptr(gid),
+             seg_len(gid) * elem_, out, gid);
       } else {
         recv(add_op(Op::kFinalRecv, gid, i), healthy_[i], kKindFinal, hdr_ptr(&final_hdr_, gid),
              out_ptr(gid), seg_len(gid) * elem_, out, g);

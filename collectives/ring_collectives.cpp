@@ -491,7 +491,8 @@ Status RingReduceScatter::build(uint8_t* scratch) {
   const auto* in = static_cast<const uint8_t*>(p_.sendbuf);
   const size_t own_elems = off_[own + 1] - off_[own];
   if (n_ == 1 || p_.count == 0) {
-    if (n_ == 1) out_ops_.emplace_back(add_copy(out, in + off_[own] * elem_, own_elems, {}), own_elems);
+    if (n_ == 1)
+      out_ops_.emplace_back(add_copy(out, in + off_[own] * elem_, own_elems, {}), own_elems);
     return Status::kOk;
   }
   const int pred = (pos_ - 1 + n_) % n_, succ = (pos_ + 1) % n_;
