@@ -23,6 +23,15 @@ double late_wait_share(int n) {
   return std::max(kLateWaitShareMin, kLateWaitExtraFactor * extra);
 }
 
+std::vector<double> suspects_seen(const std::vector<double>& seen,
+                                  const std::vector<uint32_t>& streak) {
+  std::vector<double> out = seen;
+  for (size_t r = 0; r < out.size(); ++r) {
+    if (r >= streak.size() || streak[r] < kSuspectStreak) out[r] = std::min(out[r], 0.0);
+  }
+  return out;
+}
+
 LatePlan plan_late_path(const LatePlanInput& in) {
   LatePlan plan;
   if (!in.skip || !in.skipring || in.n < 2) return plan;

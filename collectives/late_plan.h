@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace skipring {
 
@@ -69,5 +71,16 @@ double late_wait_share(int n);
 constexpr double kLateWaitSuspectShare = 0.02;
 
 LatePlan plan_late_path(const LatePlanInput& in);
+
+// Who counts as a suspect: a rank the census took out in each of the last kSuspectStreak calls
+// (`streak`: consecutive decisions that took it out, from the decisions, the same on every rank).
+// Returns `seen` (RingParams::late_seen_s, what the coordinator measured) with every other rank's
+// lateness 0, so that the census gives it the full wait. One exclusion is not enough: with 4
+// ranks computing on 2 cores (4 emulated hosts, no straggler), a rank descheduled past the wait
+// once came a few ms after the others the next call too, and the suspects' short wait took it
+// out again (the late path at a lateness of a few ms costs up to 1.16x the plain ring).
+constexpr uint32_t kSuspectStreak = 2;
+std::vector<double> suspects_seen(const std::vector<double>& seen,
+                                  const std::vector<uint32_t>& streak);
 
 }  // namespace skipring

@@ -117,7 +117,7 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     p.late_segment_bytes = plan->segment_bytes;
     p.late_inflight = plan->inflight;
     p.late_wait_s = plan->wait_s;
-    p.late_seen_s = straggler_.late_seen_s;
+    p.late_seen_s = suspects_seen(straggler_.late_seen_s, straggler_.late_streak);
     p.late_coord = straggler_.late_coord;
     p.late_excluded_counts = straggler_.late_excluded_counts;
     const int coord = late_coordinator(p);

@@ -107,6 +107,8 @@ struct StragglerMemory {
   // Late chain: how many decisions took each rank out (from the decisions: the same on every
   // rank; RingParams::late_excluded_counts).
   std::vector<uint32_t> late_excluded_counts;
+  // Late chain: how many decisions in a row took each rank out (suspects_seen in late_plan.h).
+  std::vector<uint32_t> late_streak;
   // Late chain: how long this rank waited for the last decision, and whose it was (RingParams::
   // late_my_wait_s, sent only to the same coordinator).
   double late_my_wait_s = -1;

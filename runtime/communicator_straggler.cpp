@@ -148,6 +148,10 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       m.late_wait_coord = chain->coordinator();
       m.late_excluded_counts.resize(static_cast<size_t>(size_), 0);
       for (int r : chain->excluded()) ++m.late_excluded_counts[r];
+      m.late_streak.resize(static_cast<size_t>(size_), 0);
+      std::vector<uint32_t> streak(static_cast<size_t>(size_), 0);
+      for (int r : chain->excluded()) streak[r] = m.late_streak[r] + 1;
+      m.late_streak = std::move(streak);
     }
     if (last_stats_.late_excluded == 0) {
       // The coordinator (the only rank whose waits count) times from the last arrival: a rank

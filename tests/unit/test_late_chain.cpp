@@ -144,6 +144,17 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_FALSE(plan_late_path(in).late_path);
 }
 
+// Suspects: only ranks taken out by the last two decisions keep their lateness.
+TEST(LatePlan, SuspectsNeedTwoExclusionsInARow) {
+  const std::vector<double> seen = {0.0, 0.03, 0.02, 0.0005};
+  EXPECT_EQ(suspects_seen(seen, {0, 2, 1, 5}), (std::vector<double>{0.0, 0.03, 0.0, 0.0005}));
+  EXPECT_EQ(suspects_seen(seen, {}), (std::vector<double>{0, 0, 0, 0}));  // no decision yet
+  EXPECT_TRUE(suspects_seen({}, {1, 2}).empty());
+  // +inf (what a rank other than the coordinator records for the ranks taken out) too.
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(suspects_seen({inf, inf}, {1, 3}), (std::vector<double>{0.0, inf}));
+}
+
 TEST(LatePlan, WaitsAndOverrides) {
   LatePlanInput in = plan_input();
   in.usual_s = 0;  // nothing known: the skip floor; suspects the configured floor
