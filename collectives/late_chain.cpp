@@ -26,20 +26,16 @@ constexpr int kKindArrive = 0;
 constexpr int kKindDecision = 1;
 constexpr int kKindPiece = 2;
 constexpr int kKindFinal = 3;
-// A final forwarded around the healthy ranks' ring (tag by global segment id: one predecessor
-// sends every block's finals, in the order they complete).
-constexpr int kKindAg = 4;
-constexpr int kDataKinds = 3;  // piece, final, forwarded final
 // Pieces and finals: a tag per segment modulo seg_tags (as ring_collectives.cpp's tag_for: under
 // SimGrid a message below smpi/async-small-thresh can overtake a larger one on the same tag, and
 // takes the earliest posted larger receive of its tag): at least kSegTags, and as many as the
 // upper half of tag_span holds, up to 2^20, so that an owner's receives, all posted at the
 // decision, never share a tag.
 constexpr int kSegTags = 64;
-constexpr int kOwnTags = 4 + kDataKinds * 2 * kSegTags;
+constexpr int kOwnTags = 4 + 2 * 2 * kSegTags;
 int seg_tags_for(int tag_span) {
   int t = kSegTags;
-  while (t < (1 << 20) && 4 + kDataKinds * 2 * (2 * t) <= tag_span / 2 - 1) t *= 2;
+  while (t < (1 << 20) && 4 + 2 * 2 * (2 * t) <= tag_span / 2 - 1) t *= 2;
   return t;
 }
 // The embedded ring's tags: RingAllreduce needs its 1024 control and data tags at least.
@@ -282,10 +278,6 @@ Status LateChainAllreduce::begin(double now, ActionList* out) {
     seg_base_[i + 1] = seg_base_[i] + static_cast<int>((len + seg_elems_ - 1) / seg_elems_);
   }
   nseg_ = seg_base_[h];
-  // The healthy ranks pass finals on around their ring where every segment has a tag of its own
-  // (one predecessor sends every block's, in the order they complete); else each owner sends
-  // its block to every rank (post_finals, send_finals).
-  ag_ring_ = h >= 2 && nseg_ <= seg_tags_;
   final_hdr_.assign(static_cast<size_t>(nseg_) * hdr_bytes_, 0);
   if (hpos_ < 0) {
     // Late: every segment of every block comes back as a final; our pieces go out round-robin
@@ -407,18 +399,12 @@ void LateChainAllreduce::post_finals(ActionList* out) {
   if (finals_posted_) return;
   finals_posted_ = true;
   const int h = static_cast<int>(healthy_.size());
-  const int pred = healthy_[(hpos_ + h - 1) % h];
   for (int i = 0; i < h; ++i) {
     if (i == hpos_) continue;
     for (int g = 0; g < block_segs(i); ++g) {
       const int gid = seg_base_[i] + g;
-      if (ag_ring_) {
-        recv(add_op(Op::kFinalRecv, gid, i), pred, kKindAg, hdr_ptr(&final_hdr_, gid), out_ptr(gid),
-             seg_len(gid) * elem_, out, gid);
-      } else {
-        recv(add_op(Op::kFinalRecv, gid, i), healthy_[i], kKindFinal, hdr_ptr(&final_hdr_, gid),
-             out_ptr(gid), seg_len(gid) * elem_, out, g);
-      }
+      recv(add_op(Op::kFinalRecv, gid, i), healthy_[i], kKindFinal, hdr_ptr(&final_hdr_, gid),
+           out_ptr(gid), seg_len(gid) * elem_, out, g);
     }
   }
 }
@@ -445,8 +431,7 @@ void LateChainAllreduce::try_folds(ActionList* out) {
   }
 }
 
-// Owner: our final segment g to every other rank, in ring order from our successor on; with
-// ag_ring_ to the late ranks and to our healthy successor, which passes it on.
+// Owner: our final segment g to every other rank, in ring order from our successor on.
 void LateChainAllreduce::send_finals(int g, ActionList* out) {
   const int gid = seg_base_[hpos_] + g;
   ContributionSet all(n_);
@@ -457,27 +442,11 @@ void LateChainAllreduce::send_finals(int g, ActionList* out) {
       all);
   const int pos =
       static_cast<int>(std::find(p_.ring.begin(), p_.ring.end(), p_.rank) - p_.ring.begin());
-  if (ag_ring_) {
-    const int succ = healthy_[(hpos_ + 1) % static_cast<int>(healthy_.size())];
-    send(add_op(Op::kFinalSend, gid, succ), succ, kKindAg, h, out_ptr(gid), seg_len(gid) * elem_,
-         out, gid);
-  }
   for (int d = 1; d < n_; ++d) {
     const int r = p_.ring[(pos + d) % n_];
-    if (ag_ring_ && !late_set_.contains(r)) continue;
     send(add_op(Op::kFinalSend, gid, r), r, kKindFinal, h, out_ptr(gid), seg_len(gid) * elem_, out,
          g);
   }
-}
-
-// Healthy rank with ag_ring_: block b's final segment gid came from our predecessor; on to our
-// successor unless it owns the block (it has been round).
-void LateChainAllreduce::forward_final(int b, int gid, ActionList* out) {
-  const int h = static_cast<int>(healthy_.size());
-  const int next = (hpos_ + 1) % h;
-  if (next == b) return;
-  send(add_op(Op::kFinalSend, gid, healthy_[next]), healthy_[next], kKindAg,
-       hdr_ptr(&final_hdr_, gid), out_ptr(gid), seg_len(gid) * elem_, out, gid);
 }
 
 // Late rank: our pieces, at most late_inflight in flight.
@@ -614,7 +583,6 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       }
       ++stats_.messages_received;
       ++finals_in_;
-      if (ag_ring_ && hpos_ >= 0) forward_final(b, o.seg, out);
       break;
     }
   }

@@ -161,7 +161,6 @@ class LateChainAllreduce final : public CoreBase {
   void post_finals(ActionList* out);
   void try_folds(ActionList* out);
   void send_finals(int g, ActionList* out);
-  void forward_final(int b, int gid, ActionList* out);
   void pump_pieces(ActionList* out);
   void maybe_done(double now, ActionList* out);
   // Census and decision: one tag per kind; pieces and finals: per segment in the block (`seg`).
@@ -211,7 +210,6 @@ class LateChainAllreduce final : public CoreBase {
   std::vector<size_t> boff_;   // h + 1 element offsets of the blocks
   std::vector<int> seg_base_;  // h + 1: block i's segments are seg_base_[i] .. seg_base_[i + 1]
   int nseg_ = 0;               // segments of all blocks
-  bool ag_ring_ = false;       // finals passed on around the healthy ranks (begin)
   std::vector<uint8_t> buf_;   // owner: m x our block (the late pieces)
   std::vector<uint8_t> piece_hdr_;  // owner: m x our segments; late rank: one per segment sent
   std::vector<uint8_t> final_hdr_;  // by global segment: received finals, or ours sent
