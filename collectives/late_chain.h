@@ -9,10 +9,12 @@
 //     until RingParams::late_wait_s has passed since it arrived itself, and sends every rank the
 //     set E of ranks it had not heard from (usually empty). A rank that came later than
 //     late_wait_s last time (RingParams::late_seen_s, the driver's memory: a persistent
-//     straggler) gets only late_wait_suspect_s once every other rank is in. Every rank waits for
-//     the decision before it moves data, so all agree on E; a rank in E reads it whenever it
-//     arrives. The census cannot take out its own coordinator. Every rank's arrival header says
-//     how long it waited for the last decision of this coordinator (RingParams::late_my_wait_s);
+//     straggler: the driver passes it only for ranks the last two decisions took out,
+//     suspects_seen in late_plan.h) gets only late_wait_suspect_s once every other rank is in.
+//     Every rank waits for the decision before it moves data, so all agree on E; a rank in E
+//     reads it whenever it arrives. The census cannot take out its own coordinator. Every
+//     rank's arrival header says how long it waited for the last decision of this coordinator
+//     (RingParams::late_my_wait_s);
 //     when every other rank waited more than twice late_wait_s, the coordinator came late (by
 //     more than the wait: the decision comes at most late_wait_s after it arrives), and the
 //     decision names the next call's coordinator in its route word: after it in ring order, the
@@ -34,7 +36,12 @@
 //       at the same pace whether the reduce-scatter is still running or long done.
 //     - An owner folds a segment as soon as P_i and every late piece of it are there, in E's
 //       order: F = ((P_i op L_0) op L_1) ...; and sends F at once to every other rank (healthy
-//       and late), each receiving it straight into its result.
+//       and late), each receiving it straight into its result. P_i of a segment is there once
+//       the reduce-scatter's last step has reduced it (RingReduceScatter::final_prefix_elems),
+//       not only once the whole reduce-scatter is over: a late rank that comes while it runs
+//       gets its first finals while the owners still receive the rest of their blocks (4
+//       emulated hosts, 4 MiB, a rank 2 / 10 ms after the decision: 71 / 60 -> 64 / 55 ms after
+//       its arrival; the plain ring 56).
 //     Links: a late rank's uplink carries S (its input) and its downlink S (the finals); every
 //     owner's uplink about S for the finals. After a long lateness that is S/B, the floor; when
 //     the late rank comes early, its input moves while the reduce-scatter runs and the finals
