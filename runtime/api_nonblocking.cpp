@@ -34,6 +34,7 @@ struct NbJob {
   Communicator* c = nullptr;
   const void* src = nullptr;
   void* recv = nullptr;
+  bool in_place = false;  // the caller passed MPI_IN_PLACE (src == recv)
   size_t count = 0;
   DType dt = DType::kInt8;
   ROp rop = ROp::kSum;
@@ -147,9 +148,34 @@ int nb_free(void* extra) {
 }
 int nb_cancel(void*, int) { return MPI_SUCCESS; }
 
+// The `mpi` row's small sizes as the nonblocking call issues them when the worker is idle
+// (iallreduce below): PMPI_Iallreduce on skipring's duplicate of the communicator. The worker
+// runs a job of such a size the same way (and waits for it), so that every rank issues the same
+// MPI operation for the call whichever thread does: with the worker busy on one rank and idle on
+// another (g_nb_pending is this process's alone), the idle one called PMPI_Iallreduce on the
+// application's communicator while the busy one's worker ran the blocking PMPI_Allreduce of the
+// `mpi` row on the duplicate, and both hung (pmpi_iallreduce_mpi4py_np2, ~3 % of runs under
+// load). Whether a size is that row's is read from state every rank shares at the same call:
+// the caller reads it only with the worker idle, the worker after every earlier job.
+int mpi_row_iallreduce(Communicator* c, const void* sendbuf, void* recvbuf, size_t count,
+                       DType dt, ROp rop, MPI_Request* request) {
+  const int rc = PMPI_Iallreduce(sendbuf, recvbuf, static_cast<int>(count), mpi_datatype(dt),
+                                 mpi_op(rop), c->internal_comm(), request);
+  if (rc == MPI_SUCCESS) c->count_mpi_call(count * dtype_size(dt));
+  return rc;
+}
+
 void run_nb_job(NbJob* job) {
   int rc = MPI_ERR_OTHER;
   try {
+    if (job->c->mpi_cached(job->count * dtype_size(job->dt), job->dt, job->rop)) {
+      MPI_Request r = MPI_REQUEST_NULL;
+      rc = mpi_row_iallreduce(job->c, job->in_place ? MPI_IN_PLACE : job->src, job->recv,
+                              job->count, job->dt, job->rop, &r);
+      if (rc == MPI_SUCCESS) rc = PMPI_Wait(&r, MPI_STATUS_IGNORE);
+      job->rc = rc;
+      return;
+    }
     const Status st = job->c->allreduce(job->src, job->recv, job->count, job->dt, job->rop);
     if (ok(st)) account(job->c->last_stats());
     rc = to_mpi_error(st);
@@ -213,15 +239,14 @@ int iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datat
   const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
   if (g_nb_pending.load(std::memory_order_acquire) == 0 && c->mpi_cached(bytes, dt, rop)) {
     // The small sizes auto hands to the MPI library: its own nonblocking all-reduce (only with
-    // the worker idle: the communicator's state is then this thread's alone).
-    const int rc =
-        PMPI_Iallreduce(sendbuf, recvbuf, count, mpi_datatype(dt), mpi_op(rop), comm, request);
-    if (rc == MPI_SUCCESS) c->count_mpi_call(bytes);
-    return rc;
+    // the worker idle: the communicator's state is then this thread's alone; a busy worker runs
+    // the call the same way, mpi_row_iallreduce).
+    return mpi_row_iallreduce(c, sendbuf, recvbuf, static_cast<size_t>(count), dt, rop, request);
   }
   auto job = std::make_unique<NbJob>();
   job->c = c;
   job->src = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  job->in_place = sendbuf == MPI_IN_PLACE;
   job->recv = recvbuf;
   job->count = static_cast<size_t>(count);
   job->dt = dt;

@@ -154,6 +154,9 @@ class Communicator {
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
   const CollectiveStats& last_stats() const { return last_stats_; }
+  // skipring's duplicate of the application's communicator: the nonblocking all-reduce's `mpi`
+  // row runs PMPI_Iallreduce on it (api_nonblocking.cpp), whichever thread issues it.
+  MPI_Comm internal_comm() const { return internal_.comm; }
   // The drop-in's and the C API's fast path for the `mpi` row (issue 40): true when auto's cached
   // choice hands an all-reduce of `bytes` of (dtype, op) to the MPI library, so the caller may
   // call PMPI_Allreduce itself with its own arguments and then count_mpi_call(bytes). The choice

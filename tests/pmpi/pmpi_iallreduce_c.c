@@ -3,7 +3,8 @@
  *  - results of MPI_Iallreduce (int sum, out of place and in place, 8 B to 4 MiB) completed by
  *    MPI_Wait after computing, by an MPI_Test loop, by MPI_Waitall over two outstanding calls on
  *    one communicator, and with a blocking MPI_Allreduce started while one is pending (MPI's
- *    order: the blocking one completes after it);
+ *    order: the blocking one completes after it); a size the MPI library's row takes with the
+ *    progress thread busy on one rank and idle on the others;
  *  - --late-ms MS: rank 1 enters every call MS late; the other ranks' MPI_Iallreduce calls
  *    return at once (a late rank must not stall their computation; at most MS / 4 each).
  *  - --overlap: IMB-NBC's overlap measure at 1, 4 and 16 MiB (printed, not asserted: a machine
@@ -172,6 +173,35 @@ static void basic(MPI_Comm comm) {
     free(a);
     free(b);
     free(c);
+  }
+  /* A size the MPI library's row takes (auto), with skipring's progress thread busy on rank 0
+   * and idle on the others: rank 0 starts two at once, the others wait for the first and pause
+   * before the second, which they then issue with their progress thread idle. Every rank must
+   * issue the same MPI operation for the second call whichever thread does it (a busy progress
+   * thread once ran the blocking PMPI_Allreduce of that row while an idle rank called
+   * PMPI_Iallreduce, and both hung). */
+  {
+    const int n = 1024;
+    int* a_in = fill(n, 50);
+    int* b_in = fill(n, 51);
+    int* a = malloc((size_t)n * sizeof(int));
+    int* b = malloc((size_t)n * sizeof(int));
+    for (int round = 0; round < 3; ++round) {
+      MPI_Request reqs[2];
+      MPI_Iallreduce(a_in, a, n, MPI_INT, MPI_SUM, comm, &reqs[0]);
+      if (g_rank != 0) {
+        MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
+        idle(0.01);
+      }
+      MPI_Iallreduce(b_in, b, n, MPI_INT, MPI_SUM, comm, &reqs[1]);
+      CHECK(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "busy/idle %d: Waitall",
+            round);
+      CHECK(wrong(a, n, 50) == 0 && wrong(b, n, 51) == 0, "busy/idle %d: wrong elements", round);
+    }
+    free(a_in);
+    free(b_in);
+    free(a);
+    free(b);
   }
 }
 
