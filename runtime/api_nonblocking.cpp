@@ -157,8 +157,8 @@ int nb_cancel(void*, int) { return MPI_SUCCESS; }
 // `mpi` row on the duplicate, and both hung (pmpi_iallreduce_mpi4py_np2, ~3 % of runs under
 // load). Whether a size is that row's is read from state every rank shares at the same call:
 // the caller reads it only with the worker idle, the worker after every earlier job.
-int mpi_row_iallreduce(Communicator* c, const void* sendbuf, void* recvbuf, size_t count,
-                       DType dt, ROp rop, MPI_Request* request) {
+int mpi_row_iallreduce(Communicator* c, const void* sendbuf, void* recvbuf, size_t count, DType dt,
+                       ROp rop, MPI_Request* request) {
   const int rc = PMPI_Iallreduce(sendbuf, recvbuf, static_cast<int>(count), mpi_datatype(dt),
                                  mpi_op(rop), c->internal_comm(), request);
   if (rc == MPI_SUCCESS) c->count_mpi_call(count * dtype_size(dt));
