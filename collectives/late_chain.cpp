@@ -379,8 +379,9 @@ Status LateChainAllreduce::forward_ring(Status st, ActionList* ring_out, double 
   if (ring_.done() && !ring_done_) {
     ring_done_ = true;
     on_ring_done(now, out);
-  } else if (rs_ != nullptr && !ring_done_) {
-    try_folds(out);  // our block's segments that the reduce-scatter has finished
+  } else if (rs_ != nullptr && !ring_done_ && rs_->final_prefix_elems() != final_seen_) {
+    final_seen_ = rs_->final_prefix_elems();
+    try_folds(out);  // our block's segments that the reduce-scatter has just finished
   }
   return Status::kOk;
 }

@@ -211,6 +211,7 @@ class LateChainAllreduce final : public CoreBase {
   int late_idx_ = -1;         // our index in late_ (late ranks)
   NestedCore ring_;
   RingReduceScatter* rs_ = nullptr;  // ring_'s core when it is the healthy ranks' reduce-scatter
+  size_t final_seen_ = 0;            // its final prefix when try_folds last looked
   // Phase 3 (E not empty).
   size_t seg_elems_ = 0;
   int seg_tags_ = 64;          // pieces' and finals' tags per kind and parity (late_chain.cpp)
