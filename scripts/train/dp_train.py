@@ -429,7 +429,7 @@ def main(argv):
             "time_to_target_s": tta, "target_acc": a.target_acc,
             "final_acc": evals[-1]["acc"], "final_loss": evals[-1]["loss"],
             "final_hash": evals[-1]["hash"], "evals": evals, "rank_hashes": all_hashes,
-            "ar_s": all_ar,
+            "ar_s": all_ar, "sleep_s": all_sleep,
         }
         line = json.dumps(res)
         if a.json:

@@ -34,6 +34,7 @@ import csv
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -91,6 +92,10 @@ def parse_args():
     p.add_argument("--csv", default=os.path.join(ROOT, "docs", "data", "training.csv"))
     p.add_argument("--curves", default=os.path.join(ROOT, "docs", "data", "training_curves.csv"))
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "training_tta.png"))
+    p.add_argument("--steps-csv", default="",
+                   help="one row per step of every run: the late rank's sleep and its own "
+                   "all-reduce time; the summary then bins them by the sleep (scenarios with a "
+                   "straggler)")
     p.add_argument("--cluster", type=int, default=0, help="run across this many emulated hosts")
     p.add_argument("--per-host", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300)
@@ -130,6 +135,54 @@ def late_rank_ar_ms(res):
     late = max(range(len(sleeps)), key=lambda i: sleeps[i])
     vals = sorted(res["ar_s"][late])
     return round(1e3 * vals[len(vals) // 2], 2)
+
+
+def late_rank_steps(res):
+    """(sleep_ms, all-reduce ms) per step of the rank that slept most, [] without sleeps: the
+    pairs behind late_rank_ar_ms, which the same schedule makes comparable across variants
+    step by step."""
+    sleeps = res.get("sleep_s") or []
+    totals = res.get("sleep_s_total") or []
+    if not sleeps or not totals or max(totals) <= 0 or not res.get("ar_s"):
+        return []
+    late = max(range(len(totals)), key=lambda i: totals[i])
+    sl, ar = sleeps[late], res["ar_s"][late]
+    n = min(len(sl), len(ar))
+    return [(1e3 * x, 1e3 * y) for x, y in zip(sl[len(sl) - n:], ar[len(ar) - n:])]
+
+
+LATE_BINS_MS = (0, 5, 10, 15, 20, 30, 45, 70, float("inf"))
+
+
+def print_late_bins(steps, scenarios):
+    """Per scenario with a straggler: the late rank's own all-reduce (its arrival to its
+    return), median per variant in bins of its sleep; the difference to the plain ring is paired
+    (same step, same sleep)."""
+    for sc in scenarios:
+        rs = [r for r in steps if r["scenario"] == sc]
+        variants = sorted({r["variant"] for r in rs})
+        if not rs or "ring" not in variants:
+            continue
+        ring = {(r["framework"], r["rep"], r["step"]): r["late_ar_ms"] for r in rs
+                if r["variant"] == "ring"}
+        print(f"\n{sc}: the late rank's all-reduce (ms) by its sleep; median, and the median "
+              "paired difference to the plain ring")
+        print("sleep (ms)   steps  " + "  ".join(f"{v:>15s}" for v in variants))
+        for lo, hi in zip(LATE_BINS_MS, LATE_BINS_MS[1:]):
+            cells, count = [], 0
+            for v in variants:
+                xs = [r for r in rs if r["variant"] == v and lo <= r["sleep_ms"] < hi]
+                count = max(count, len(xs))
+                if not xs:
+                    cells.append(f"{'-':>15s}")
+                    continue
+                med = statistics.median(r["late_ar_ms"] for r in xs)
+                diffs = [r["late_ar_ms"] - ring[k] for r in xs
+                         if (k := (r["framework"], r["rep"], r["step"])) in ring]
+                d = f" ({statistics.median(diffs):+.1f})" if v != "ring" and diffs else ""
+                cells.append(f"{med:6.1f}{d:>9s}")
+            if count:
+                print(f"{lo:4g}-{hi:<6g} {count:6d}  " + "  ".join(cells))
 
 
 def run_one(a, preload, framework, scenario, variant, rep):
@@ -289,7 +342,7 @@ def main():
                     plan.append((fw, sc, v, rep))
     print(f"experiment: {len(plan)} runs at np {a.np}"
           f"{f' on {a.cluster} emulated hosts' if a.cluster else ''}", flush=True)
-    rows, curves, failures = [], [], []
+    rows, curves, failures, steps = [], [], [], []
     t_all = time.monotonic()
     for i, (fw, sc, v, rep) in enumerate(plan):
         r = run_one(a, preload, fw, sc, v, rep)
@@ -309,6 +362,9 @@ def main():
                "fallbacks": r["fallbacks"], "skips": r["skips"], "late": r["late"],
                "late_rank_ar_ms_p50": late_rank_ar_ms(r)}
         rows.append(row)
+        for i_step, (sl, ar) in enumerate(late_rank_steps(r)):
+            steps.append({"framework": fw, "scenario": sc, "variant": v, "rep": rep,
+                          "step": i_step, "sleep_ms": round(sl, 3), "late_ar_ms": round(ar, 3)})
         for e in r["evals"]:
             curves.append({"framework": fw, "scenario": sc, "variant": v, "rep": rep,
                            "step": e["step"], "time_s": round(e["time_s"], 4),
@@ -342,7 +398,9 @@ def main():
     for k, hs in sched.items():
         if len(hs) != 1:
             failures.append(f"{k}: straggler schedules differ across variants: {sorted(hs)}")
-    for path, data in ((a.csv, rows), (a.curves, curves)):
+    for path, data in ((a.csv, rows), (a.curves, curves), (a.steps_csv, steps)):
+        if not path or not data:
+            continue
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(data[0].keys()))
@@ -363,6 +421,7 @@ def main():
               f"{med('ar_ms_p50'):7.1f} {med('ar_ms_p99'):7.1f} {med('late_rank_ar_ms_p50'):7.1f} "
               f"{med('ar_share'):6.2f} "
               f"{med('time_to_target_s'):6.2f} {med('final_acc'):.4f}")
+    print_late_bins(steps, scenarios)
     if a.plot:
         plot(curves, scenarios, a.plot)
     if a.bucket_late and not a.cluster:
