@@ -75,6 +75,9 @@ def main():
     ap.add_argument("--late-rank", type=int, default=1,
                     help="the late rank (0: the census's first coordinator, which hands its role "
                     "on after the first call it comes last to; rows get a late_rank column)")
+    ap.add_argument("--t0-us", type=float, default=0,
+                    help="T0 of a single (n, size) as measured before (skips the ring-only run "
+                    "that measures it: at n = 256 each simulation takes tens of minutes)")
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
     ap.add_argument("--cluster-csv", default="",
@@ -94,7 +97,7 @@ def main():
                                    for k, v in r.items()})
     for n in ([] if a.from_csv else [int(x) for x in a.n.split(",")]):
         for size in [parse_size(x) for x in a.sizes.split(",")]:
-            t0 = sim(n, size, "ring", 0, 1, a.warmup)["ring"]
+            t0 = a.t0_us or sim(n, size, "ring", 0, 1, a.warmup)["ring"]
             for f in [float(x) for x in a.lates.split(",")]:
                 late_us = f * t0
                 t = sim(n, size, "skip,ring", late_us, a.iters, a.warmup,
