@@ -110,6 +110,26 @@ def main():
                   f"train loss {tl}, hashes {[e['hash'] for e in evals]}")
         if res["steps"] <= 0:
             fails.append("no training step ran")
+        # The per-step pairs experiment.py --steps-csv bins (the late rank's sleep and its own
+        # all-reduce time): one per step of the rank that slept most, its sleeps summing to its
+        # total.
+        totals = full.get("sleep_s_total") or []
+        if totals and max(totals) > 0:
+            sys.path.insert(0, os.path.join(ROOT, "scripts", "train"))
+            from experiment import late_rank_steps  # noqa: E402
+            pairs = late_rank_steps(full)
+            late = max(range(len(totals)), key=lambda i: totals[i])
+            if len(pairs) != res["steps"]:
+                fails.append(f"per-step pairs: {len(pairs)} for {res['steps']} steps")
+            elif abs(sum(x for x, _ in pairs) - 1e3 * totals[late]) > 1e-3:
+                fails.append(f"per-step sleeps of rank {late} sum to "
+                             f"{sum(x for x, _ in pairs):.3f} ms, its total is "
+                             f"{1e3 * totals[late]:.3f} ms")
+            elif any(y <= 0 for _, y in pairs):
+                fails.append("a per-step all-reduce time is not positive")
+            else:
+                print(f"train_test: per-step pairs of rank {late}: {len(pairs)} steps, sleeps "
+                      f"{sum(x for x, _ in pairs):.1f} ms in all")
     for r, v in sorted(reports.items()):
         print(f"train_test: rank {r}: calls={v[0]} fallbacks={v[1]} skips={v[2]} late={v[3]}")
     if fails:
