@@ -129,18 +129,13 @@ def late_rank_ar_ms(res):
     calls: from its arrival to its return, what the step waits for after it), "" without sleeps.
     The per-step p50 of the slowest rank (ar_ms_p50) is what the others see: their wait for the
     late rank plus that."""
-    sleeps = res.get("sleep_s_total") or []
-    if not sleeps or max(sleeps) <= 0 or not res.get("ar_s"):
-        return ""
-    late = max(range(len(sleeps)), key=lambda i: sleeps[i])
-    vals = sorted(res["ar_s"][late])
-    return round(1e3 * vals[len(vals) // 2], 2)
+    vals = sorted(ar for _, ar in late_rank_steps(res))
+    return round(vals[len(vals) // 2], 2) if vals else ""
 
 
 def late_rank_steps(res):
-    """(sleep_ms, all-reduce ms) per step of the rank that slept most, [] without sleeps: the
-    pairs behind late_rank_ar_ms, which the same schedule makes comparable across variants
-    step by step."""
+    """(sleep_ms, all-reduce ms) per step of the rank that slept most, [] without sleeps; the
+    same schedule makes them comparable across variants step by step."""
     sleeps = res.get("sleep_s") or []
     totals = res.get("sleep_s_total") or []
     if not sleeps or not totals or max(totals) <= 0 or not res.get("ar_s"):
