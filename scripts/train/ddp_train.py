@@ -19,6 +19,9 @@ comes after the forward pass and before backward(), so the late rank is late for
 group is skipring's, gloo is a dist.new_group(backend="gloo") over the same ranks; "ring" is
 skipring's plain ring: skip-ahead off); each variant starts from the same weights and data.
 --no-sync-every K accumulates gradients over K micro-steps with DDP's no_sync().
+Variant `nocomm` is DDP whose buckets are never reduced (the compute alone; no hash check), and
+--timeline all-reduces every bucket through a Python comm hook that records, per step and bucket,
+when each rank's bucket was ready and when its all-reduce completed (torch_bench.py ddp-floor).
 
 Checks: every --eval-every steps and at the end the ranks compare a SHA-256 of their
 parameters (an all_gather on the variant's group); a difference exits 4 naming the hashes.
@@ -50,7 +53,9 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="skipring", help="default variant (skipring or gloo)")
     p.add_argument("--variants", default="",
-                   help="comma-separated: skipring, ring (skipring, skip-ahead off), gloo")
+                   help="comma-separated: skipring, ring (skipring, skip-ahead off), gloo, "
+                        "nocomm (DDP whose buckets are not reduced: every rank keeps its own "
+                        "gradients; the compute-only floor of a step, no hash check)")
     p.add_argument("--model", choices=("mlp", "resnet18"), default="mlp")
     p.add_argument("--hidden", default="1024,1024")
     p.add_argument("--batch", type=int, default=8, help="samples per rank per step")
@@ -69,13 +74,19 @@ def parse_args(argv):
                    help="K > 1: K-1 micro-steps under no_sync(), then one that all-reduces")
     dp_train.add_straggler_args(p)
     p.add_argument("--json", default="", help="rank 0 appends one JSON line per variant")
+    p.add_argument("--timeline", action="store_true",
+                   help="all-reduce each bucket through a Python comm hook that notes, per step "
+                        "and bucket, when each rank's bucket was ready and when its all-reduce "
+                        "completed (CLOCK_MONOTONIC, the same clock on every emulated host): "
+                        "`timeline` in the result, for the floor of torch_bench.py ddp-floor. "
+                        "The hook costs a little against DDP's built-in all-reduce")
     a = p.parse_args(argv)
     a.hidden_sizes = [int(x) for x in a.hidden.split(",") if x.strip()]
     a.straggler_rank_list = [int(x) for x in a.straggler_ranks.split(",") if x.strip()]
     a.variant_list = [v for v in (a.variants or a.backend).split(",") if v]
     for v in a.variant_list:
-        if v not in ("skipring", "ring", "gloo"):
-            p.error(f"unknown variant {v!r} (skipring, ring, gloo)")
+        if v not in ("skipring", "ring", "gloo", "nocomm"):
+            p.error(f"unknown variant {v!r} (skipring, ring, gloo, nocomm)")
     if a.no_sync_every < 1 or a.max_steps < 1 or a.batch < 1:
         p.error("--no-sync-every, --max-steps and --batch must be >= 1")
     if a.stall_rank >= 0 and a.stall_every < 1:
@@ -139,6 +150,32 @@ def run_variant(a, variant, group, rank, size, data):
     model = build_model(a, (xtr, ytr))
     ddp = DDP(model, process_group=group, bucket_cap_mb=a.bucket_cap_mb,
               find_unused_parameters=a.find_unused_parameters)
+    if variant == "nocomm":
+        # Buckets come back unreduced: the step without any all-reduce (a lower bound for every
+        # variant's step: the same CPU work on the same cores, nothing to wait for). Ranks'
+        # parameters drift apart, so no hash check.
+        def keep_local(_state, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp.register_comm_hook(None, keep_local)
+    elif a.timeline:
+        marks = []  # (step, bucket index, bytes, ready, done) on this rank
+
+        def timed_allreduce(_state, bucket):
+            t_ready = time.monotonic()
+            buf = bucket.buffer()
+            buf.div_(size)  # as DDP's own all-reduce: the mean of the gradients
+            fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+            rec = [cur_step[0], bucket.index(), buf.numel() * buf.element_size(), t_ready]
+
+            def done(f):
+                marks.append(rec + [time.monotonic()])
+                return f.value()[0]
+            return fut.then(done)
+        ddp.register_comm_hook(None, timed_allreduce)
+    cur_step = [0]
+    checked = variant != "nocomm"
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
     lossf = torch.nn.CrossEntropyLoss()
     strag = dp_train.Stragglers(a, rank)
@@ -156,7 +193,7 @@ def run_variant(a, variant, group, rank, size, data):
         ddp.module.train()
         return acc, tloss
 
-    hashes = [check_hashes(ddp.module, group, "init")]
+    hashes = [check_hashes(ddp.module, group, "init")]  # equal: DDP broadcast rank 0's
     acc0, tl0 = evaluate()
     evals = [{"step": 0, "time_s": 0.0, "acc": acc0, "loss": tl0}]
     train_s = 0.0  # training time: evaluations and hash checks left out
@@ -167,6 +204,7 @@ def run_variant(a, variant, group, rank, size, data):
     t_seg = t_start
     micro = 0
     for step in range(a.max_steps):
+        cur_step[0] = step
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss_acc = 0.0
@@ -191,7 +229,8 @@ def run_variant(a, variant, group, rank, size, data):
         losses.append(loss_acc)
         if (a.eval_every and (step + 1) % a.eval_every == 0) or step + 1 == a.max_steps:
             train_s += time.perf_counter() - t_seg
-            hashes.append(check_hashes(ddp.module, group, f"step {step + 1}"))
+            if checked:
+                hashes.append(check_hashes(ddp.module, group, f"step {step + 1}"))
             acc, tl = evaluate()
             evals.append({"step": step + 1, "time_s": train_s, "acc": acc, "loss": tl})
             t_seg = time.perf_counter()
@@ -215,6 +254,20 @@ def run_variant(a, variant, group, rank, size, data):
            "train_s": train_s, "evals": evals, "final_acc": evals[-1]["acc"],
            "time_to_target_s": next((e["time_s"] for e in evals if e["acc"] >= a.target_acc),
                                     None), "target_acc": a.target_acc}
+    if a.timeline and variant != "nocomm":
+        # Every rank's marks to every rank (an all_gather of a padded float64 table).
+        mine = torch.tensor(marks, dtype=torch.float64).reshape(-1, 5)
+        cnt = torch.tensor([mine.shape[0]], dtype=torch.int64)
+        cnts = [torch.empty_like(cnt) for _ in range(size)]
+        dist.all_gather(cnts, cnt, group=group)
+        most = max(int(c) for c in cnts)
+        pad = torch.full((most, 5), -1.0, dtype=torch.float64)
+        pad[:mine.shape[0]] = mine
+        alls = [torch.empty_like(pad) for _ in range(size)]
+        dist.all_gather(alls, pad, group=group)
+        res["timeline"] = [[list(map(float, row)) for row in t.tolist() if row[0] >= 0]
+                           for t in alls]
+        res["step_ms_all"] = [1e3 * float(x) for x in step_t]
     del ddp
     return res
 

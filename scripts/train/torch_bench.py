@@ -5,6 +5,8 @@
         [--placements host,cluster] [--reps 5]
     flock /tmp/skipring-bench.lock /usr/bin/python3 scripts/train/torch_bench.py ddp \
         [--placement cluster] [--scenarios none,exp,slow,stall] [--reps 5]
+    flock /tmp/skipring-bench.lock /usr/bin/python3 scripts/train/torch_bench.py ddp-floor \
+        [--placement cluster] [--scenarios none,exp,slow] [--reps 3]
 
 allreduce: one job per placement (host: np 4 on this machine; cluster: 4 emulated hosts x 1
 rank, scripts/vcluster.sh, 1 Gbit/s); in it, for every size (1 KiB .. 64 MiB float32) and
@@ -19,6 +21,16 @@ trainer's straggler flags, variants skipring (skip-ahead, SKIPRING_ALGO's choice
 is the median step time (slowest rank per step) of each job, then the median over repetitions.
 -> docs/data/torch_ddp.csv, docs/figures/torch_ddp_tta.png (accuracy against training time,
    scenario exp, first repetition; needs python3-matplotlib)
+
+ddp-floor: the same DDP jobs with --timeline (each bucket all-reduced through a Python comm hook
+that notes when every rank's bucket was ready and when its all-reduce completed) and a nocomm
+variant (buckets not reduced at all). Per step and bucket, the lateness a = last ready - first
+ready; no all-reduce can end before the bucket's last ready + late_floor_ms(n, bucket, B, a)
+(scripts/cluster_bench.py: the least time after the late rank's input is there that any schedule
+needs on these links), so the step's floor is the step minus how much later than the latest of
+those bounds its last all-reduce ended (the ready times as measured: a schedule that changed
+when ranks compute on the shared cores could move them). Printed against the step of the same job.
+-> docs/data/torch_ddp_floor.csv
 
 gloo-alone: gloo's own all-reduce time with no skipring and no MPI in the processes (np 4 on
 this host; launched by mpirun only to start them), for reading the allreduce table.
@@ -296,9 +308,98 @@ def run_ddp(a):
     print(f"torch_bench: plot -> {a.plot}")
 
 
+def step_floor_ms(res, n, bps):
+    """Per measured step of one variant's timeline: (step ms, floor ms).
+
+    Two ranks, one 1 MB bucket per step, 8 Mbit/s links (1 MB takes 1 s): in the measured step
+    rank 1's bucket is ready 2 s after rank 0's and the all-reduce ends 1.5 s after that. With a
+    2 s head start any schedule needs the late input's 1 s after it comes, so 0.5 s of the
+    2.5 s step could have been saved:
+    >>> res = {"steps": 2, "step_ms_all": [2500.0],
+    ...        "timeline": [[[0, 0, 1e6, 0.0, 0.5], [1, 0, 1e6, 10.0, 13.5]],
+    ...                     [[0, 0, 1e6, 0.0, 0.5], [1, 0, 1e6, 12.0, 13.5]]]}
+    >>> step_floor_ms(res, 2, 1e6)
+    [(2500.0, 2000.0)]
+
+    An all-reduce already at the floor saves nothing; a step without marks keeps its time:
+    >>> res["timeline"][0][1][4] = res["timeline"][1][1][4] = 13.0
+    >>> res["step_ms_all"].append(900.0); res["steps"] = 3
+    >>> step_floor_ms(res, 2, 1e6)
+    [(2500.0, 2500.0), (900.0, 900.0)]
+    """
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from cluster_bench import late_floor_ms
+    warm = res["steps"] - len(res["step_ms_all"])
+    marks = {}  # (step, bucket) -> [(bytes, ready, done) per rank]
+    for rank_marks in res["timeline"]:
+        for st, b, nbytes, ready, done in rank_marks:
+            marks.setdefault((int(st), int(b)), []).append((nbytes, ready, done))
+    out = []
+    for i, step_ms in enumerate(res["step_ms_all"]):
+        # The last all-reduce of the step ends at `end` on the slowest rank; no schedule can end
+        # before any bucket's last ready + its floor after that (the buckets' bounds together:
+        # their maximum).
+        end, bound = None, None
+        for (st, _b), recs in marks.items():
+            if st != warm + i or len(recs) != n:
+                continue
+            ready = [r[1] for r in recs]
+            a_ms = 1e3 * (max(ready) - min(ready))
+            b_end = max(ready) + 1e-3 * late_floor_ms(n, recs[0][0], bps, a_ms)
+            end = max(end or 0.0, max(r[2] for r in recs))
+            bound = max(bound or 0.0, b_end)
+        save = max(0.0, 1e3 * (end - bound)) if end is not None else 0.0
+        out.append((step_ms, step_ms - save))
+    return out
+
+
+def run_ddp_floor(a):
+    rows = []
+    scen = a.scenarios.split(",")
+    bps = {"1gbit": 125e6}.get(a.rate)
+    if bps is None:
+        sys.exit(f"torch_bench: ddp-floor knows the link rate of 1gbit only, not {a.rate}")
+    variants = ["gloo", "ring", "skipring"]
+    with Cluster(4, a.rate, a.placement == "cluster"):
+        for rep in range(a.reps):
+            for s in scen:
+                order = variants[rep % 3:] + variants[:rep % 3] + ["nocomm"]
+                out = launch(a, a.placement, [os.path.join(ROOT, "scripts", "train",
+                                                           "ddp_train.py"), "--timeline",
+                                              "--variants", ",".join(order), "--max-steps",
+                                              str(a.steps), "--seed", str(1 + rep),
+                                              *SCENARIOS[s]], a.timeout)
+                for m in re.finditer(r"^ddp-result: (\{.*\})$", out, re.M):
+                    res = json.loads(m.group(1))
+                    row = {"scenario": s, "rep": rep, "variant": res["variant"],
+                           "step_ms_median": res["step_ms_median"], "floor_ms_median": ""}
+                    if res["variant"] != "nocomm":
+                        pairs = step_floor_ms(res, res["np"], bps)
+                        row["floor_ms_median"] = statistics.median(f for _, f in pairs)
+                    rows.append(row)
+                print(f"torch_bench: ddp-floor rep {rep} {s} done", flush=True)
+    os.makedirs(os.path.dirname(a.floor_csv), exist_ok=True)
+    with open(a.floor_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"torch_bench: {len(rows)} runs -> {a.floor_csv} (commit {git_commit()})")
+    print("\n| scenario | variant | ms/step (hook) | floor ms/step | floor / step | "
+          "nocomm ms/step |")
+    print("|---|---|---:|---:|---:|---:|")
+    for s in scen:
+        nocomm = statistics.median(r["step_ms_median"] for r in rows
+                                   if r["scenario"] == s and r["variant"] == "nocomm")
+        for v in variants:
+            sel = [r for r in rows if r["scenario"] == s and r["variant"] == v]
+            st = statistics.median(r["step_ms_median"] for r in sel)
+            fl = statistics.median(r["floor_ms_median"] for r in sel)
+            print(f"| {s} | {v} | {st:.1f} | {fl:.1f} | {fl / st:.2f} | {nocomm:.1f} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=("allreduce", "ddp", "gloo-alone", "worker-allreduce",
+    p.add_argument("mode", choices=("allreduce", "ddp", "ddp-floor", "gloo-alone", "worker-allreduce",
                                     "worker-gloo-alone"))
     p.add_argument("--port", type=int, default=29517, help="gloo-alone's rendezvous port")
     p.add_argument("--placements", default="host,cluster")
@@ -314,6 +415,8 @@ def main():
     p.add_argument("--pythonpath", default=os.path.join(ROOT, "build", "python"))
     p.add_argument("--ar-csv", default=os.path.join(ROOT, "docs", "data", "torch_allreduce.csv"))
     p.add_argument("--ddp-csv", default=os.path.join(ROOT, "docs", "data", "torch_ddp.csv"))
+    p.add_argument("--floor-csv", default=os.path.join(ROOT, "docs", "data",
+                                                       "torch_ddp_floor.csv"))
     p.add_argument("--plot", default=os.path.join(ROOT, "docs", "figures", "torch_ddp_tta.png"))
     a = p.parse_args()
     if a.mode == "worker-allreduce":
@@ -325,6 +428,8 @@ def main():
                  f"skipring_torch_ext target (libtorch-dev, pybind11-dev)")
     if a.mode == "gloo-alone":
         return run_gloo_alone(a)
+    if a.mode == "ddp-floor":
+        return run_ddp_floor(a)
     return run_allreduce(a) if a.mode == "allreduce" else run_ddp(a)
 
 

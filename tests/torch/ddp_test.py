@@ -2,7 +2,7 @@
 """ctest driver: unmodified DDP training (scripts/train/ddp_train.py) on the skipring backend.
 
 Usage: ddp_test.py --mpiexec MPIEXEC --np N [--python PY] [--expect-skips]
-                   [--expect-buckets K] [-- ddp_train options]
+                   [--expect-buckets K] [--expect-timeline] [-- ddp_train options]
 
 Runs the trainer under mpiexec with SKIPRING_REPORT=1 and asserts, for every variant it ran:
 the parameter hashes were equal on every rank at every check (ddp_train.py exits 4 otherwise;
@@ -10,7 +10,11 @@ here: a hash list per check, no failure), the mean training loss of the last 5 s
 the first 5 steps', skipring ran the all-reduces (calls > 0 on every rank for the skipring
 variants), with --expect-skips that some rank skipped ahead or saw a late piece (skips + late
 > 0, from the counters and from the report lines), and with --expect-buckets K that every
-rank ran at least K skipring all-reduces per step (DDP's bucket_cap_mb honoured). Prints the
+rank ran at least K skipring all-reduces per step (DDP's bucket_cap_mb honoured), with
+--expect-timeline (ddp_train.py --timeline) that every rank noted every bucket of every step,
+each completing after it was ready, the buckets adding up to the model's gradients, and that the
+floor of torch_bench.py ddp-floor lies between 0 and each step's time. Variant nocomm (no
+all-reduce) is checked for a falling loss only. Prints the
 report line of every rank. Exit 77 with the reason where torch or skipring_torch is missing.
 """
 import argparse
@@ -27,6 +31,33 @@ REPORT_RE = re.compile(r"skipring: rank=(\d+) calls=(\d+) fallbacks=(\d+) skips=
                        r"late=(\d+) bytes=(\d+) time_s=(\d+\.\d{6})")
 
 
+def check_timeline(res, n):
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "train"))
+    from torch_bench import step_floor_ms
+    v, tl, fails = res["variant"], res.get("timeline"), []
+    if not tl or len(tl) != n:
+        return [f"{v}: timeline of {0 if not tl else len(tl)} ranks, expected {n}"]
+    per_rank = []
+    for r, marks in enumerate(tl):
+        steps = {}
+        for st, b, nbytes, ready, done in marks:
+            steps.setdefault(int(st), []).append(nbytes)
+            if not done >= ready:
+                fails.append(f"{v}: rank {r} step {st} bucket {b} done before ready")
+        per_rank.append(steps)
+        if sorted(steps) != list(range(res["steps"])):
+            fails.append(f"{v}: rank {r} noted steps {sorted(steps)}, expected all "
+                         f"{res['steps']}")
+        if len({sum(x) for x in steps.values()}) != 1:
+            fails.append(f"{v}: rank {r}'s buckets add up differently per step")
+    if any(p != per_rank[0] for p in per_rank):
+        fails.append(f"{v}: ranks noted different buckets")
+    for step_ms, floor in step_floor_ms(res, n, 125e6):
+        if not 0 < floor <= step_ms:
+            fails.append(f"{v}: floor {floor:.1f} ms outside (0, step {step_ms:.1f} ms]")
+    return fails
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mpiexec", required=True)
@@ -35,6 +66,7 @@ def main():
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--expect-skips", action="store_true")
     p.add_argument("--expect-buckets", type=int, default=0)
+    p.add_argument("--expect-timeline", action="store_true")
     p.add_argument("--need", default="", help="extra module the run needs (torchvision)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     a = p.parse_args()
@@ -74,6 +106,12 @@ def main():
         fails.append(f"report lines from ranks {sorted(reports)}, expected 0..{a.np - 1}")
     for res in results:
         v = res["variant"]
+        if v == "nocomm":
+            if not res["loss_last5"] < res["loss_first5"]:
+                fails.append(f"nocomm: training loss did not fall")
+            continue
+        if a.expect_timeline:
+            fails += check_timeline(res, a.np)
         if len(res["hashes"]) < 2:
             fails.append(f"{v}: {len(res['hashes'])} hash checks")
         if not res["loss_last5"] < res["loss_first5"]:
