@@ -170,19 +170,22 @@ int ring_data_tag(uint32_t seq, int seg_id, int kind);
 // throughout.
 //
 // Hosts joined by sockets (`socket_links`: TCP, no RDMA NIC; RingParams::socket_links) take
-// kSocketSegmentBytes instead where that rule gives less than `max_bytes` (chunks below
-// 8 x max_bytes): under Open MPI's TCP BTL eager limit (64 KiB with its headers), a segment
+// kSocketSegmentBytes instead for chunks below kSocketCutMaxSettings x max_bytes (8 MiB by
+// default): under Open MPI's TCP BTL eager limit (64 KiB with its headers), a segment
 // streams without the rendezvous round trip a larger message needs (request to send, then its
 // acknowledgement, which travels back behind the receiver's own outgoing data in the link's
 // queue). 4 emulated hosts x 1 rank at 1 Gbit/s (scripts/vcluster.sh), 4 MiB, plain ring:
 // 56-58 ms with 60 KiB segments against 63-73 ms with 128 KiB (the wire's floor 50 ms), as fast
-// as raising Open MPI's eager limit to 1 MiB. With 256 KiB segments (8 of them in flight) the
-// round trips were hidden: 60 KiB gave 0.99x at 16 MiB and 1.02x at 64 MiB (skipring_bench),
-// 1.14x gloo's time at 64 MiB through the torch backend against 0.94x
-// (docs/benchmarks.md, "Segments across hosts joined by TCP").
+// as raising Open MPI's eager limit to 1 MiB. At 16 MiB (4 MiB chunks; the late path's
+// reduce-scatter among 3 healthy ranks, 5.3 MiB) 60 KiB against 256 KiB: the plain ring 217-219
+// against 229-231 ms, the late path 80 / 200 ms late 178.5 / 160.4 against 198.8 / 179.5 ms
+// after the arrival (docs/benchmarks.md, "Segments across hosts joined by TCP"). Chunks of
+// 8 MiB and more keep 256 KiB: at 64 MiB (16 MiB chunks) 60 KiB took 1.14x gloo's time through
+// the torch backend against 0.94x.
 constexpr size_t kCrossHostMinSegments = 8;
 constexpr size_t kCrossHostSegmentFloor = 128 * 1024;
 constexpr size_t kSocketSegmentBytes = 60 * 1024;
+constexpr size_t kSocketCutMaxSettings = 32;
 size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hosts,
                                 bool socket_links);
 

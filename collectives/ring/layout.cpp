@@ -92,7 +92,9 @@ size_t cross_host_segment_bytes(size_t max_bytes, size_t chunk_bytes, size_t hos
   if (hosts <= 1) return max_bytes;
   const size_t want = (chunk_bytes + kCrossHostMinSegments - 1) / kCrossHostMinSegments;
   const size_t seg = std::min(max_bytes, std::max(kCrossHostSegmentFloor, want));
-  if (socket_links && seg < max_bytes) return std::min(max_bytes, kSocketSegmentBytes);
+  if (socket_links && chunk_bytes < kSocketCutMaxSettings * max_bytes) {
+    return std::min(max_bytes, kSocketSegmentBytes);
+  }
   return seg;
 }
 

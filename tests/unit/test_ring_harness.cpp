@@ -165,14 +165,17 @@ TEST(RingLayout, CrossHostSegments) {
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2, false), 128 * K);    // one segment still
   EXPECT_EQ(cross_host_segment_bytes(64 * K, 1 * M, 2, false), 64 * K);    // a smaller setting wins
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, false), 256 * K);  // one host: the setting
-  // Hosts joined by sockets: 60 KiB (under Open MPI's TCP eager limit) where the rule above
-  // gives less than the setting; chunks of 8 whole settings keep it; a smaller setting still
-  // wins, one host still the setting.
+  // Hosts joined by sockets: 60 KiB (under Open MPI's TCP eager limit) for chunks below 32
+  // whole settings (8 MiB); larger chunks keep the rule above; a smaller setting still wins, one
+  // host still the setting.
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 2, true), kSocketSegmentBytes);
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 3 * M / 2, 2, true), kSocketSegmentBytes);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M - 8, 2, true), kSocketSegmentBytes);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2, true), 256 * K);
-  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 4, true), 256 * K);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 2 * M, 2, true), kSocketSegmentBytes);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * M, 4, true), kSocketSegmentBytes);  // 16 MiB, n 4
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 8 * M - 8, 2, true), kSocketSegmentBytes);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 8 * M, 2, true), 256 * K);
+  EXPECT_EQ(cross_host_segment_bytes(256 * K, 16 * M, 4, true), 256 * K);  // 64 MiB, n 4
+  EXPECT_EQ(cross_host_segment_bytes(1 * M, 16 * M, 4, true), kSocketSegmentBytes);
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 4 * K, 2, true), kSocketSegmentBytes);
   EXPECT_EQ(cross_host_segment_bytes(32 * K, 1 * M, 2, true), 32 * K);
   EXPECT_EQ(cross_host_segment_bytes(256 * K, 1 * M, 1, true), 256 * K);
