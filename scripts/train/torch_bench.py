@@ -201,6 +201,21 @@ class Cluster:
         return False
 
 
+def write_csv(path, rows, what=""):
+    """Writes the rows; with `what`, says so and opens the Markdown table of `what`'s columns."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    if what:
+        noun, cols = what.split(":", 1)
+        print(f"torch_bench: {len(rows)} {noun} -> {path} (commit {git_commit()})")
+        heads = [c.strip() for c in cols.split("|")]
+        print("\n| " + " | ".join(heads) + " |")
+        print("|" + "|".join("---" if i < 1 else "---:" for i in range(len(heads))) + "|")
+
+
 def git_commit():
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
@@ -222,11 +237,7 @@ def run_allreduce(a):
                          "bytes": int(m.group(2)), "backend": m.group(3),
                          "rep": int(m.group(4)), "k": int(m.group(5)),
                          "us": float(m.group(6))})
-        os.makedirs(os.path.dirname(a.ar_csv), exist_ok=True)
-        with open(a.ar_csv, "w", newline="") as f:  # after every placement
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(a.ar_csv, rows)  # after every placement
     print(f"torch_bench: {len(rows)} measurements -> {a.ar_csv} (commit {git_commit()})")
     print("\n| placement | size | skipring µs | gloo µs | skipring / gloo |")
     print("|---|---:|---:|---:|---:|")
@@ -266,15 +277,8 @@ def run_ddp(a):
                     if rep == 0:
                         curves[(s, res["variant"])] = res["evals"]
                 print(f"torch_bench: ddp rep {rep} {s} done", flush=True)
-    os.makedirs(os.path.dirname(a.ddp_csv), exist_ok=True)
-    with open(a.ddp_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"torch_bench: {len(rows)} runs -> {a.ddp_csv} (commit {git_commit()})")
-    print("\n| scenario | skipring ms/step | ring ms/step | gloo ms/step | skipring / gloo "
-          "| skipring / ring | skips + late (skipring, median per job) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    write_csv(a.ddp_csv, rows, "runs: scenario | skipring ms/step | ring ms/step | gloo ms/step | "
+              "skipring / gloo | skipring / ring | skips + late (skipring, median per job)")
     for s in scen:
         med = {v: statistics.median([r["step_ms_median"] for r in rows
                                      if r["scenario"] == s and r["variant"] == v])
@@ -378,15 +382,8 @@ def run_ddp_floor(a):
                         row["floor_ms_median"] = statistics.median(f for _, f in pairs)
                     rows.append(row)
                 print(f"torch_bench: ddp-floor rep {rep} {s} done", flush=True)
-    os.makedirs(os.path.dirname(a.floor_csv), exist_ok=True)
-    with open(a.floor_csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"torch_bench: {len(rows)} runs -> {a.floor_csv} (commit {git_commit()})")
-    print("\n| scenario | variant | ms/step (hook) | floor ms/step | floor / step | "
-          "nocomm ms/step |")
-    print("|---|---|---:|---:|---:|---:|")
+    write_csv(a.floor_csv, rows, "runs: scenario | variant | ms/step (hook) | floor ms/step | "
+              "floor / step | nocomm ms/step")
     for s in scen:
         nocomm = statistics.median(r["step_ms_median"] for r in rows
                                    if r["scenario"] == s and r["variant"] == "nocomm")
