@@ -38,6 +38,16 @@ def fmt_size(b):
 SIM = os.path.join(ROOT, "build-sim", "apps", "skipring_sim")
 
 
+SIM_TIMEOUT_S = 3600  # per simulation, wall clock (--timeout-s)
+
+
+def write_points(path, points):
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(points[0].keys()))
+        w.writeheader()
+        w.writerows(points)
+
+
 def sim(n, size, modes, late_us, iters, warmup, env_extra=None, late_rank=1):
     env = dict(os.environ)
     env.setdefault("SKIPRING_SIM_REDUCE_GBPS", "50")
@@ -47,7 +57,8 @@ def sim(n, size, modes, late_us, iters, warmup, env_extra=None, late_rank=1):
            "--mode", modes, "--iters", str(iters), "--warmup", str(warmup)]
     if late_us > 0:
         cmd += ["--late-rank", str(late_rank), "--late-us", f"{late_us:.3f}"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                         timeout=SIM_TIMEOUT_S or None)
     if out.returncode != 0:
         raise SystemExit(f"late_sweep: {' '.join(cmd)} failed ({out.returncode}):\n"
                          f"{out.stderr[-3000:]}")
@@ -64,7 +75,7 @@ def sim(n, size, modes, late_us, iters, warmup, env_extra=None, late_rank=1):
 
 
 def main():
-    global SIM
+    global SIM, SIM_TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", default="8,16,64")
     ap.add_argument("--sizes", default="16M,64M")
@@ -78,7 +89,10 @@ def main():
     ap.add_argument("--t0-us", type=float, default=0,
                     help="T0 of a single (n, size) as measured before (skips the ring-only run "
                     "that measures it: at n = 256 each simulation takes tens of minutes)")
-    ap.add_argument("--out", default="")
+    ap.add_argument("--out", default="", help="CSV, rewritten after every point")
+    ap.add_argument("--timeout-s", type=float, default=SIM_TIMEOUT_S,
+                    help="wall-clock limit per simulation (0: none; n = 64 at 64 MiB takes "
+                         "about 15 min of CPU per point, n = 256 20-40 min)")
     ap.add_argument("--plot", default="")
     ap.add_argument("--cluster-csv", default="",
                     help="scripts/cluster_bench.py's CSV (late rows with several --late-ms): a "
@@ -87,6 +101,7 @@ def main():
                     help="comma-separated CSVs of earlier runs: no simulation, only --out, "
                     "--plot and the table from their rows")
     a = ap.parse_args()
+    SIM_TIMEOUT_S = a.timeout_s
     SIM = a.sim or SIM
     points = []
     if a.from_csv:
@@ -111,6 +126,8 @@ def main():
                 if a.late_rank != 1:
                     p["late_rank"] = a.late_rank
                 points.append(p)
+                if a.out:
+                    write_points(a.out, points)
                 print(f"n={n:4d} {fmt_size(size):>7} late {f:5.2f} T0 ({late_us:9.1f} us): "
                       f"skip {p['skip_us']:9.1f} ring {p['ring_us']:9.1f} floor {p['floor_us']:9.1f}"
                       f"  skip/ring {p['skip_over_ring']:.3f} floor/ring {p['floor_over_ring']:.3f}"
@@ -124,11 +141,8 @@ def main():
               f"{p['skip_us']:.1f} | {p['ring_us']:.1f} | {p['floor_us']:.1f} | "
               f"**{p['skip_over_ring']:.3f}** | {p['floor_over_ring']:.3f} | "
               f"{p['skip_over_floor']:.3f} |")
-    if a.out:
-        with open(a.out, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(points[0].keys()))
-            w.writeheader()
-            w.writerows(points)
+    if a.out and points:
+        write_points(a.out, points)
     if a.plot:
         import matplotlib
         matplotlib.use("Agg")
