@@ -150,6 +150,7 @@ def run_variant(a, variant, group, rank, size, data):
     model = build_model(a, (xtr, ytr))
     ddp = DDP(model, process_group=group, bucket_cap_mb=a.bucket_cap_mb,
               find_unused_parameters=a.find_unused_parameters)
+    cur_step = [0]  # the step the hooks note (set by the loop below)
     if variant == "nocomm":
         # Buckets come back unreduced: the step without any all-reduce (a lower bound for every
         # variant's step: the same CPU work on the same cores, nothing to wait for). Ranks'
@@ -174,7 +175,6 @@ def run_variant(a, variant, group, rank, size, data):
                 return f.value()[0]
             return fut.then(done)
         ddp.register_comm_hook(None, timed_allreduce)
-    cur_step = [0]
     checked = variant != "nocomm"
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)
     lossf = torch.nn.CrossEntropyLoss()
@@ -254,19 +254,11 @@ def run_variant(a, variant, group, rank, size, data):
            "train_s": train_s, "evals": evals, "final_acc": evals[-1]["acc"],
            "time_to_target_s": next((e["time_s"] for e in evals if e["acc"] >= a.target_acc),
                                     None), "target_acc": a.target_acc}
-    if a.timeline and variant != "nocomm":
-        # Every rank's marks to every rank (an all_gather of a padded float64 table).
-        mine = torch.tensor(marks, dtype=torch.float64).reshape(-1, 5)
-        cnt = torch.tensor([mine.shape[0]], dtype=torch.int64)
-        cnts = [torch.empty_like(cnt) for _ in range(size)]
-        dist.all_gather(cnts, cnt, group=group)
-        most = max(int(c) for c in cnts)
-        pad = torch.full((most, 5), -1.0, dtype=torch.float64)
-        pad[:mine.shape[0]] = mine
-        alls = [torch.empty_like(pad) for _ in range(size)]
-        dist.all_gather(alls, pad, group=group)
-        res["timeline"] = [[list(map(float, row)) for row in t.tolist() if row[0] >= 0]
-                           for t in alls]
+    if a.timeline and checked:
+        # Every rank's marks to every rank.
+        alls = [None] * size
+        dist.all_gather_object(alls, marks, group=group)
+        res["timeline"] = alls
         res["step_ms_all"] = [1e3 * float(x) for x in step_t]
     del ddp
     return res
