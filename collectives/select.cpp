@@ -180,8 +180,10 @@ double mpi_offset_at(size_t bytes, const CostParams& p) {
 double cost_mpi(size_t bytes, const TopologySummary& t, const CostParams& p, size_t seg) {
   const double offset = mpi_offset_at(bytes, p);
   if (!std::isfinite(offset)) return kInf;
+  // rd's time plus the measured offset, less kMpiTieShare of rd's: ties go to the MPI library.
   // Never below zero (a measured offset larger than the model's rd time).
-  return std::max(0.0, cost_rd(bytes, t, p, seg) + offset);
+  const double rd = cost_rd(bytes, t, p, seg);
+  return std::max(0.0, rd * (1 - kMpiTieShare) + offset);
 }
 
 double algo_cost(Algo a, size_t bytes, const TopologySummary& t, const CostParams& p,

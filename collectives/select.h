@@ -42,8 +42,9 @@ struct CostParams {
   // doubling, measured at each of kMpiProbeBytes (Communicator::measure_mpi_offsets): its time
   // minus the direct path's, per rank (negative: MPI is faster). +inf: not measured (auto never
   // picks `mpi`); between the probe sizes linear, above the largest +inf.
-  static constexpr int kMpiProbes = 5;
+  static constexpr int kMpiProbes = 7;
   double mpi_offset_s[kMpiProbes] = {
+      std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
       std::numeric_limits<double>::infinity()};
@@ -51,7 +52,19 @@ struct CostParams {
 };
 
 // The message sizes at which the MPI library's all-reduce is measured (CostParams::mpi_offset_s).
-inline constexpr size_t kMpiProbeBytes[CostParams::kMpiProbes] = {8, 128, 1024, 8192, 65536};
+// 2 and 4 KiB too: Open MPI's time jumps between 1 and 8 KiB (its shared-memory eager limit is
+// 4 KiB), so a line from 1 to 8 KiB read the direct rd as faster at 2 KiB, where it took 1.45x
+// MPI's time (np 2 here).
+inline constexpr size_t kMpiProbeBytes[CostParams::kMpiProbes] = {8,    128,  1024, 2048,
+                                                                  4096, 8192, 65536};
+// The `mpi` row's cost is rd's plus the measured offset, less this share of rd's: auto hands a
+// size to the MPI library unless the direct recursive doubling was measured faster by more than
+// that. Where the probe cannot tell them apart (at 4 ranks on 2 cores its offsets move by tenths
+// of a microsecond from run to run) skipring's rd adds nothing the MPI library's all-reduce lacks
+// at these sizes (no skip-ahead), whereas a wrong rd cost 1.2-1.5x MPI's time (issue 40: "never
+// slower than the MPI it replaces"); where rd is really faster (8-64 KiB here: 0.4-0.8x MPI's
+// time) it is faster by more than this share.
+inline constexpr double kMpiTieShare = 0.1;
 
 struct TopologySummary {
   int n = 1;                        // ranks

@@ -57,6 +57,9 @@ inline int ensure_init(const char* fn) {
   if (g_ready.load(std::memory_order_acquire)) return MPI_SUCCESS;
   return ensure_init_slow(fn);
 }
+// Bumped whenever a communicator's state is deleted: per-thread caches of (MPI_Comm -> state)
+// compare it (a freed MPI_Comm handle can be reused).
+extern std::atomic<uint64_t> g_comm_generation;
 // Finds or creates the state for `comm` (collective on first use).
 // drain: first wait for the communicator's pending nonblocking calls (every entry point but
 // skipring_iallreduce, which queues behind them).

@@ -25,12 +25,14 @@ GlobalState& state() {
   return *s;
 }
 
+// Any state deletion bumps the generation, which invalidates every thread's cached entries (a
+// freed MPI_Comm handle can be reused).
+std::atomic<uint64_t> g_comm_generation{1};
+
 namespace {
 
 // The last communicator this thread used and its state: an attribute lookup costs tens of
-// nanoseconds, a noticeable part of a small all-reduce. Any state deletion bumps the
-// generation, which invalidates every thread's entry (a freed MPI_Comm handle can be reused).
-std::atomic<uint64_t> g_comm_generation{1};
+// nanoseconds, a noticeable part of a small all-reduce.
 struct CommCache {
   MPI_Comm comm = MPI_COMM_NULL;
   Communicator* state = nullptr;

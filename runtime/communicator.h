@@ -164,8 +164,12 @@ class Communicator {
   // path for the same calls. Never with SKIPRING_CHECK (its agreement runs first), a forced
   // algorithm, or a broken communicator.
   bool mpi_cached(size_t bytes, DType dtype, ROp op) const {
+    return mpi_choice_holds(bytes) && mpi_runs(dtype, op);
+  }
+  // mpi_cached without the (dtype, op) check, for a caller that made it already for these.
+  bool mpi_choice_holds(size_t bytes) const {
     return choice_.algo == Algo::kMpi && choice_.holds(bytes, cfg_.skip) &&
-           cfg_.algo == Algo::kAuto && !broken_.on && !cfg_.check && mpi_runs(dtype, op);
+           cfg_.algo == Algo::kAuto && !broken_.on && !cfg_.check;
   }
   // Records a fast-path call: the sequence number and what skipring_last_stats reports (no
   // time: the two clock reads cost about a third of what the skipring path added to it).

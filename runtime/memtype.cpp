@@ -52,12 +52,17 @@ GetAttributes driver() {
     if (!g_looked_up.load(std::memory_order_relaxed)) {
       load_driver();
       g_looked_up.store(true, std::memory_order_release);
+      g_memory_host_only.store(
+          g_get == nullptr && g_hook.load(std::memory_order_acquire) == nullptr,
+          std::memory_order_release);
     }
   }
   return g_get;
 }
 
 }  // namespace
+
+std::atomic<bool> g_memory_host_only{false};
 
 const char* memtype_name(MemType t) {
   switch (t) {
@@ -119,6 +124,13 @@ std::string gpu_support_summary() {
   return out;
 }
 
-void set_memtype_hook(MemTypeHook hook) { g_hook.store(hook, std::memory_order_release); }
+void set_memtype_hook(MemTypeHook hook) {
+  g_hook.store(hook, std::memory_order_release);
+  // A hook may answer anything; without one, only the driver's absence makes every buffer host.
+  std::lock_guard<std::mutex> lock(g_load_mutex);
+  g_memory_host_only.store(
+      hook == nullptr && g_looked_up.load(std::memory_order_acquire) && g_get == nullptr,
+      std::memory_order_release);
+}
 
 }  // namespace skipring

@@ -10,6 +10,7 @@
 // host memory, and the check is one atomic load.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 namespace skipring {
@@ -32,6 +33,10 @@ std::string cuda_driver_status();
 // transport yet), the CUDA driver found at run time, and where device buffers go.
 std::string gpu_support_summary();
 
+// True once classify_memory can only answer kHost: the CUDA driver was looked up and is absent,
+// and no test hook is set (false before the lookup). A per-call check can skip classify_memory
+// on this one load (api_allreduce.cpp's front path).
+extern std::atomic<bool> g_memory_host_only;
 // Tests only: classify through `hook` instead of the driver (nullptr restores the driver).
 using MemTypeHook = MemType (*)(const void* p);
 void set_memtype_hook(MemTypeHook hook);

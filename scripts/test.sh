@@ -161,7 +161,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
     -DSKIPRING_SOAK_SECONDS=10 >/dev/null
   cmake --build "$asan_dir" -j "$jobs" --target skipring_unit_tests mpi_allreduce_test \
     mpi_straggler_test mpi_soak_test mpi_threads_test pmpi_allreduce_c skipring_pmpi \
-    mpi_count_mismatch_test
+    mpi_count_mismatch_test mpi_fast_path_test
   # The sweeps that read SR_TEST_SCHEDULES run their first 150 schedules (the main build's tier
   # runs them all): 173 s for the two shards here instead of 291 s, SkipAhead.RandomSchedules
   # now included (docs/testing.md).
@@ -183,7 +183,7 @@ if [[ "${SKIPRING_SANITIZERS:-1}" != 0 && $# -eq 0 ]]; then
     fi
   done
   ctest --test-dir "$asan_dir" --output-on-failure -j 1 \
-    -R '^(mpi_allreduce_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3|mpi_count_mismatch_np2)$' ||
+    -R '^(mpi_allreduce_np3|mpi_straggler_arrive_np4|mpi_straggler_rs_np4|mpi_soak_np3|mpi_threads_np2|pmpi_c_np3|mpi_count_mismatch_np2|mpi_fast_path_np2)$' ||
     status=$?
   # libFuzzer over the wire-header decoder and the parsers (tests/fuzz), 20 s, where clang is
   # installed (the unit tests' FuzzDriver.* run the same targets with any compiler).

@@ -491,16 +491,21 @@ TEST(AlgoSelection, MpiCostFollowsTheMeasuredOffsets) {
   for (size_t b : {size_t{8}, size_t{1000}, size_t{1} << 20}) {
     EXPECT_TRUE(std::isinf(algo_cost(Algo::kMpi, b, t, p, 256 * 1024))) << "not measured: " << b;
   }
-  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.1e-6, 0.0, 1e-6, 3e-6};
+  // At 8, 128, 1024, 2048, 4096, 8192 and 65536 bytes.
+  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.1e-6, 0.0, 0.2e-6,
+                                                  0.4e-6,  1e-6,    3e-6};
   std::copy(std::begin(offsets), std::end(offsets), std::begin(p.mpi_offset_s));
   const auto rd = [&](size_t b) { return algo_cost(Algo::kRd, b, t, p, 256 * 1024); };
   const auto mpi = [&](size_t b) { return algo_cost(Algo::kMpi, b, t, p, 256 * 1024); };
-  EXPECT_DOUBLE_EQ(mpi(1), rd(1) - 0.2e-6);
-  EXPECT_DOUBLE_EQ(mpi(8), rd(8) - 0.2e-6);
-  EXPECT_DOUBLE_EQ(mpi(128), rd(128) - 0.1e-6);
-  // Half way between 1024 (0) and 8192 (1 us).
-  EXPECT_NEAR(mpi(4608) - rd(4608), 0.5e-6, 1e-12);
-  EXPECT_DOUBLE_EQ(mpi(65536), rd(65536) + 3e-6);
+  // rd's time less kMpiTieShare of it (ties go to MPI), plus the offset.
+  const auto base = [&](size_t b) { return rd(b) * (1 - kMpiTieShare); };
+  EXPECT_DOUBLE_EQ(mpi(1), base(1) - 0.2e-6);
+  EXPECT_DOUBLE_EQ(mpi(8), base(8) - 0.2e-6);
+  EXPECT_DOUBLE_EQ(mpi(128), base(128) - 0.1e-6);
+  // Half way between 1024 (0) and 2048 (0.2 us), and between 4096 (0.4 us) and 8192 (1 us).
+  EXPECT_NEAR(mpi(1536) - base(1536), 0.1e-6, 1e-12);
+  EXPECT_NEAR(mpi(6144) - base(6144), 0.7e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(mpi(65536), base(65536) + 3e-6);
   EXPECT_TRUE(std::isinf(mpi(65537)));
   EXPECT_EQ(algo_cost(Algo::kMpi, 8, TopologySummary{}, p, 256 * 1024), 0.0) << "one rank";
 }
@@ -511,7 +516,8 @@ TEST(AlgoSelection, AutoPicksMpiWhereMeasuredFaster) {
   t.max_local = 2;
   CostParams p;
   // MPI 0.2 us faster than the direct rd up to 128 B, slower from 1 KiB.
-  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.2e-6, 0.5e-6, 2e-6, 8e-6};
+  const double offsets[CostParams::kMpiProbes] = {-0.2e-6, -0.2e-6, 0.5e-6, 1e-6,
+                                                  1.5e-6,  2e-6,    8e-6};
   std::copy(std::begin(offsets), std::end(offsets), std::begin(p.mpi_offset_s));
   for (bool skip : {false, true}) {
     EXPECT_EQ(select_algo(8, t, p, 256 * 1024, skip), Algo::kMpi);
@@ -525,11 +531,34 @@ TEST(AlgoSelection, AutoPicksMpiWhereMeasuredFaster) {
   // Once stragglers were seen, the skip-ahead preference still applies to what mpi displaced
   // only where its modelled time is within the factor (at 8 B the ring is far off: mpi stays).
   EXPECT_EQ(select_algo_stragglers(8, t, p, 256 * 1024, true, true, 1.5), Algo::kMpi);
-  // Measured slower everywhere: never picked.
-  for (double& o : p.mpi_offset_s) o = 0.1e-6;
+  // Measured slower than rd by more than the tie share everywhere: never picked.
+  for (size_t i = 0; i < CostParams::kMpiProbes; ++i) {
+    p.mpi_offset_s[i] =
+        2 * kMpiTieShare * algo_cost(Algo::kRd, kMpiProbeBytes[i], t, p, 256 * 1024);
+  }
   for (size_t b = 8; b <= (size_t{1} << 26); b *= 4) {
     EXPECT_NE(select_algo(b, t, p, 256 * 1024, true), Algo::kMpi) << b;
   }
+}
+
+// Ties go to the MPI library: measured slower than the direct rd by less than kMpiTieShare of rd's
+// time (within the probe's run-to-run spread), `mpi` is still picked; by more, rd is.
+TEST(AlgoSelection, TiesGoToMpi) {
+  TopologySummary t;
+  t.n = 4;
+  t.max_local = 4;
+  CostParams p;
+  const auto rd = [&](size_t b) { return algo_cost(Algo::kRd, b, t, p, 256 * 1024); };
+  for (size_t i = 0; i < CostParams::kMpiProbes; ++i) {
+    p.mpi_offset_s[i] = 0.5 * kMpiTieShare * rd(kMpiProbeBytes[i]);
+  }
+  EXPECT_EQ(select_algo(8, t, p, 256 * 1024, true), Algo::kMpi);
+  EXPECT_EQ(select_algo(128, t, p, 256 * 1024, true), Algo::kMpi);
+  for (size_t i = 0; i < CostParams::kMpiProbes; ++i) {
+    p.mpi_offset_s[i] = 1.5 * kMpiTieShare * rd(kMpiProbeBytes[i]);
+  }
+  EXPECT_EQ(select_algo(8, t, p, 256 * 1024, true), Algo::kRd);
+  EXPECT_EQ(select_algo(128, t, p, 256 * 1024, true), Algo::kRd);
 }
 
 }  // namespace
