@@ -11,8 +11,12 @@ size it prints the medians over the runs of each p50 and the median of the per-r
 (skipring / MPI; < 1: skipring faster), and what auto ran (the C API's algorithm column), as
 the Markdown table of docs/benchmarks.md.
 
+With --back-to-back K every timed iteration is K calls with no barrier in between, as an
+application's loop issues them (skipring_bench --back-to-back, preload_latency -k), the time per
+call their mean.
+
 usage: scripts/latency_table.py [--build build] [--np 2 4] [--runs 5] [--max 64M] [--iters 60]
-                                [--mpich]   (a build against MPICH, e.g. --build build-mpich,
+                                [--back-to-back K] [--mpich]   (a build against MPICH, e.g. --build build-mpich,
                                              launched with mpiexec.mpich)
 """
 import argparse
@@ -61,7 +65,8 @@ def c_api(build, np, a):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         run(mpirun(np, {}, [os.path.join(build, "apps", "skipring_bench"), "-b", "8", "-e",
                             str(a.max), "-f", "4", "-n", str(a.iters), "-w", "5",
-                            "--outofplace-only", "--compare", "mpi", "--json", f.name]))
+                            "--outofplace-only", "--compare", "mpi", "--json", f.name,
+                            "--back-to-back", str(a.back_to_back)]))
         rows = json.load(open(f.name))
     return {r["size_bytes"]: (r["oop_p50_us"], r["oop_mpi_p50_us"], r["algo"]) for r in rows}
 
@@ -70,7 +75,8 @@ def preload(build, np, a):
     lib = os.path.join(build, "runtime", "pmpi", "libskipring_pmpi.so")
     out = run(mpirun(np, {"LD_PRELOAD": lib},
                      [os.path.join(build, "tests", "release", "preload_latency"), "-b", "8",
-                      "-e", str(a.max), "-f", "4", "-n", str(a.iters), "-w", "5"]))
+                      "-e", str(a.max), "-f", "4", "-n", str(a.iters), "-w", "5",
+                      "-k", str(a.back_to_back)]))
     rows = {}
     for line in out.splitlines():
         if line.startswith("#") or not line.strip():
@@ -87,6 +93,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--max", type=size_arg, default=64 << 20)
     ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--back-to-back", type=int, default=1,
+                    help="calls per timed iteration, no barrier in between (1: a barrier before each)")
     ap.add_argument("--mpich", action="store_true", help="launch with mpiexec.mpich")
     a = ap.parse_args()
     global MPICH

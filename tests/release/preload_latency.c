@@ -3,11 +3,13 @@
  * libskipring_pmpi.so preloaded and MPI_Allreduce is skipring's, while PMPI_Allreduce is always
  * the MPI library's own. Per size (float sum, out of place): warm-up calls of each, then ITERS
  * iterations, each timing one call of each after a barrier (the two alternate, and which goes
- * first alternates too, so both see the same machine); a call's time is the slowest rank's. Prints
- * one line per size: size_bytes p50_us(MPI_Allreduce) p50_us(PMPI_Allreduce) ratio and checks every
- * MPI_Allreduce result (exits 1 on a wrong element).
+ * first alternates too, so both see the same machine); a call's time is the slowest rank's. With
+ * -k K each timed iteration is K calls back to back, as an application's loop issues them, and a
+ * call's time their mean. Prints one line per size: size_bytes p50_us(MPI_Allreduce)
+ * p50_us(PMPI_Allreduce) ratio and checks the first MPI_Allreduce result of every size (exits 1
+ * on a wrong element).
  *
- * usage: preload_latency [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] */
+ * usage: preload_latency [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-k K] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@ static double median(double* v, int n) {
 }
 
 int main(int argc, char** argv) {
-  long min_b = 8, max_b = 64L << 20, factor = 4, iters = 60, warmup = 5;
+  long min_b = 8, max_b = 64L << 20, factor = 4, iters = 60, warmup = 5, k_calls = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const long v = atol(argv[i + 1]);
     if (strcmp(argv[i], "-b") == 0)
@@ -37,12 +39,14 @@ int main(int argc, char** argv) {
       iters = v;
     else if (strcmp(argv[i], "-w") == 0)
       warmup = v;
+    else if (strcmp(argv[i], "-k") == 0)
+      k_calls = v;
     else {
       fprintf(stderr, "preload_latency: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  if (min_b < 4 || max_b < min_b || factor < 2 || iters < 1 || warmup < 0) {
+  if (min_b < 4 || max_b < min_b || factor < 2 || iters < 1 || warmup < 0 || k_calls < 1) {
     fprintf(stderr, "preload_latency: bad arguments\n");
     return 2;
   }
@@ -78,12 +82,14 @@ int main(int argc, char** argv) {
         const int which = (int)((it + k) % 2); /* 0: MPI_Allreduce, 1: PMPI_Allreduce */
         PMPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
-        if (which == 0) {
-          MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        } else {
-          PMPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (long c = 0; c < k_calls; ++c) {
+          if (which == 0) {
+            MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          } else {
+            PMPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          }
         }
-        t[which] = MPI_Wtime() - t0;
+        t[which] = (MPI_Wtime() - t0) / (double)k_calls;
         if (which == 0 && it == 0) {
           for (int i = 0; i < count; ++i) {
             float want = 0;
