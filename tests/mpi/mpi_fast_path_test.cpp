@@ -135,7 +135,15 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&comm);
   MPI_Comm again;
   MPI_Comm_dup(MPI_COMM_WORLD, &again);
+  skipring_totals_t t0{}, t1{};
+  skipring_get_totals(&t0);
   for (int k = 14; k < 20; ++k) sum_one(again, k, "new communicator " + std::to_string(k));
+  skipring_get_totals(&t1);
+  // Counted on the new communicator's state (a stale entry would count them on the freed one,
+  // which the totals no longer see), and that state exists.
+  check(t1.calls - t0.calls == 6,
+        "new communicator: 6 calls counted as " + std::to_string(t1.calls - t0.calls));
+  check(algo_of(again) != "?", "new communicator: no state");
   if (g_rank == 0 && again == old) std::printf("the freed handle was reused\n");
   MPI_Comm_free(&again);
 
