@@ -94,14 +94,19 @@ int main(int argc, char** argv) {
   alignas(16) unsigned char raw[32] = {};
   void* buf = raw;
   void* shifted = raw + 4;  // overlaps buf's 8 bytes
-  check(skipring_allreduce(buf, shifted, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
-        "overlapping buffers: not MPI_ERR_BUFFER");
-  check(skipring_allreduce(buf, buf, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
-        "aliased buffers: not MPI_ERR_BUFFER");
-  check(skipring_allreduce(buf, MPI_IN_PLACE, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
-        "recvbuf MPI_IN_PLACE: not MPI_ERR_BUFFER");
-  check(skipring_allreduce(buf, nullptr, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
-        "recvbuf NULL: not MPI_ERR_BUFFER");
+  struct BadBuffers {
+    const void* send;
+    void* recv;
+    const char* what;
+  };
+  const BadBuffers bad[] = {{buf, shifted, "overlapping buffers"},
+                            {buf, buf, "aliased buffers"},
+                            {buf, MPI_IN_PLACE, "recvbuf MPI_IN_PLACE"},
+                            {buf, nullptr, "recvbuf NULL"}};
+  for (const BadBuffers& b : bad) {
+    check(skipring_allreduce(b.send, b.recv, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
+          std::string(b.what) + ": not MPI_ERR_BUFFER");
+  }
   sum_one(comm, 9, "after the buffer errors");
 
   // A forced algorithm leaves the front path, auto takes it again.
