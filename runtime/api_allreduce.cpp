@@ -5,6 +5,7 @@
 
 #include "runtime/api_common.h"
 #include "runtime/api_device.h"
+#include "runtime/api_front.h"
 #include "runtime/log.h"
 #include "runtime/memtype.h"
 
@@ -140,6 +141,15 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 
 }  // namespace
 }  // namespace skipring::api
+
+namespace skipring {
+
+int allreduce_front_path(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                         MPI_Op op, MPI_Comm comm) noexcept {
+  return api::front_path(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+}  // namespace skipring
 
 using namespace skipring;
 using namespace skipring::api;

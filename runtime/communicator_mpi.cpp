@@ -163,7 +163,11 @@ Status Communicator::measure_mpi_offsets() {
   // A block of kBlock back-to-back calls of one kind (rd, or MPI) of `count` words: its time per
   // call. Back to back, as an application's loop issues them: single calls timed in turn, their
   // fastest, read the direct rd as up to 0.15 us faster than MPI at 8 B on 2 ranks in half of the
-  // runs, where a loop of them took 580-730 ns against MPI's 400-460.
+  // runs, where a loop of them took 580-730 ns against MPI's 400-460. 336 calls in all (the
+  // single-call probe made 144): with 512, MPICH's tests at 5-8 ranks on 2 cores, where every
+  // all-reduce costs scheduler time slices, took 2-9 s longer each; with blocks of 4 and 2 of
+  // them at 8 KiB (160 calls) the 8 KiB probe read MPI as faster in half of the runs at 2 ranks,
+  // where the direct rd takes half MPI's time.
   constexpr int kBlock = 8;
   auto block = [&](bool rd, size_t count, uint32_t seq) {
     const double t0 = clock_->now();
@@ -187,7 +191,7 @@ Status Communicator::measure_mpi_offsets() {
   block(false, kMpiProbeBytes[0] / sizeof(uint64_t), 0);
   for (int i = 0; i < k && !failed; ++i) {
     const size_t count = kMpiProbeBytes[i] / sizeof(uint64_t);
-    const int reps = kMpiProbeBytes[i] <= 4096 ? 5 : 3;
+    const int reps = kMpiProbeBytes[i] <= 8192 ? 3 : 2;
     double rd_min = std::numeric_limits<double>::infinity(), mpi_min = rd_min;
     for (int r = 0; r < reps && !failed; ++r) {
       // Which kind goes first alternates, so that both see the same machine.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The shared libraries export only what is meant to be used from outside (issue 12):
 #   libskipring.so: the C API (skipring_*, runtime/include/skipring/skipring.h) and the
-#     configuration entry points libskipring_pmpi.so calls (SKIPRING_INTERNAL_API,
-#     runtime/config.h). The C++ API (skipring.hpp) is header-only: it adds no symbol.
+#     entry points libskipring_pmpi.so calls (SKIPRING_INTERNAL_API: runtime/config.h's
+#     configuration, runtime/api_front.h's front path). The C++ API (skipring.hpp) is header-only: it adds no symbol.
 #   libskipring_pmpi.so: the intercepted MPI functions (C and Fortran names; MPI_Wait and
 #     MPI_Waitall in C only).
 # Any other defined dynamic symbol fails the test (nm -D --defined-only, demangled).
@@ -14,7 +14,7 @@ pmpi="${2:-}"
 
 # Names the linker itself defines in every shared object.
 linker='^(_init|_fini|_edata|_end|__bss_start)$'
-skipring_allowed='^(skipring_[a-z0-9_]+|skipring::(global_config|load_config|process_env)(\[abi:[a-z0-9]+\])?\(.*)$'
+skipring_allowed='^(skipring_[a-z0-9_]+|skipring::(global_config|load_config|process_env|allreduce_front_path)(\[abi:[a-z0-9]+\])?\(.*)$'
 pmpi_allowed='^(MPI_(Allreduce|Iallreduce|Wait|Waitall|Init|Init_thread|Finalize|ALLREDUCE|INIT|INIT_THREAD|FINALIZE)|MPI_(Reduce_scatter_block|Reduce_scatter|Allgather|Bcast|Reduce|REDUCE_SCATTER_BLOCK|REDUCE_SCATTER|ALLGATHER|BCAST|REDUCE)|mpi_(allreduce|init|init_thread|finalize|reduce_scatter_block|reduce_scatter|allgather|bcast|reduce)_{0,2}|mpi_(init|init_thread|finalize)_f08_|ompi_(allreduce|init|init_thread|finalize|reduce_scatter_block|reduce_scatter|allgather|bcast|reduce)_f)$'
 
 check() {

@@ -15,6 +15,7 @@
 // MPI_ERR_OTHER with a message, where plain Open MPI and MPICH abort the job.
 #include <cstdio>
 
+#include "runtime/api_front.h"
 #include "runtime/config.h"
 #include "runtime/pmpi/pmpi_internal.h"
 #include "skipring/skipring.h"
@@ -177,6 +178,13 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
               MPI_Comm comm) {
   if (inside_skipring()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   try {
+    // A repeat of a call skipring handed to the MPI library (runtime/api_front.h) before the
+    // checks below, which a hit has passed already (np 2, 8-byte calls back to back: the drop-in
+    // took 30-40 ns over Open MPI's 0.4-0.6 us with its checks in front).
+    if (ensure_skipring_init() == MPI_SUCCESS) {
+      const int rc = allreduce_front_path(sendbuf, recvbuf, count, datatype, op, comm);
+      if (rc >= 0) return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
+    }
     return allreduce_impl(sendbuf, recvbuf, count, datatype, op, comm);
   } catch (...) {
     // Nothing may propagate into a C or Fortran caller; the error handler hears of it as of

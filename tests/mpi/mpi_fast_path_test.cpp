@@ -5,9 +5,12 @@
 // alias, a forced algorithm, a nonblocking all-reduce still running on the communicator, and a
 // freed communicator whose handle MPI hands out again (the ASan build runs this too: a stale
 // state pointer would be a use after free). Prints "N passed, M failed"; exits 77 (skipped)
-// when auto picks no `mpi` for 8 bytes on three fresh communicators (its probe decides).
+// when auto picks no `mpi` for 8 bytes on three fresh communicators (its probe decides). With
+// --pmpi the same through MPI_Allreduce / MPI_Iallreduce, for a run with libskipring_pmpi.so
+// preloaded (the drop-in tries the front path before its own checks; errors return, as the
+// communicators' error handler is MPI_ERRORS_RETURN).
 //
-//   mpirun -np 2 mpi_fast_path_test
+//   mpirun -np 2 mpi_fast_path_test [--pmpi]
 #include <mpi.h>
 #include <skipring/skipring.h>
 
@@ -21,6 +24,11 @@
 
 namespace {
 using mpitest::check;
+
+// skipring's C API, or (--pmpi) the MPI functions the preloaded drop-in defines.
+int (*g_allreduce)(const void*, void*, int, MPI_Datatype, MPI_Op, MPI_Comm) = skipring_allreduce;
+int (*g_iallreduce)(const void*, void*, int, MPI_Datatype, MPI_Op, MPI_Comm,
+                    MPI_Request*) = skipring_iallreduce;
 using mpitest::g_rank;
 using mpitest::g_size;
 
@@ -42,7 +50,7 @@ double expected(int k) { return g_size * (g_size - 1) / 2.0 + static_cast<double
 // One all-reduce of one double through the C API; its result checked.
 void sum_one(MPI_Comm comm, int k, const std::string& what) {
   double in = g_rank + k, out = -1;
-  const int rc = skipring_allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
+  const int rc = g_allreduce(&in, &out, 1, MPI_DOUBLE, MPI_SUM, comm);
   check(rc == MPI_SUCCESS, what + ": rc " + std::to_string(rc));
   check(out == expected(k), what + ": got " + std::to_string(out));
 }
@@ -52,6 +60,7 @@ MPI_Comm comm_with_mpi_row() {
   for (int attempt = 0; attempt < 3; ++attempt) {
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     for (int k = 0; k < 4; ++k) sum_one(comm, k, "warm-up");
     int mine = algo_of(comm) == "mpi" ? 1 : 0, all = 0;
     mpitest::allreduce(&mine, &all, 1, MPI_INT, MPI_MIN);
@@ -64,6 +73,12 @@ MPI_Comm comm_with_mpi_row() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--pmpi") {
+      g_allreduce = MPI_Allreduce;
+      g_iallreduce = MPI_Iallreduce;
+    }
+  }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -84,7 +99,7 @@ int main(int argc, char** argv) {
 
   // In place, then the out-of-place entry again.
   double io = g_rank + 7;
-  check(skipring_allreduce(MPI_IN_PLACE, &io, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS &&
+  check(g_allreduce(MPI_IN_PLACE, &io, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_SUCCESS &&
             io == expected(7),
         "in place: got " + std::to_string(io));
   sum_one(comm, 8, "after in place");
@@ -104,7 +119,7 @@ int main(int argc, char** argv) {
                             {buf, MPI_IN_PLACE, "recvbuf MPI_IN_PLACE"},
                             {buf, nullptr, "recvbuf NULL"}};
   for (const BadBuffers& b : bad) {
-    check(skipring_allreduce(b.send, b.recv, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
+    check(g_allreduce(b.send, b.recv, 1, MPI_DOUBLE, MPI_SUM, comm) == MPI_ERR_BUFFER,
           std::string(b.what) + ": not MPI_ERR_BUFFER");
   }
   sum_one(comm, 9, "after the buffer errors");
@@ -123,8 +138,8 @@ int main(int argc, char** argv) {
   if (provided == MPI_THREAD_MULTIPLE) {
     std::vector<double> big(1 << 17, g_rank + 1.0), big_out(big.size(), 0);
     MPI_Request req = MPI_REQUEST_NULL;
-    check(skipring_iallreduce(big.data(), big_out.data(), static_cast<int>(big.size()), MPI_DOUBLE,
-                              MPI_SUM, comm, &req) == MPI_SUCCESS,
+    check(g_iallreduce(big.data(), big_out.data(), static_cast<int>(big.size()), MPI_DOUBLE,
+                       MPI_SUM, comm, &req) == MPI_SUCCESS,
           "iallreduce started");
     sum_one(comm, 12, "blocking behind a nonblocking call");
     check(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS, "iallreduce waited for");
@@ -140,6 +155,7 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&comm);
   MPI_Comm again;
   MPI_Comm_dup(MPI_COMM_WORLD, &again);
+  MPI_Comm_set_errhandler(again, MPI_ERRORS_RETURN);
   skipring_totals_t t0{}, t1{};
   skipring_get_totals(&t0);
   for (int k = 14; k < 20; ++k) sum_one(again, k, "new communicator " + std::to_string(k));
