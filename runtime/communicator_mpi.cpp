@@ -139,8 +139,8 @@ Status Communicator::measure_mpi_offsets() {
   // Per probe size the fastest block of back-to-back calls of each (noise only lengthens a run),
   // summed over the ranks before the difference: a rank that leaves a collective early waits in
   // the next one, which moves time between ranks but not out of the sum (measure_engine_sigma's
-  // reasoning). The probe sequence numbers are no real
-  // collective's; the closing all-reduce and barrier end it on every rank together.
+  // reasoning). The probe sequence numbers are no real collective's; the closing all-reduce and
+  // barrier end it on every rank together.
   constexpr int k = CostParams::kMpiProbes;
   constexpr uint32_t kProbeSeq = 0xffffe000u;
   // The recursive doubling is timed as a call runs it: through allreduce() (SKIPRING_ALGO=rd
