@@ -7,7 +7,6 @@
 #include "runtime/api_device.h"
 #include "runtime/api_front.h"
 #include "runtime/log.h"
-#include "runtime/memtype.h"
 
 namespace skipring::api {
 namespace {
@@ -63,9 +62,7 @@ inline int front_path(const void* sendbuf, void* recvbuf, int count, MPI_Datatyp
       g_finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
       recvbuf == nullptr || sendbuf == nullptr || aliased(sendbuf, recvbuf, count) ||
       (sendbuf != MPI_IN_PLACE && overlapping(sendbuf, recvbuf, f.bytes)) ||
-      (!g_memory_host_only.load(std::memory_order_acquire) &&
-       device_buffers({sendbuf, recvbuf}) != 0) ||
-      !f.c->mpi_choice_holds(f.bytes)) {
+      device_buffers({sendbuf, recvbuf}) != 0 || !f.c->mpi_choice_holds(f.bytes)) {
     return -1;
   }
   const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, f.mpi_dt, f.mpi_op, comm);
@@ -114,18 +111,14 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     // all-reduce on shared memory). Errors are the MPI library's, raised on comm's handler.
     // skipring's own (fixed-width) type and op, as the `mpi` row's slow path: Open MPI 4.1.4
     // reduces MPI_UNSIGNED_LONG with MIN/MAX as signed.
-    const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mpi_datatype(dt), mpi_op(rop), comm);
+    const MPI_Datatype mdt = mpi_datatype(dt);
+    const MPI_Op mop = mpi_op(rop);
+    const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mdt, mop, comm);
     if (rc != MPI_SUCCESS) return rc;
     if (count > 0) {
-      t_fast = FastEntry{comm,
-                         datatype,
-                         op,
-                         count,
-                         g_comm_generation.load(std::memory_order_acquire),
-                         c,
-                         bytes,
-                         mpi_datatype(dt),
-                         mpi_op(rop)};
+      t_fast =
+          FastEntry{comm, datatype, op,  count, g_comm_generation.load(std::memory_order_acquire),
+                    c,    bytes,    mdt, mop};
     }
     // Counted on the communicator (no locked instruction; the totals add them up), not timed,
     // not traced (no steps).
