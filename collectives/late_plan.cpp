@@ -11,7 +11,7 @@
 namespace skipring {
 
 std::string LatePlan::to_string() const {
-  if (!late_path) return "no late path";
+  if (!late_path) return rested ? "no late path (the census rests)" : "no late path";
   return fmt::format(
       "late path: census wait {:.1f} us (suspects {:.1f} us), segment {} B, {} in flight",
       wait_s * 1e6, wait_suspect_s * 1e6, segment_bytes, inflight);
@@ -32,6 +32,20 @@ std::vector<double> suspects_seen(const std::vector<double>& seen,
   return out;
 }
 
+void CensusBackoff::after_census(bool taken_out) {
+  if (taken_out) {
+    quiet = 0;
+    rest = 0;
+    return;
+  }
+  quiet = std::min<uint32_t>(quiet + 1, 32);
+  rest = std::min<uint32_t>(kCensusRestMax, 1u << std::min<uint32_t>(quiet - 1, 31));
+}
+
+void CensusBackoff::after_rest() {
+  if (rest > 0) --rest;
+}
+
 LatePlan plan_late_path(const LatePlanInput& in) {
   LatePlan plan;
   if (!in.skip || !in.skipring || in.n < 2) return plan;
@@ -45,6 +59,10 @@ LatePlan plan_late_path(const LatePlanInput& in) {
     if (in.n < 3 || in.hosts <= 1 || in.bytes < kLateChainMinBytes) return plan;
     if (!std::isfinite(in.ring_model_s) ||
         in.census_s > kLateChainMaxCensusShare * in.ring_model_s) {
+      return plan;
+    }
+    if (in.census_rest > 0) {
+      plan.rested = true;
       return plan;
     }
   }

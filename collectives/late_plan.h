@@ -33,6 +33,9 @@ struct LatePlanInput {
   // The suspects' floor: SKIPRING_SKIP_MIN_WAIT_US as configured, without the oversubscription
   // raise that skip_floor_s may carry (kLateWaitSuspectShare below says why).
   double suspect_floor_s = 0;
+  // Calls the census still rests (CensusBackoff::rest): in auto, a call that would run behind
+  // the census runs skip-ahead's ring alone while this is above 0.
+  uint32_t census_rest = 0;
 };
 
 struct LatePlan {
@@ -41,6 +44,7 @@ struct LatePlan {
   double wait_suspect_s = 0;  // RingParams::late_wait_suspect_s (<= wait_s)
   size_t segment_bytes = 0;   // RingParams::late_segment_bytes
   int inflight = 1;           // RingParams::late_inflight
+  bool rested = false;        // auto would have run the census, but it rests (CensusBackoff)
   std::string to_string() const;
 };
 
@@ -71,6 +75,26 @@ double late_wait_share(int n);
 constexpr double kLateWaitSuspectShare = 0.02;
 
 LatePlan plan_late_path(const LatePlanInput& in);
+
+// The census rests while nobody is taken out (SKIPRING_LATE_CHAIN=auto). A census that keeps
+// every rank in costs its two header hops and the ring's head start (the healthy ranks' steps
+// that do not depend on a late rank) and buys nothing: over TCP (4 emulated hosts, 1 Gbit/s) 1.5 %
+// with no straggler and 4-5 % for a 4 MiB call whose rank comes 5-10 ms late (within the wait),
+// where skip-ahead's ring alone is 0.99-1.02x the plain ring. Only a census that takes a rank
+// out pays (0.8x the ring from 20 ms at 4 MiB; skip-ahead's ring alone gains nothing there). So
+// after each census that takes nobody out the next calls run skip-ahead's ring alone, 1, 2, 4,
+// then kCensusRestMax calls in a row (a straggler that appears is taken out within that many
+// calls); a census that takes a rank out resets it: the census runs at every call while ranks
+// keep coming later than its wait. Counted from the decisions, so the same on every rank.
+constexpr uint32_t kCensusRestMax = 8;
+struct CensusBackoff {
+  uint32_t quiet = 0;  // censuses in a row that took nobody out
+  uint32_t rest = 0;   // calls left before the next census
+  // A census decided (`taken_out`: its E was not empty).
+  void after_census(bool taken_out);
+  // A call that the plan rested (LatePlan::rested).
+  void after_rest();
+};
 
 // Who counts as a suspect: a rank the census took out in each of the last kSuspectStreak calls
 // (`streak`: consecutive decisions that took it out, from the decisions, the same on every rank).

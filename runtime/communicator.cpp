@@ -174,7 +174,7 @@ Status Communicator::engine_allreduce(Algo algo, size_t bytes, size_t seg_bytes)
       call_word(params_.count, static_cast<int>(params_.dtype), static_cast<int>(params_.op)));
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
-  remember_allreduce(algo, bytes, seg_bytes, chain_core);
+  remember_allreduce(algo, bytes, seg_bytes, chain_core, plan.rested);
   return Status::kOk;
 }
 

@@ -113,6 +113,9 @@ struct StragglerMemory {
   // late_my_wait_s, sent only to the same coordinator).
   double late_my_wait_s = -1;
   int late_wait_coord = -1;
+  // Late chain: when the next census runs (late_plan.h: the census rests while nobody is taken
+  // out; from the decisions, the same on every rank).
+  CensusBackoff census;
 };
 
 class Communicator {
@@ -263,9 +266,10 @@ class Communicator {
   Status agree_stragglers();
   void observe_lateness(Algo algo, size_t bytes, bool skipped);
   // After a successful engine all-reduce: the late chain's memory, the lateness observation
-  // and the skip threshold's step times (chain: the late chain's core, when it ran).
+  // and the skip threshold's step times (chain: the late chain's core, when it ran; rested: the
+  // plan rested the census, LatePlan::rested).
   void remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
-                          const LateChainAllreduce* chain);
+                          const LateChainAllreduce* chain, bool rested);
 
   // --- The all-reduce (communicator.cpp) ---
   // The ring's segments and lead-in for this call (params_); returns the piece size.

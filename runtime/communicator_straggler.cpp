@@ -132,8 +132,9 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
 }
 
 void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
-                                      const LateChainAllreduce* chain) {
+                                      const LateChainAllreduce* chain, bool rested) {
   StragglerMemory& m = straggler_;
+  if (rested) m.census.after_rest();
   if (chain != nullptr) {
     // The memory for the next census: the coordinator's measurements, or what the decision
     // says (who was taken out), and who coordinates next (the decision's, on every rank).
@@ -152,6 +153,7 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       std::vector<uint32_t> streak(static_cast<size_t>(size_), 0);
       for (int r : chain->excluded()) streak[r] = m.late_streak[r] + 1;
       m.late_streak = std::move(streak);
+      m.census.after_census(!chain->excluded().empty());
     }
     if (last_stats_.late_excluded == 0) {
       // The coordinator (the only rank whose waits count) times from the last arrival: a rank

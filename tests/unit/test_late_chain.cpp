@@ -144,6 +144,55 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_FALSE(plan_late_path(in).late_path);
 }
 
+// The census rests after censuses that took nobody out: 1, 2, 4, then kCensusRestMax calls;
+// one that takes a rank out brings it back at every call. Only auto rests; a forced census
+// (SKIPRING_LATE_CHAIN=1) runs at every call.
+TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
+  CensusBackoff b;
+  LatePlanInput in = plan_input();
+  // Drive the plan through a sequence of calls: each census's outcome from `taken_out`.
+  const auto run = [&](const std::vector<bool>& taken_out) {
+    std::string trace;  // C: the census ran, r: it rested
+    size_t next = 0;
+    while (next < taken_out.size()) {
+      in.census_rest = b.rest;
+      const LatePlan p = plan_late_path(in);
+      EXPECT_NE(p.late_path, p.rested);
+      if (p.rested) {
+        trace += 'r';
+        b.after_rest();
+      } else {
+        trace += 'C';
+        b.after_census(taken_out[next++]);
+      }
+    }
+    return trace;
+  };
+  EXPECT_EQ(run({false, false, false, false, false, false}),
+            "CrCrrCrrrrCrrrrrrrrCrrrrrrrrC");
+  static_assert(kCensusRestMax == 8, "the trace above spells out 8");
+  // A rank taken out: the census at every call again, and the rests start over.
+  EXPECT_EQ(run({true, true, false, true, false, false}), "rrrrrrrrCCCrCCrC");
+  EXPECT_EQ(b.quiet, 2u);
+  EXPECT_EQ(b.rest, 2u);
+  // Resting says so; forced, and where auto would not run the census anyway, it does not rest.
+  in.census_rest = 3;
+  EXPECT_EQ(plan_late_path(in).to_string(), "no late path (the census rests)");
+  in.late_chain = 1;
+  EXPECT_TRUE(plan_late_path(in).late_path);
+  EXPECT_FALSE(plan_late_path(in).rested);
+  in.late_chain = -1;
+  in.hosts = 1;
+  EXPECT_FALSE(plan_late_path(in).rested);
+  EXPECT_EQ(plan_late_path(in).to_string(), "no late path");
+  // after_rest never wraps below 0; quiet saturates.
+  CensusBackoff c;
+  c.after_rest();
+  EXPECT_EQ(c.rest, 0u);
+  for (int i = 0; i < 100; ++i) c.after_census(false);
+  EXPECT_EQ(c.rest, kCensusRestMax);
+}
+
 // Suspects: only ranks taken out by the last two decisions keep their lateness.
 TEST(LatePlan, SuspectsNeedTwoExclusionsInARow) {
   const std::vector<double> seen = {0.0, 0.03, 0.02, 0.0005};
