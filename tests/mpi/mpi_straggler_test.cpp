@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     expect_routed = expect_routed || a == "--expect-routed";
     expect_excluded = expect_excluded || a == "--expect-excluded";
     if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    if (a == "--count" && i + 1 < argc) count = std::strtoul(argv[++i], nullptr, 10);
   }
   std::vector<int64_t> in(count), out(count), ref(count);
   std::vector<float> fin(count), fout(count), fref(count);
