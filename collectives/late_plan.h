@@ -82,10 +82,14 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // with no straggler and 4-5 % for a 4 MiB call whose rank comes 5-10 ms late (within the wait),
 // where skip-ahead's ring alone is 0.99-1.02x the plain ring. Only a census that takes a rank
 // out pays (0.8x the ring from 20 ms at 4 MiB; skip-ahead's ring alone gains nothing there). So
-// after each census that takes nobody out the next calls run skip-ahead's ring alone, 1, 2, 4,
-// then kCensusRestMax calls in a row (a straggler that appears is taken out within that many
-// calls); a census that takes a rank out resets it: the census runs at every call while ranks
-// keep coming later than its wait. Counted from the decisions, so the same on every rank.
+// from the second census in a row that takes nobody out, the next calls run skip-ahead's ring
+// alone, 1, 2, 4, then kCensusRestMax calls in a row (a straggler that appears is taken out
+// within that many calls); a census that takes a rank out resets it: the census runs at every
+// call while ranks keep coming later than its wait. One quiet census is not enough: a program's
+// first call is often a warm-up that nobody is late for (skipring_bench's check call: resting
+// after it left a rank late at every call to skip-ahead's ring alone in the first timed call,
+// and the census's suspects' short wait came one call later). Counted from the decisions, so the
+// same on every rank.
 constexpr uint32_t kCensusRestMax = 8;
 struct CensusBackoff {
   uint32_t quiet = 0;  // censuses in a row that took nobody out
