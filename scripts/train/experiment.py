@@ -64,6 +64,8 @@ VARIANTS = {
     "mpi": {"preload": False, "env": {}},
     "skipring": {"preload": True, "env": {"SKIPRING_ALGO": "skipring"}},
     "skip-aware0": {"preload": True, "env": {"SKIPRING_AUTO_STRAGGLER": "0"}},
+    # the census at every call (no rests; late_plan.h: CensusBackoff), for an A/B of the rests
+    "skip-census": {"preload": True, "env": {"SKIPRING_LATE_CHAIN": "1"}},
 }
 # bucket_late.py variants: (label, preload, env)
 LATE_VARIANTS = [
@@ -289,7 +291,7 @@ def plot(rows_curves, scenarios, path):
     nrows = (len(keys) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3.2 * nrows), squeeze=False)
     colors = {"skip": "tab:blue", "ring": "tab:orange", "mpi": "tab:green",
-              "skipring": "tab:purple", "skip-aware0": "tab:red"}
+              "skipring": "tab:purple", "skip-aware0": "tab:red", "skip-census": "tab:brown"}
     for ax, (fw, sc) in zip(axes.ravel(), keys):
         seen = set()
         for r in sorted({(x["variant"], x["rep"]) for x in rows_curves
