@@ -39,7 +39,10 @@ void CensusBackoff::after_census(bool taken_out) {
     return;
   }
   quiet = std::min<uint32_t>(quiet + 1, 32);
-  rest = quiet < 2 ? 0 : std::min<uint32_t>(kCensusRestMax, 1u << std::min<uint32_t>(quiet - 2, 31));
+  rest = quiet < kCensusQuietBeforeRest
+             ? 0
+             : std::min<uint32_t>(kCensusRestMax,
+                                  1u << std::min<uint32_t>(quiet - kCensusQuietBeforeRest, 31));
 }
 
 void CensusBackoff::after_rest() {

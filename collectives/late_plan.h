@@ -90,6 +90,7 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // after it left a rank late at every call to skip-ahead's ring alone in the first timed call,
 // and the census's suspects' short wait came one call later). Counted from the decisions, so the
 // same on every rank.
+constexpr uint32_t kCensusQuietBeforeRest = 4;
 constexpr uint32_t kCensusRestMax = 8;
 struct CensusBackoff {
   uint32_t quiet = 0;  // censuses in a row that took nobody out

@@ -168,11 +168,13 @@ TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
     }
     return trace;
   };
-  EXPECT_EQ(run({false, false, false, false, false, false}), "CCrCrrCrrrrCrrrrrrrrC");
+  EXPECT_EQ(run({false, false, false, false, false, false, false, false}),
+            "CCCCrCrrCrrrrCrrrrrrrrC");
+  static_assert(kCensusQuietBeforeRest == 4, "the trace above spells out 4");
   static_assert(kCensusRestMax == 8, "the trace above spells out 8");
   // A rank taken out: the census at every call again, and the rests start over.
-  EXPECT_EQ(run({true, true, false, true, false, false}), "rrrrrrrrCCCCCC");
-  EXPECT_EQ(b.quiet, 2u);
+  EXPECT_EQ(run({true, true, false, true, false, false, false, false}), "rrrrrrrrCCCCCCCC");
+  EXPECT_EQ(b.quiet, 4u);
   EXPECT_EQ(b.rest, 1u);
   // Resting says so; forced, and where auto would not run the census anyway, it does not rest.
   in.census_rest = 3;
