@@ -83,16 +83,12 @@ ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' "$@" || status
 # training clients' wrapping, configuration agreement and validation, versions and bench
 # tables), which the pass above ran; the PyTorch backend's tests (the same C API calls as the
 # mpi tests, 4-5 ranks of Python each: about 1 min of this pass); and the larger repeats of one
-# program at another rank count, as in the MPICH tier (issue 41: about 1.5 min); the census's
-# rests (mpi_late_census_*: auto plans the late path from the cost model, and over UCX on one
-# machine the engine's measured per-message cost, ~30 us, puts the census above 1 % of the
-# ring's modelled time, so auto never runs it there; the forced late-path tests do run).
+# program at another rank count, as in the MPICH tier (issue 41: about 1.5 min).
 part "mpi tier over UCX"
 if grep -q '^UCX_FOUND:INTERNAL=1' "$build_dir/CMakeCache.txt"; then
   ucx_exclude='^(pmpi_|train_|torch_|release_|auto_straggler_|mpi_agreement_|mpi_bad_'
   ucx_exclude+='|mpi_allreduce_np8|mpi_allreduce_ring_only_np8|mpi_allreduce_multitree_graph_np8'
-  ucx_exclude+='|mpi_allreduce_hier_unequal_np6|mpi_allreduce_rd_np5|mpi_allreduce_rabenseifner_np5'
-  ucx_exclude+='|mpi_late_census_)'
+  ucx_exclude+='|mpi_allreduce_hier_unequal_np6|mpi_allreduce_rd_np5|mpi_allreduce_rabenseifner_np5)'
   SKIPRING_TRANSPORT=ucx ctest --test-dir "$build_dir" --output-on-failure -j 1 -L '^mpi$' \
     -E "$ucx_exclude" "$@" || status=$?
 fi
