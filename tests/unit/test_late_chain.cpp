@@ -145,8 +145,8 @@ TEST(LatePlan, WhereItRuns) {
 }
 
 // The census rests from the second census in a row that took nobody out: 1, 2, 4, then
-// kCensusRestMax calls; one that takes a rank out brings it back at every call. Only auto rests; a forced census
-// (SKIPRING_LATE_CHAIN=1) runs at every call.
+// kCensusRestMax calls; one that takes a rank out brings it back at every call. Only auto rests; a
+// forced census (SKIPRING_LATE_CHAIN=1) runs at every call.
 TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
   CensusBackoff b;
   LatePlanInput in = plan_input();
