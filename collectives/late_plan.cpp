@@ -38,11 +38,11 @@ void CensusBackoff::after_census(bool taken_out) {
     rest = 0;
     return;
   }
-  quiet = std::min<uint32_t>(quiet + 1, 32);
+  // quiet saturates, so the shift stays far below 32.
+  quiet = std::min<uint32_t>(quiet + 1, 16);
   rest = quiet < kCensusQuietBeforeRest
              ? 0
-             : std::min<uint32_t>(kCensusRestMax,
-                                  1u << std::min<uint32_t>(quiet - kCensusQuietBeforeRest, 31));
+             : std::min<uint32_t>(kCensusRestMax, 1u << (quiet - kCensusQuietBeforeRest));
 }
 
 void CensusBackoff::after_rest() {

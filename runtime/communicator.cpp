@@ -123,8 +123,8 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     const int coord = late_coordinator(p);
     p.late_my_wait_s = straggler_.late_wait_coord == coord ? straggler_.late_my_wait_s : -1;
     p.late_wait_suspect_s = plan->wait_suspect_s;
-    SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan->to_string());
-  } else if (plan->rested) {
+  }
+  if (plan->late_path || plan->rested) {
     SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan->to_string());
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,

@@ -144,7 +144,7 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_FALSE(plan_late_path(in).late_path);
 }
 
-// The census rests from the second census in a row that took nobody out: 1, 2, 4, then
+// The census rests from the fourth census in a row that took nobody out: 1, 2, 4, then
 // kCensusRestMax calls; one that takes a rank out brings it back at every call. Only auto rests; a
 // forced census (SKIPRING_LATE_CHAIN=1) runs at every call.
 TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
