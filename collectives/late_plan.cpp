@@ -11,7 +11,8 @@
 namespace skipring {
 
 std::string LatePlan::to_string() const {
-  if (!late_path) return rested ? "no late path (the census rests)" : "no late path";
+  if (!late_path)
+    return rested ? "no late path (the census rests: the plain ring)" : "no late path";
   return fmt::format(
       "late path: census wait {:.1f} us (suspects {:.1f} us), segment {} B, {} in flight",
       wait_s * 1e6, wait_suspect_s * 1e6, segment_bytes, inflight);

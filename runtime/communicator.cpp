@@ -113,6 +113,8 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
   // (collectives/late_plan.h) and the coordinator's memory: every rank decides alike.
   // Only skip-ahead's ring can take the late path: other calls fill no plan input.
   *plan = p.skip && algo == Algo::kSkipRing ? plan_late(algo, bytes) : LatePlan{};
+  // A call the census rests runs the plain ring (late_plan.h: CensusBackoff says why).
+  if (plan->rested) p.skip = false;
   if (plan->late_path) {
     p.late_segment_bytes = plan->segment_bytes;
     p.late_inflight = plan->inflight;

@@ -116,6 +116,14 @@ void add_mode_options(CLI::App& app, Options& opts, RawOptions& raw) {
   auto* late_ms = app.add_option("--late-ms", opts.late_ms, "how late --late-rank arrives, in ms")
                       ->check(CLI::Range(0.0, 3.6e6))
                       ->type_name("MS");
+  auto* every =
+      app.add_option("--late-every", opts.late_every,
+                     "straggler mode: --late-rank is late at one iteration in K; before each timed "
+                     "(late) iteration every variant runs K-1 untimed calls nobody is late for "
+                     "(a straggler after a quiet spell; needs --late-rank)")
+          ->check(CLI::Range(1, 1000))
+          ->type_name("K");
+  every->needs(raw.late_rank);
   raw.late_rank->needs(late_ms);
   late_ms->needs(raw.late_rank);
   auto* overhead = app.add_flag("--overhead", opts.overhead,

@@ -40,6 +40,7 @@ struct Options {
   std::string inject;  // --inject spec, passed to skipring_set_inject
   int late_rank = -1;  // --late-rank; -1: nobody arrives late
   double late_ms = 0;  // --late-ms
+  int late_every = 1;  // --late-every: the late rank is late at one call in this many
   bool overhead = false;
   int back_to_back = 1;  // --back-to-back: calls per timed iteration
   // --algo: algorithms to run per size (skipring_set_algo), in order; empty: SKIPRING_ALGO.

@@ -31,9 +31,14 @@ std::vector<std::string> interleaved_preamble(const Context& ctx) {
   if (o.straggler) {
     lines.push_back(
         o.late_rank >= 0
-            ? fmt::format(" late arrival: rank {} sleeps {} ms after the barrier before every call "
+            ? fmt::format(" late arrival: rank {} sleeps {} ms after the barrier before {} "
                           "(all variants; emulated by the benchmark)",
-                          o.late_rank, o.late_ms)
+                          o.late_rank, o.late_ms,
+                          o.late_every > 1
+                              ? fmt::format("every timed call, each after {} untimed calls "
+                                            "nobody is late for (--late-every {})",
+                                            o.late_every - 1, o.late_every)
+                              : std::string("every call"))
             : std::string(" late arrival: none (no --late-rank)"));
     if (o.inject_given) {
       lines.push_back(

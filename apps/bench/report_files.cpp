@@ -55,6 +55,7 @@ Json Report::interleaved_json(const InterleavedRow& row) const {
   j["iters"] = opts_.iters;
   j["late_rank"] = opts_.late_rank >= 0 ? Json(opts_.late_rank) : Json(nullptr);
   j["late_ms"] = opts_.late_rank >= 0 ? Json(opts_.late_ms) : Json(nullptr);
+  j["late_every"] = opts_.late_every;
   j["inject"] = opts_.inject_given ? Json(opts_.inject) : Json(nullptr);
   auto finite = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
   for (const Variant v : opts_.variants) {

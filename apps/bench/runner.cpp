@@ -376,7 +376,11 @@ class InterleavedRun {
     // SKIPRING_ALGO=auto would pick for this size.
     agree_on_error(ctx_, skipring_set_algo("skipring"), Impl::kSkipring, "skipring_set_algo");
     for (int it = -ctx_.opts.warmup; it < ctx_.opts.iters; ++it) {
-      for (size_t v = 0; v < ctx_.opts.variants.size(); ++v) call(v, it);
+      // --late-every K: K - 1 quiet calls of every variant before each late one.
+      for (int q = 1; q < ctx_.opts.late_every; ++q) {
+        for (size_t v = 0; v < ctx_.opts.variants.size(); ++v) call(v, it, true);
+      }
+      for (size_t v = 0; v < ctx_.opts.variants.size(); ++v) call(v, it, false);
     }
     const InterleavedTotals sum = reduce_tallies(ctx_, tally_);
     std::vector<VariantResult> results;
@@ -387,11 +391,12 @@ class InterleavedRun {
   }
 
  private:
-  // Variant v's call in iteration it (a warm-up when negative).
-  void call(size_t v, int it) {
+  // Variant v's call in iteration it (a warm-up when negative); `quiet`: one of --late-every's
+  // untimed calls nobody is late for.
+  void call(size_t v, int it, bool quiet) {
     T* send = ctx_.send.as<T>();
     T* recv = ctx_.recv.as<T>();
-    const bool timed = it >= 0;
+    const bool timed = it >= 0 && !quiet;
     const Variant variant = ctx_.opts.variants[v];
     const Impl impl = variant == Variant::kMpi ? Impl::kMpi : Impl::kSkipring;
     if (ctx_.opts.check) std::fill(recv, recv + count_, Pattern<T>::poison(it + ctx_.opts.warmup));
@@ -401,7 +406,7 @@ class InterleavedRun {
                      "skipring_set_skip");
     }
     check_mpi(MPI_Barrier(ctx_.comm), "MPI_Barrier");
-    if (ctx_.rank == ctx_.opts.late_rank && ctx_.opts.late_ms > 0) {
+    if (!quiet && ctx_.rank == ctx_.opts.late_rank && ctx_.opts.late_ms > 0) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ctx_.opts.late_ms));
     }
     const int n = static_cast<int>(count_);

@@ -178,7 +178,7 @@ TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
   EXPECT_EQ(b.rest, 1u);
   // Resting says so; forced, and where auto would not run the census anyway, it does not rest.
   in.census_rest = 3;
-  EXPECT_EQ(plan_late_path(in).to_string(), "no late path (the census rests)");
+  EXPECT_EQ(plan_late_path(in).to_string(), "no late path (the census rests: the plain ring)");
   in.late_chain = 1;
   EXPECT_TRUE(plan_late_path(in).late_path);
   EXPECT_FALSE(plan_late_path(in).rested);
