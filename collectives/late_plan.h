@@ -88,9 +88,9 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // the plain ring, 1, 2, 4, then kCensusRestMax calls in a row (a straggler that appears is taken
 // out within that many calls); a census that takes a rank out resets it: the census runs at
 // every call while ranks keep coming later than its wait. The plain ring, not skip-ahead's ring:
-// over TCP skip-ahead's ring alone gains nothing at any lateness and loses once it skips (a rank
-// 200 ms late after nine quiet calls, 4 MiB: 1.06x the plain ring with 27 skips; 16 MiB 80-200
-// ms late at every call: 1.01-1.27x), so a rested call costs exactly the plain ring's time
+// over TCP skip-ahead's ring alone gains nothing measurable and loses once it skips (a rank 200
+// ms late after nine quiet calls, 4 MiB: 1.00-1.09x the plain ring with 27 skips a call; 16 MiB
+// 80-200 ms late at every call: 1.01-1.27x), so a rested call costs the plain ring's time
 // whoever comes late. Four, not one or two: a
 // straggler drawn at random every call (training with exponential lateness, mean 20 ms, on 4
 // emulated hosts: the census took it out in about 2 calls of 3) gives two quiet censuses in a
