@@ -91,14 +91,15 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // over TCP skip-ahead's ring alone gains nothing measurable and loses once it skips (a rank 200
 // ms late after nine quiet calls, 4 MiB: 1.00-1.09x the plain ring with 27 skips a call; 16 MiB
 // 80-200 ms late at every call: 1.01-1.27x), so a rested call costs the plain ring's time
-// whoever comes late. Four, not one or two: a
-// straggler drawn at random every call (training with exponential lateness, mean 20 ms, on 4
-// emulated hosts: the census took it out in about 2 calls of 3) gives two quiet censuses in a
-// row often, and resting from the second cost that training more than the census (paired per
-// step against a census at every call: +5 ms at 0-10 ms of lateness against +2, -0.5..-4.3 ms
-// at 15-45 ms against -5.7..-7.1); from the fourth it is even with it (epoch 4.87 against
-// 4.86 s). And a program's first call is often a warm-up nobody is late for. Counted from the
-// decisions, so the same on every rank.
+// whoever comes late (under SimGrid, where the census is nearly free, the rests cost a training
+// loop 2-4 % of its communication: docs/experiments.md). Four, not one or two: a straggler
+// drawn at random every call (training with exponential lateness, mean 20 ms, on 4 emulated
+// hosts: the census took it out in about 2 calls of 3) gives two quiet censuses in a row often,
+// and resting from the second cost that training more than the census (paired per step against
+// a census at every call: +5 ms at 0-10 ms of lateness against +2, -0.5..-4.3 ms at 15-45 ms
+// against -5.7..-7.1); from the fourth it is even with it (epoch 4.87 against 4.86 s). And a
+// program's first call is often a warm-up nobody is late for. Counted from the decisions, so
+// the same on every rank.
 constexpr uint32_t kCensusQuietBeforeRest = 4;
 constexpr uint32_t kCensusRestMax = 8;
 struct CensusBackoff {
