@@ -422,7 +422,10 @@ class InterleavedRun {
       if (rc == MPI_SUCCESS && ctx_.opts.check) check_output(v);
     }
     agree_on_error(ctx_, rc, impl,
-                   fmt::format("{}, {}{}", what_, variant_name(variant), timed ? "" : ", warm-up"));
+                   fmt::format("{}, {}{}", what_, variant_name(variant),
+                               timed   ? ""
+                               : quiet ? ", a quiet call (--late-every)"
+                                       : ", warm-up"));
   }
 
   // Counts variant v's wrong output elements. The variants share the input: a call that
