@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "collectives/late_chain.h"
 
@@ -33,21 +34,51 @@ std::vector<double> suspects_seen(const std::vector<double>& seen,
   return out;
 }
 
+bool census_probe(uint64_t call, uint32_t shift) {
+  // One census in each window of 2^shift calls, at an offset that splitmix64's finaliser draws
+  // from the window's number: never more than 2^(shift + 1) - 1 calls between two, and no fixed
+  // period for a periodic straggler to lock onto.
+  const uint32_t s = std::clamp<uint32_t>(shift, 1, kCensusProbeShiftMax);
+  const uint64_t mask = (uint64_t{1} << s) - 1;
+  uint64_t z = (call >> s) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (call & mask) == (z & mask);
+}
+
+bool CensusBackoff::rests() const {
+  // The straggler is expected (a multiple of the period after the last take-out), or may be (a
+  // divisor of it: the probes that found the gaps may have missed late calls in between).
+  if (period > 0 &&
+      (since % period == 0 || (since > kCensusQuietBeforeRest && period % since == 0)))
+    return false;
+  if (quiet < kCensusQuietBeforeRest) return false;
+  return !census_probe(calls, std::min(kCensusProbeShiftMax, quiet - kCensusQuietBeforeRest + 1));
+}
+
 void CensusBackoff::after_census(bool taken_out) {
+  ++calls;
   if (taken_out) {
+    // A period divides every gap between take-outs: the greatest common divisor of the gaps, if
+    // it leaves room for the quiet censuses.
+    uint32_t g = 0;
+    if (taken_any && since <= kCensusPeriodMax) g = period > 0 ? std::gcd(since, period) : since;
+    period = g > kCensusQuietBeforeRest ? g : 0;
+    taken_any = true;
+    since = 1;
     quiet = 0;
-    rest = 0;
     return;
   }
-  // quiet saturates, so the shift stays far below 32.
-  quiet = std::min<uint32_t>(quiet + 1, 16);
-  rest = quiet < kCensusQuietBeforeRest
-             ? 0
-             : std::min<uint32_t>(kCensusRestMax, 1u << (quiet - kCensusQuietBeforeRest));
+  // The expected straggler did not come: forget the period.
+  if (period > 0 && since % period == 0) period = 0;
+  quiet = std::min<uint32_t>(quiet + 1, 64);
+  since = std::min<uint32_t>(since + 1, kCensusPeriodMax + 1);
 }
 
 void CensusBackoff::after_rest() {
-  if (rest > 0) --rest;
+  ++calls;
+  since = std::min<uint32_t>(since + 1, kCensusPeriodMax + 1);
 }
 
 LatePlan plan_late_path(const LatePlanInput& in) {
@@ -65,7 +96,7 @@ LatePlan plan_late_path(const LatePlanInput& in) {
         in.census_s > kLateChainMaxCensusShare * in.ring_model_s) {
       return plan;
     }
-    if (in.census_rest > 0) {
+    if (in.census_rest) {
       plan.rested = true;
       return plan;
     }

@@ -33,9 +33,9 @@ struct LatePlanInput {
   // The suspects' floor: SKIPRING_SKIP_MIN_WAIT_US as configured, without the oversubscription
   // raise that skip_floor_s may carry (kLateWaitSuspectShare below says why).
   double suspect_floor_s = 0;
-  // Calls the census still rests (CensusBackoff::rest): in auto, a call that would run behind
-  // the census runs the plain ring (no skip-ahead) while this is above 0.
-  uint32_t census_rest = 0;
+  // The census rests at this call (CensusBackoff::rests): in auto, a call that would run behind
+  // the census runs the plain ring (no skip-ahead).
+  bool census_rest = false;
 };
 
 struct LatePlan {
@@ -83,28 +83,56 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // that do not depend on a late rank) and buys nothing: over TCP (4 emulated hosts, 1 Gbit/s) 1.5 %
 // with no straggler and 4-5 % for a 4 MiB call whose rank comes 5-10 ms late (within the wait),
 // where skip-ahead's ring alone is 0.99-1.02x the plain ring. Only a census that takes a rank
-// out pays (0.8x the ring from 20 ms at 4 MiB; skip-ahead's ring alone gains nothing there). So
-// from the kCensusQuietBeforeRest-th census in a row that takes nobody out, the next calls run
-// the plain ring, 1, 2, 4, then kCensusRestMax calls in a row (a straggler that appears is taken
-// out within that many calls); a census that takes a rank out resets it: the census runs at
-// every call while ranks keep coming later than its wait. The plain ring, not skip-ahead's ring:
-// over TCP skip-ahead's ring alone gains nothing measurable and loses once it skips (a rank 200
-// ms late after nine quiet calls, 4 MiB: 1.00-1.09x the plain ring with 27 skips a call; 16 MiB
-// 80-200 ms late at every call: 1.01-1.27x), so a rested call costs the plain ring's time
-// whoever comes late (under SimGrid, where the census is nearly free, the rests cost a training
-// loop 2-4 % of its communication: docs/experiments.md). Four, not one or two: a straggler
-// drawn at random every call (training with exponential lateness, mean 20 ms, on 4 emulated
-// hosts: the census took it out in about 2 calls of 3) gives two quiet censuses in a row often,
-// and resting from the second cost that training more than the census (paired per step against
-// a census at every call: +5 ms at 0-10 ms of lateness against +2, -0.5..-4.3 ms at 15-45 ms
-// against -5.7..-7.1); from the fourth it is even with it (epoch 4.87 against 4.86 s). And a
-// program's first call is often a warm-up nobody is late for. Counted from the decisions, so
-// the same on every rank.
+// out pays (0.8x the ring from 20 ms at 4 MiB; skip-ahead's ring alone gains nothing there).
+// A rested call runs the plain ring, not skip-ahead's ring: over TCP skip-ahead's ring alone
+// gains nothing measurable and loses once it skips (a rank 200 ms late after nine quiet calls,
+// 4 MiB: 1.00-1.09x the plain ring with 27 skips a call; 16 MiB 80-200 ms late at every call:
+// 1.01-1.27x), so a rested call costs the plain ring's time whoever comes late (under SimGrid,
+// where the census is nearly free, the rests cost a training loop 2-4 % of its communication:
+// docs/experiments.md).
+//
+// When it rests, from the decisions (so the same on every rank), call by call:
+// - From the kCensusQuietBeforeRest-th census in a row that takes nobody out, a call rests
+//   unless it is a probe: one call in each window of 2, then 4, then 8 calls
+//   (kCensusProbeShiftMax) as the quiet censuses go on, at an offset drawn from a hash of the
+//   window's number (census_probe), so a straggler that appears is taken out within a few
+//   calls. Four, not one or two: a straggler drawn at random every call (training with
+//   exponential lateness, mean 20 ms, on 4 emulated hosts: the census took it out in about 2
+//   calls of 3) gives two quiet censuses in a row often, and resting from the second cost that
+//   training more than the census (paired per step against a census at every call: +5 ms at
+//   0-10 ms of lateness against +2, -0.5..-4.3 ms at 15-45 ms against -5.7..-7.1); from the
+//   fourth it is even with it (epoch 4.87 against 4.86 s). And a program's first call is often
+//   a warm-up nobody is late for.
+// - A straggler periodic in the calls (a bucketed training loop whose rank comes late before
+//   the first of B buckets each step: B - 1 quiet calls between its late ones) must not fall in
+//   the rests at every period. The backoff keeps the greatest common divisor of the gaps (in
+//   calls) between take-outs (`period`, while above kCensusQuietBeforeRest and the gaps at most
+//   kCensusPeriodMax); a call a multiple of it after the last take-out runs the census (the
+//   straggler is expected there), and so does one a divisor of it after (the probes that found
+//   the gaps may have skipped late calls: the divisor finds the true period at once). An
+//   expected call that finds nobody late forgets the period. Probes at a drawn offset, not rests
+//   of a fixed length, because fixed rests lock onto a period: with rests of 8 calls (the rule
+//   until December 2026) a straggler every 9 calls at another phase was never taken out again.
+//   Counted over every period B from 5 to 32 and every phase (tests/unit/test_late_chain.cpp),
+//   no late call rests after the first 2000 calls.
+// - A census that takes a rank out brings it back at every call for the next four calls.
 constexpr uint32_t kCensusQuietBeforeRest = 4;
-constexpr uint32_t kCensusRestMax = 8;
+constexpr uint32_t kCensusProbeShiftMax = 3;
+constexpr uint32_t kCensusPeriodMax = 1024;
+// Whether call number `call` of a backoff at probe level `shift` (1..kCensusProbeShiftMax) runs
+// the census: a fixed hash, the same on every rank, with a chance of 2^-shift.
+bool census_probe(uint64_t call, uint32_t shift);
 struct CensusBackoff {
-  uint32_t quiet = 0;  // censuses in a row that took nobody out
-  uint32_t rest = 0;   // calls left before the next census
+  uint32_t quiet = 0;      // censuses in a row that took nobody out (saturates at 64)
+  uint64_t calls = 0;      // calls counted (census or rested): the probes' clock
+  bool taken_any = false;  // a census has taken a rank out
+  uint32_t since = 0;      // the next call's distance from the last take-out (saturates)
+  // The greatest common divisor of the gaps between take-outs since the last expected call
+  // that found nobody late, if above kCensusQuietBeforeRest (0: none): a straggler periodic in
+  // the calls.
+  uint32_t period = 0;
+  // Whether the next call rests (LatePlanInput::census_rest).
+  bool rests() const;
   // A census decided (`taken_out`: its E was not empty).
   void after_census(bool taken_out);
   // A call that the plan rested (LatePlan::rested).

@@ -62,7 +62,7 @@ LatePlan Communicator::plan_late(Algo algo, size_t bytes) const {
   li.census_s = 2 * model_.cost.inter_alpha_s + 2.0 * size_ * model_.cost.sigma_s;
   li.skip_floor_s = straggler_.skip_floor_s;
   li.suspect_floor_s = cfg_.skip_min_wait_us * 1e-6;
-  li.census_rest = straggler_.census.rest;
+  li.census_rest = straggler_.census.rests();
   if (cfg_.late_chain != 0) {  // the models only where they are read
     li.ring_model_s = algo_cost(algo, bytes, model_.topo, model_.cost, cfg_.segment_bytes);
     li.usual_s = late_usual_time_s(bytes);

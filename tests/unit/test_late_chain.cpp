@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "collectives/late_chain.h"
 #include "collectives/late_plan.h"
@@ -144,40 +145,48 @@ TEST(LatePlan, WhereItRuns) {
   EXPECT_FALSE(plan_late_path(in).late_path);
 }
 
-// The census rests from the fourth census in a row that took nobody out: 1, 2, 4, then
-// kCensusRestMax calls; one that takes a rank out brings it back at every call. Only auto rests; a
-// forced census (SKIPRING_LATE_CHAIN=1) runs at every call.
-TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
-  CensusBackoff b;
-  LatePlanInput in = plan_input();
-  // Drive the plan through a sequence of calls: each census's outcome from `taken_out`.
-  const auto run = [&](const std::vector<bool>& taken_out) {
-    std::string trace;  // C: the census ran, r: it rested
-    size_t next = 0;
-    while (next < taken_out.size()) {
-      in.census_rest = b.rest;
-      const LatePlan p = plan_late_path(in);
-      EXPECT_NE(p.late_path, p.rested);
-      if (p.rested) {
-        trace += 'r';
-        b.after_rest();
-      } else {
-        trace += 'C';
-        b.after_census(taken_out[next++]);
-      }
+// Drives a CensusBackoff through `calls` calls through plan_late_path: a rank is late (and a
+// census there takes it out) at the calls `late` says. Returns the trace: C a census that took
+// nobody out, T one that took the rank out, r a rest (the plain ring).
+template <typename Late>
+std::string census_trace(CensusBackoff& b, LatePlanInput in, int calls, Late late) {
+  std::string trace;
+  for (int c = 0; c < calls; ++c) {
+    in.census_rest = b.rests();
+    const LatePlan p = plan_late_path(in);
+    EXPECT_NE(p.late_path, p.rested);
+    if (p.rested) {
+      trace += 'r';
+      b.after_rest();
+    } else {
+      trace += late(c) ? 'T' : 'C';
+      b.after_census(late(c));
     }
-    return trace;
-  };
-  EXPECT_EQ(run({false, false, false, false, false, false, false, false}),
-            "CCCCrCrrCrrrrCrrrrrrrrC");
-  static_assert(kCensusQuietBeforeRest == 4, "the trace above spells out 4");
-  static_assert(kCensusRestMax == 8, "the trace above spells out 8");
-  // A rank taken out: the census at every call again, and the rests start over.
-  EXPECT_EQ(run({true, true, false, true, false, false, false, false}), "rrrrrrrrCCCCCCCC");
-  EXPECT_EQ(b.quiet, 4u);
-  EXPECT_EQ(b.rest, 1u);
+  }
+  return trace;
+}
+
+// The census rests from the fourth census in a row that took nobody out, but for one probe in
+// each window of 2, 4, then 8 calls (never 15 rests in a row); one that takes a rank out brings
+// it back for the next four calls. Only auto rests; a forced census (SKIPRING_LATE_CHAIN=1) runs
+// at every call.
+TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
+  static_assert(kCensusQuietBeforeRest == 4, "the traces below spell out 4");
+  CensusBackoff b;
+  const std::string quiet = census_trace(b, plan_input(), 2000, [](int) { return false; });
+  EXPECT_EQ(quiet.substr(0, 4), "CCCC");
+  EXPECT_EQ(quiet.find("rrrrrrrrrrrrrrr"), std::string::npos);
+  const auto censuses = std::count(quiet.begin(), quiet.end(), 'C');
+  EXPECT_GT(censuses, 2000 / 10);  // one in 8, drawn
+  EXPECT_LT(censuses, 2000 / 7);
+  // A rank taken out: the census at every call for four calls, then the rests again.
+  b.after_census(true);
+  const std::string back = census_trace(b, plan_input(), 12, [](int) { return false; });
+  EXPECT_EQ(back.substr(0, 4), "CCCC");
+  EXPECT_NE(back.find('r'), std::string::npos);
   // Resting says so; forced, and where auto would not run the census anyway, it does not rest.
-  in.census_rest = 3;
+  LatePlanInput in = plan_input();
+  in.census_rest = true;
   EXPECT_EQ(plan_late_path(in).to_string(), "no late path (the census rests: the plain ring)");
   in.late_chain = 1;
   EXPECT_TRUE(plan_late_path(in).late_path);
@@ -186,12 +195,64 @@ TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
   in.hosts = 1;
   EXPECT_FALSE(plan_late_path(in).rested);
   EXPECT_EQ(plan_late_path(in).to_string(), "no late path");
-  // after_rest never wraps below 0; quiet saturates.
-  CensusBackoff c;
-  c.after_rest();
-  EXPECT_EQ(c.rest, 0u);
-  for (int i = 0; i < 100; ++i) c.after_census(false);
-  EXPECT_EQ(c.rest, kCensusRestMax);
+  // Probes: one per window, at a drawn offset (not always the same).
+  std::set<int> offsets;
+  for (uint64_t w = 0; w < 64; ++w) {
+    int found = 0;
+    for (uint64_t c = 8 * w; c < 8 * w + 8; ++c) {
+      if (census_probe(c, 3)) {
+        ++found;
+        offsets.insert(static_cast<int>(c % 8));
+      }
+    }
+    EXPECT_EQ(found, 1) << "window " << w;
+  }
+  EXPECT_EQ(offsets.size(), 8u);
+}
+
+// A straggler periodic in the calls (late before the first of B buckets each step): whatever
+// the period from 5 to 32 and the phase, after 2000 calls no late call rests any more (the rule
+// before December 2026, rests of 1, 2, 4 then 8 calls, rested every other late call at B = 7
+// and nearly all from B = 8). Below 5 the quiet censuses never reach four: never a rest.
+TEST(LatePlan, CensusFindsAPeriodicStraggler) {
+  for (int period = 2; period <= 32; ++period) {
+    for (int phase = 0; phase < period; ++phase) {
+      CensusBackoff b;
+      const auto late = [&](int c) { return c >= phase && (c - phase) % period == 0; };
+      const std::string t = census_trace(b, plan_input(), 3000, late);
+      for (int c = 2000; c < 3000; ++c) {
+        if (late(c)) {
+          ASSERT_EQ(t[c], 'T') << "period " << period << ", phase " << phase;
+        }
+      }
+      if (period > static_cast<int>(kCensusQuietBeforeRest)) {
+        EXPECT_EQ(b.period, static_cast<uint32_t>(period));
+        // And from 6 the calls in between rest (not a census at every call).
+        if (period > static_cast<int>(kCensusQuietBeforeRest) + 1) {
+          EXPECT_NE(t.find('r', 2000), std::string::npos);
+        }
+      } else {
+        EXPECT_EQ(t.find('r', phase + 1), std::string::npos) << "period " << period;
+      }
+    }
+  }
+  // An expected call that finds nobody late forgets the period: the straggler stopped.
+  CensusBackoff b;
+  census_trace(b, plan_input(), 40, [](int c) { return c % 10 == 0; });
+  ASSERT_EQ(b.period, 10u);
+  const std::string after = census_trace(b, plan_input(), 30, [](int) { return false; });
+  EXPECT_EQ(after[0], 'C');  // expected at call 40, found nobody
+  EXPECT_EQ(b.period, 0u);
+  // Random stragglers (late at half the calls, drawn): the gaps' divisor falls to 4 or below
+  // soon, and at least as many late calls are taken out as censuses run on quiet ones.
+  std::mt19937 gen(7);
+  std::bernoulli_distribution coin(0.5);
+  std::vector<bool> draws(4000);
+  for (auto&& d : draws) d = coin(gen);
+  CensusBackoff r;
+  const std::string rt = census_trace(r, plan_input(), 4000, [&](int c) { return draws[c]; });
+  const auto late_calls = std::count(draws.begin(), draws.end(), true);
+  EXPECT_GT(std::count(rt.begin(), rt.end(), 'T'), late_calls * 85 / 100);
 }
 
 // Suspects: only ranks taken out by the last two decisions keep their lateness.
