@@ -71,13 +71,13 @@ int main(int argc, char** argv) {
     for (int b = 2; b <= 16; ++b) periods.push_back(b);
     for (int b : {20, 24, 32, 48, 64}) periods.push_back(b);
   }
-  std::printf("case,late_taken_mean,late_taken_worst,quiet_censused_mean,no_late_rest_from_worst\n");
+  std::printf(
+      "case,late_taken_mean,late_taken_worst,quiet_censused_mean,no_late_rest_from_worst\n");
   for (int b : periods) {
     double taken_sum = 0, quiet_sum = 0, worst = 1;
     long from_worst = 0;
     for (int phase = 0; phase < b; ++phase) {
-      const Count c =
-          drive(calls, [&](long i) { return i >= phase && (i - phase) % b == 0; });
+      const Count c = drive(calls, [&](long i) { return i >= phase && (i - phase) % b == 0; });
       const double t = c.late ? static_cast<double>(c.taken) / c.late : 1.0;
       taken_sum += t;
       worst = std::min(worst, t);

@@ -71,7 +71,7 @@ void CensusBackoff::after_census(bool taken_out) {
     return;
   }
   // The expected straggler did not come: forget the period.
-  if (period > 0 && since % period == 0) period = 0;
+  if (expected()) period = 0;
   quiet = std::min<uint32_t>(quiet + 1, 64);
   since = std::min<uint32_t>(since + 1, kCensusPeriodMax + 1);
 }

@@ -131,6 +131,10 @@ struct CensusBackoff {
   // that found nobody late, if above kCensusQuietBeforeRest (0: none): a straggler periodic in
   // the calls.
   uint32_t period = 0;
+  // The next call is one where a periodic straggler is expected (a multiple of `period` after
+  // the last take-out): the census runs there, and the communicator gives the ranks that the
+  // period's take-outs took out the suspects' short wait (suspects_seen).
+  bool expected() const { return period > 0 && since % period == 0; }
   // Whether the next call rests (LatePlanInput::census_rest).
   bool rests() const;
   // A census decided (`taken_out`: its E was not empty).

@@ -5,11 +5,15 @@
 // calls teach).
 #include "runtime/communicator.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/algorithms.h"
 #include "collectives/late_chain.h"
@@ -119,15 +123,29 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     p.late_segment_bytes = plan->segment_bytes;
     p.late_inflight = plan->inflight;
     p.late_wait_s = plan->wait_s;
-    p.late_seen_s = suspects_seen(straggler_.late_seen_s, straggler_.late_streak);
+    const bool periodic = straggler_.census.expected() && !straggler_.period_seen_s.empty();
+    p.late_seen_s = periodic ? suspects_seen(straggler_.period_seen_s, straggler_.period_streak)
+                             : suspects_seen(straggler_.late_seen_s, straggler_.late_streak);
     p.late_coord = straggler_.late_coord;
     p.late_excluded_counts = straggler_.late_excluded_counts;
     const int coord = late_coordinator(p);
     p.late_my_wait_s = straggler_.late_wait_coord == coord ? straggler_.late_my_wait_s : -1;
     p.late_wait_suspect_s = plan->wait_suspect_s;
   }
-  if (plan->late_path || plan->rested) {
-    SKIPRING_LOG_DEBUG("allreduce seq {}: {}", seq_, plan->to_string());
+  if ((plan->late_path || plan->rested) && logger().should_log(spdlog::level::debug)) {
+    std::string extra;
+    if (plan->late_path && straggler_.census.expected()) {
+      extra =
+          fmt::format(" (a periodic straggler expected, every {} calls)", straggler_.census.period);
+    }
+    std::vector<int> suspects;
+    for (size_t r = 0; r < p.late_seen_s.size(); ++r) {
+      if (p.late_seen_s[r] > 0) suspects.push_back(static_cast<int>(r));
+    }
+    if (plan->late_path && !suspects.empty()) {
+      extra += fmt::format(", suspects {}", fmt::join(suspects, ","));
+    }
+    SKIPRING_LOG_DEBUG("allreduce seq {}: {}{}", seq_, plan->to_string(), extra);
   }
   SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
                      p.skip_threshold_s);

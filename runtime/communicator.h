@@ -116,6 +116,12 @@ struct StragglerMemory {
   // Late chain: when the next census runs (late_plan.h: the census rests while nobody is taken
   // out; from the decisions, the same on every rank).
   CensusBackoff census;
+  // Late chain, a straggler periodic in the calls (CensusBackoff::period): late_seen_s and
+  // late_streak as the take-outs on the period left them, so that at the next expected call
+  // a rank the period's take-outs took out is a suspect (the quiet censuses in between would
+  // otherwise reset its streak and it would get the full wait). Empty while there is no period.
+  std::vector<double> period_seen_s;
+  std::vector<uint32_t> period_streak;
 };
 
 class Communicator {
@@ -270,6 +276,9 @@ class Communicator {
   // plan rested the census, LatePlan::rested).
   void remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
                           const LateChainAllreduce* chain, bool rested);
+  // After a census decided (`excluded`: whom it took out): the periodic straggler's memory
+  // (StragglerMemory::period_seen_s).
+  void remember_period(const std::vector<int>& excluded);
 
   // --- The all-reduce (communicator.cpp) ---
   // The ring's segments and lead-in for this call (params_); returns the piece size.

@@ -154,6 +154,7 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       for (int r : chain->excluded()) streak[r] = m.late_streak[r] + 1;
       m.late_streak = std::move(streak);
       m.census.after_census(!chain->excluded().empty());
+      remember_period(chain->excluded());
     }
     if (last_stats_.late_excluded == 0) {
       // The coordinator (the only rank whose waits count) times from the last arrival: a rank
@@ -176,6 +177,22 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       m.timer.observe_behind(pred);
     }
   }
+}
+
+void Communicator::remember_period(const std::vector<int>& excluded) {
+  StragglerMemory& m = straggler_;
+  if (m.census.period == 0) {
+    m.period_seen_s.clear();
+    m.period_streak.clear();
+    return;
+  }
+  if (excluded.empty()) return;  // a quiet census between the period's take-outs
+  // A take-out on the period: its streak goes on across the quiet calls in between.
+  m.period_streak.resize(static_cast<size_t>(size_), 0);
+  std::vector<uint32_t> streak(static_cast<size_t>(size_), 0);
+  for (int r : excluded) streak[r] = m.period_streak[r] + 1;
+  m.period_streak = std::move(streak);
+  m.period_seen_s = m.late_seen_s;
 }
 
 }  // namespace skipring
