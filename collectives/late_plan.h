@@ -112,7 +112,7 @@ LatePlan plan_late_path(const LatePlanInput& in);
 //   the gaps may have skipped late calls: the divisor finds the true period at once). An
 //   expected call that finds nobody late forgets the period. Probes at a drawn offset, not rests
 //   of a fixed length, because fixed rests lock onto a period: with rests of 8 calls (the rule
-//   until December 2026) a straggler every 9 calls at another phase was never taken out again.
+//   before 2b8f379) a straggler every 9 calls at another phase was never taken out again.
 //   Counted over every period B from 5 to 32 and every phase (tests/unit/test_late_chain.cpp),
 //   no late call rests after the first 2000 calls.
 // - A census that takes a rank out brings it back at every call for the next four calls.
@@ -120,7 +120,8 @@ constexpr uint32_t kCensusQuietBeforeRest = 4;
 constexpr uint32_t kCensusProbeShiftMax = 3;
 constexpr uint32_t kCensusPeriodMax = 1024;
 // Whether call number `call` of a backoff at probe level `shift` (1..kCensusProbeShiftMax) runs
-// the census: a fixed hash, the same on every rank, with a chance of 2^-shift.
+// the census: one call in each aligned window of 2^shift, at an offset hashed from the window's
+// number (the same on every rank).
 bool census_probe(uint64_t call, uint32_t shift);
 struct CensusBackoff {
   uint32_t quiet = 0;      // censuses in a row that took nobody out (saturates at 64)
