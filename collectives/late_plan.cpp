@@ -34,6 +34,16 @@ std::vector<double> suspects_seen(const std::vector<double>& seen,
   return out;
 }
 
+std::vector<uint32_t> next_streak(const std::vector<uint32_t>& streak,
+                                  const std::vector<int>& excluded, int n) {
+  std::vector<uint32_t> out(static_cast<size_t>(n), 0);
+  for (int r : excluded) {
+    const size_t i = static_cast<size_t>(r);
+    out[i] = (i < streak.size() ? streak[i] : 0) + 1;
+  }
+  return out;
+}
+
 bool census_probe(uint64_t call, uint32_t shift) {
   // One census in each window of 2^shift calls, at an offset that splitmix64's finaliser draws
   // from the window's number: never more than 2^(shift + 1) - 1 calls between two, and no fixed

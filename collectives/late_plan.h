@@ -154,5 +154,9 @@ struct CensusBackoff {
 constexpr uint32_t kSuspectStreak = 2;
 std::vector<double> suspects_seen(const std::vector<double>& seen,
                                   const std::vector<uint32_t>& streak);
+// The streak after a decision that took out `excluded` (of n ranks): one more for each of them,
+// 0 for every other rank (`streak` may be shorter than n: missing entries count as 0).
+std::vector<uint32_t> next_streak(const std::vector<uint32_t>& streak,
+                                  const std::vector<int>& excluded, int n);
 
 }  // namespace skipring

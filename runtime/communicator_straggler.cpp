@@ -149,10 +149,7 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       m.late_wait_coord = chain->coordinator();
       m.late_excluded_counts.resize(static_cast<size_t>(size_), 0);
       for (int r : chain->excluded()) ++m.late_excluded_counts[r];
-      m.late_streak.resize(static_cast<size_t>(size_), 0);
-      std::vector<uint32_t> streak(static_cast<size_t>(size_), 0);
-      for (int r : chain->excluded()) streak[r] = m.late_streak[r] + 1;
-      m.late_streak = std::move(streak);
+      m.late_streak = next_streak(m.late_streak, chain->excluded(), size_);
       m.census.after_census(!chain->excluded().empty());
       remember_period(chain->excluded());
     }
@@ -188,10 +185,7 @@ void Communicator::remember_period(const std::vector<int>& excluded) {
   }
   if (excluded.empty()) return;  // a quiet census between the period's take-outs
   // A take-out on the period: its streak goes on across the quiet calls in between.
-  m.period_streak.resize(static_cast<size_t>(size_), 0);
-  std::vector<uint32_t> streak(static_cast<size_t>(size_), 0);
-  for (int r : excluded) streak[r] = m.period_streak[r] + 1;
-  m.period_streak = std::move(streak);
+  m.period_streak = next_streak(m.period_streak, excluded, size_);
   m.period_seen_s = m.late_seen_s;
 }
 

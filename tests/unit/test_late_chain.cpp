@@ -266,6 +266,13 @@ TEST(LatePlan, SuspectsNeedTwoExclusionsInARow) {
   EXPECT_EQ(suspects_seen({inf, inf}, {1, 3}), (std::vector<double>{0.0, inf}));
 }
 
+// The streak after a decision: one more for the ranks taken out, 0 for the others.
+TEST(LatePlan, NextStreak) {
+  EXPECT_EQ(next_streak({}, {2}, 4), (std::vector<uint32_t>{0, 0, 1, 0}));
+  EXPECT_EQ(next_streak({3, 1, 1, 0}, {1, 3}, 4), (std::vector<uint32_t>{0, 2, 0, 1}));
+  EXPECT_EQ(next_streak({3, 1}, {}, 3), (std::vector<uint32_t>{0, 0, 0}));
+}
+
 TEST(LatePlan, WaitsAndOverrides) {
   LatePlanInput in = plan_input();
   in.usual_s = 0;  // nothing known: the skip floor; suspects the configured floor
