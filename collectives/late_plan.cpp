@@ -58,6 +58,7 @@ bool census_probe(uint64_t call, uint32_t shift) {
 }
 
 bool CensusBackoff::rests() const {
+  if (search > 0) return false;
   // The straggler is expected (a multiple of the period after the last take-out), or may be (a
   // divisor of it: the probes that found the gaps may have missed late calls in between).
   if (period > 0 &&
@@ -67,17 +68,30 @@ bool CensusBackoff::rests() const {
   return !census_probe(calls, std::min(kCensusProbeShiftMax, quiet - kCensusQuietBeforeRest + 1));
 }
 
+void CensusBackoff::take_out(uint32_t gap) {
+  // A period divides every gap between take-outs: the greatest common divisor of the gaps, if
+  // it leaves room for the quiet censuses.
+  const bool fresh = !taken_any || gap > kCensusPeriodMax;
+  uint32_t g = 0;
+  if (!fresh) g = period > 0 ? std::gcd(gap, period) : gap;
+  period = g > kCensusQuietBeforeRest ? g : 0;
+  if (fresh) searched = false;
+  if (period > 0) {
+    search = 0;
+  } else if (!searched) {
+    search = kCensusSearchCalls;
+    searched = true;
+  }
+  taken_any = true;
+  quiet = 0;
+}
+
 void CensusBackoff::after_census(bool taken_out) {
   ++calls;
+  if (search > 0) --search;
   if (taken_out) {
-    // A period divides every gap between take-outs: the greatest common divisor of the gaps, if
-    // it leaves room for the quiet censuses.
-    uint32_t g = 0;
-    if (taken_any && since <= kCensusPeriodMax) g = period > 0 ? std::gcd(since, period) : since;
-    period = g > kCensusQuietBeforeRest ? g : 0;
-    taken_any = true;
+    take_out(since);
     since = 1;
-    quiet = 0;
     return;
   }
   // The expected straggler did not come: forget the period.
@@ -88,7 +102,16 @@ void CensusBackoff::after_census(bool taken_out) {
 
 void CensusBackoff::after_rest() {
   ++calls;
+  if (search > 0) --search;
   since = std::min<uint32_t>(since + 1, kCensusPeriodMax + 1);
+}
+
+void CensusBackoff::saw_late_rest(uint32_t ago) {
+  // `since` counts from the last take-out to the next call, so a take-out after the rested call
+  // leaves it at most `ago`: that census already brought the census back.
+  if (ago == 0 || ago > calls || (taken_any && since <= ago)) return;
+  take_out(taken_any && since <= kCensusPeriodMax ? since - ago : kCensusPeriodMax + 1);
+  since = ago;
 }
 
 LatePlan plan_late_path(const LatePlanInput& in) {
@@ -106,12 +129,9 @@ LatePlan plan_late_path(const LatePlanInput& in) {
         in.census_s > kLateChainMaxCensusShare * in.ring_model_s) {
       return plan;
     }
-    if (in.census_rest) {
-      plan.rested = true;
-      return plan;
-    }
+    plan.rested = in.census_rest;
   }
-  plan.late_path = true;
+  plan.late_path = !plan.rested;
   const double usual = std::isfinite(in.usual_s) ? std::max(0.0, in.usual_s) : 0.0;
   plan.wait_s = in.late_wait_us > 0 ? in.late_wait_us * 1e-6
                                     : std::max(in.skip_floor_s, late_wait_share(in.n) * usual);

@@ -45,7 +45,9 @@ struct LatePlan {
   size_t segment_bytes = 0;   // RingParams::late_segment_bytes
   int inflight = 1;           // RingParams::late_inflight
   // auto would have run the census, but it rests (CensusBackoff): the call runs the plain ring
-  // (the communicator turns skip-ahead off for it).
+  // (the communicator turns skip-ahead off for it). The fields above are filled all the same:
+  // wait_s is what tells whether a rank came later than the census would have waited
+  // (CensusBackoff::saw_late_rest).
   bool rested = false;
   std::string to_string() const;
 };
@@ -119,6 +121,10 @@ LatePlan plan_late_path(const LatePlanInput& in);
 constexpr uint32_t kCensusQuietBeforeRest = 4;
 constexpr uint32_t kCensusProbeShiftMax = 3;
 constexpr uint32_t kCensusPeriodMax = 1024;
+constexpr uint32_t kCensusSearchCalls = 32;
+// A rested call's agreement on lateness (CensusBackoff::saw_late_rest) is read at the plan of
+// the call this many counted calls after it: the call in between progresses it.
+constexpr uint32_t kRestAgreementLag = 2;
 // Whether call number `call` of a backoff at probe level `shift` (1..kCensusProbeShiftMax) runs
 // the census: one call in each aligned window of 2^shift, at an offset hashed from the window's
 // number (the same on every rank).
@@ -132,6 +138,13 @@ struct CensusBackoff {
   // that found nobody late, if above kCensusQuietBeforeRest (0: none): a straggler periodic in
   // the calls.
   uint32_t period = 0;
+  // Calls left in the search window: after a fresh take-out (the first, or the first for more
+  // than kCensusPeriodMax calls) with no period known, the census runs at every call for
+  // kCensusSearchCalls calls, so that a period up to that long is learnt at the straggler's
+  // second late call (by the probes alone, a probe must land on two of its late calls). Once per
+  // fresh take-out (`searched`): a straggler late at random calls does not keep it open.
+  uint32_t search = 0;
+  bool searched = false;
   // The next call is one where a periodic straggler is expected (a multiple of `period` after
   // the last take-out): the census runs there, and the communicator gives the ranks that the
   // period's take-outs took out the suspects' short wait (suspects_seen).
@@ -142,6 +155,15 @@ struct CensusBackoff {
   void after_census(bool taken_out);
   // A call that the plan rested (LatePlan::rested).
   void after_rest();
+  // A rested call `ago` calls back (1: the last one counted) had a rank later than the census's
+  // wait (the ranks agree on it after the call: Communicator::rest_agreement): counted as a
+  // take-out there (the period's gaps, the quiet censuses, the search window), unless a census
+  // has taken a rank out since.
+  void saw_late_rest(uint32_t ago);
+
+ private:
+  // The take-out's part of after_census: `gap` calls after the last take-out.
+  void take_out(uint32_t gap);
 };
 
 // Who counts as a suspect: a rank the census took out in each of the last kSuspectStreak calls

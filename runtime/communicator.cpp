@@ -116,6 +116,9 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
   // The late path (collectives/late_chain.h), planned by a pure function of agreed values
   // (collectives/late_plan.h) and the coordinator's memory: every rank decides alike.
   // Only skip-ahead's ring can take the late path: other calls fill no plan input.
+  if (p.skip && algo == Algo::kSkipRing && !straggler_.rest_agreements.empty()) {
+    SKIPRING_RETURN_IF_ERROR(read_rest_agreements(false));
+  }
   *plan = p.skip && algo == Algo::kSkipRing ? plan_late(algo, bytes) : LatePlan{};
   // A call the census rests runs the plain ring (late_plan.h: CensusBackoff says why).
   if (plan->rested) p.skip = false;
@@ -196,7 +199,7 @@ Status Communicator::engine_allreduce(Algo algo, size_t bytes, size_t seg_bytes)
       call_word(params_.count, static_cast<int>(params_.dtype), static_cast<int>(params_.op)));
   st = finish_collective(core.get(), engine_->run(core.get()), "allreduce", static_cast<int>(algo));
   if (!ok(st)) return st;
-  remember_allreduce(algo, bytes, seg_bytes, chain_core, plan.rested);
+  remember_allreduce(algo, bytes, seg_bytes, chain_core, plan);
   return Status::kOk;
 }
 

@@ -16,6 +16,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -122,6 +123,20 @@ struct StragglerMemory {
   // otherwise reset its streak and it would get the full wait). Empty while there is no period.
   std::vector<double> period_seen_s;
   std::vector<uint32_t> period_streak;
+  // Late chain, what a rested call saw (CensusBackoff::saw_late_rest): after it the ranks agree,
+  // in one nonblocking MAX all-reduce, on how much longer than the usual time it took on any rank.
+  // The answer is read at the plan of the kRestAgreementLag-th counted call after it, so that
+  // the call in between has progressed it and nobody waits for it; a rank later than the census's
+  // wait then counts as a take-out at the rested call. At most kRestAgreementLag pending.
+  struct RestAgreement {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<double> mine = std::vector<double>(1, 0.0);  // vectors: leak_pending at a timeout
+    std::vector<double> all = std::vector<double>(1, 0.0);
+    double wait_s = 0;  // the census's wait the rested call's plan had
+    uint64_t call = 0;  // CensusBackoff::calls after the rested call
+    uint64_t seq = 0;   // the rested call's sequence number (for the log)
+  };
+  std::deque<std::unique_ptr<RestAgreement>> rest_agreements;
 };
 
 class Communicator {
@@ -275,7 +290,12 @@ class Communicator {
   // and the skip threshold's step times (chain: the late chain's core, when it ran; rested: the
   // plan rested the census, LatePlan::rested).
   void remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
-                          const LateChainAllreduce* chain, bool rested);
+                          const LateChainAllreduce* chain, const LatePlan& plan);
+  // A rested call's agreement (StragglerMemory::RestAgreement): started after the call, read at
+  // the plan of the kRestAgreementLag-th counted call after it (`all`: every pending one, at
+  // destruction).
+  void start_rest_agreement(size_t bytes, double wait_s);
+  Status read_rest_agreements(bool all);
   // After a census decided (`excluded`: whom it took out): the periodic straggler's memory
   // (StragglerMemory::period_seen_s).
   void remember_period(const std::vector<int>& excluded);

@@ -510,6 +510,12 @@ Status Communicator::create(MPI_Comm user, const Config& cfg, const InjectPlan& 
 }
 
 Communicator::~Communicator() {
+  // Every rank has the same rested calls' agreements pending (from the agreed plans): complete
+  // them, unless the communicator is broken (its peers may be gone): then leave their buffers.
+  if (!broken_.on) {
+    (void)read_rest_agreements(true);
+  }
+  for (auto& a : straggler_.rest_agreements) (void)a.release();  // NOLINT: pending, never freed
   transport_.reset();
   // Broken communicators may have messages in flight: never pooled.
   SetupCache::get().release(&internal_, !broken_.on);

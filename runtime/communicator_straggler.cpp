@@ -132,9 +132,12 @@ void Communicator::observe_lateness(Algo algo, size_t bytes, bool skipped) {
 }
 
 void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
-                                      const LateChainAllreduce* chain, bool rested) {
+                                      const LateChainAllreduce* chain, const LatePlan& plan) {
   StragglerMemory& m = straggler_;
-  if (rested) m.census.after_rest();
+  if (plan.rested) {
+    m.census.after_rest();
+    start_rest_agreement(bytes, plan.wait_s);
+  }
   if (chain != nullptr) {
     // The memory for the next census: the coordinator's measurements, or what the decision
     // says (who was taken out), and who coordinates next (the decision's, on every rank).
@@ -174,6 +177,52 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
       m.timer.observe_behind(pred);
     }
   }
+}
+
+void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
+  auto a = std::make_unique<StragglerMemory::RestAgreement>();
+  // This rank's time past the usual (from its own arrival: a rank that waited for a late one
+  // took about that much longer; the late one itself, less).
+  const double usual = late_usual_time_s(bytes);
+  a->mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual : 0.0;
+  a->wait_s = wait_s;
+  a->call = straggler_.census.calls;
+  a->seq = last_stats_.seq;
+  const int rc = PMPI_Iallreduce(a->mine.data(), a->all.data(), 1, MPI_DOUBLE, MPI_MAX,
+                                 internal_.comm, &a->req);
+  if (rc != MPI_SUCCESS) {
+    note_error(Status::kErrTransport, seq_, "the census's agreement after a rested call failed");
+    return;
+  }
+  straggler_.rest_agreements.push_back(std::move(a));
+}
+
+Status Communicator::read_rest_agreements(bool all) {
+  auto& q = straggler_.rest_agreements;
+  CensusBackoff& b = straggler_.census;
+  while (!q.empty() && (all || b.calls + 1 >= q.front()->call + kRestAgreementLag)) {
+    StragglerMemory::RestAgreement& a = *q.front();
+    WaitWhat w;
+    w.what = "the census's agreement on a rested call's lateness";
+    w.seq = static_cast<int64_t>(a.seq);
+    const Status st = wait_collectives(MPI_SUCCESS, &a.req, 1, wait_, w, nullptr, &a.mine, &a.all);
+    if (!ok(st)) {
+      note_error(st, seq_, "the census's agreement after a rested call failed");
+      q.pop_front();
+      return st;
+    }
+    // The rested call was number a.call - 1 of the backoff's count, the next call is b.calls.
+    const auto ago = static_cast<uint32_t>(std::min<uint64_t>(b.calls + 1 - a.call, UINT32_MAX));
+    if (!all && a.all[0] > a.wait_s) {
+      b.saw_late_rest(ago);
+      SKIPRING_LOG_DEBUG(
+          "allreduce seq {}: the rested call seq {} took {:.1f} ms longer than usual on some rank "
+          "(the census would have waited {:.1f} ms): counted as a take-out",
+          seq_, a.seq, a.all[0] * 1e3, a.wait_s * 1e3);
+    }
+    q.pop_front();
+  }
+  return Status::kOk;
 }
 
 void Communicator::remember_period(const std::vector<int>& excluded) {

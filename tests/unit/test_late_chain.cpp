@@ -146,18 +146,27 @@ TEST(LatePlan, WhereItRuns) {
 }
 
 // Drives a CensusBackoff through `calls` calls through plan_late_path: a rank is late (and a
-// census there takes it out) at the calls `late` says. Returns the trace: C a census that took
-// nobody out, T one that took the rank out, r a rest (the plain ring).
+// census there takes it out) at the calls `late` says, and the rested calls' agreement counts a
+// rested late call as a take-out kRestAgreementLag calls later, as the communicator does.
+// Returns the trace: C a census that took nobody out, T one that took the rank out, r a rest
+// (the plain ring), R a rest the rank was late for.
 template <typename Late>
 std::string census_trace(CensusBackoff& b, LatePlanInput in, int calls, Late late) {
   std::string trace;
+  std::vector<int> rested_late;  // rested calls the rank was late for, whose agreement is pending
   for (int c = 0; c < calls; ++c) {
+    // The rested calls' agreement (Communicator::read_rest_agreements), kRestAgreementLag calls on.
+    while (!rested_late.empty() && c >= rested_late.front() + static_cast<int>(kRestAgreementLag)) {
+      b.saw_late_rest(static_cast<uint32_t>(c - rested_late.front()));
+      rested_late.erase(rested_late.begin());
+    }
     in.census_rest = b.rests();
     const LatePlan p = plan_late_path(in);
     EXPECT_NE(p.late_path, p.rested);
     if (p.rested) {
-      trace += 'r';
+      trace += late(c) ? 'R' : 'r';
       b.after_rest();
+      if (late(c)) rested_late.push_back(c);
     } else {
       trace += late(c) ? 'T' : 'C';
       b.after_census(late(c));
@@ -179,11 +188,20 @@ TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
   const auto censuses = std::count(quiet.begin(), quiet.end(), 'C');
   EXPECT_GT(censuses, 2000 / 10);  // one in 8, drawn
   EXPECT_LT(censuses, 2000 / 7);
-  // A rank taken out: the census at every call for four calls, then the rests again.
+  // A rank taken out for the first time: the search window, the census at every call for
+  // kCensusSearchCalls calls, then the rests again.
   b.after_census(true);
-  const std::string back = census_trace(b, plan_input(), 12, [](int) { return false; });
-  EXPECT_EQ(back.substr(0, 4), "CCCC");
-  EXPECT_NE(back.find('r'), std::string::npos);
+  const std::string back = census_trace(b, plan_input(), 48, [](int) { return false; });
+  EXPECT_EQ(back.substr(0, kCensusSearchCalls), std::string(kCensusSearchCalls, 'C'));
+  EXPECT_NE(back.find('r', kCensusSearchCalls), std::string::npos);
+  // Taken out again (twice in a row: a gap of 1, no period): no second window, the census at
+  // every call for four calls, then the rests.
+  b.after_census(true);
+  b.after_census(true);
+  EXPECT_EQ(b.period, 0u);
+  const std::string again = census_trace(b, plan_input(), 12, [](int) { return false; });
+  EXPECT_EQ(again.substr(0, 4), "CCCC");
+  EXPECT_NE(again.find('r'), std::string::npos);
   // Resting says so; forced, and where auto would not run the census anyway, it does not rest.
   LatePlanInput in = plan_input();
   in.census_rest = true;
@@ -253,6 +271,56 @@ TEST(LatePlan, CensusFindsAPeriodicStraggler) {
   const std::string rt = census_trace(r, plan_input(), 4000, [&](int c) { return draws[c]; });
   const auto late_calls = std::count(draws.begin(), draws.end(), true);
   EXPECT_GT(std::count(rt.begin(), rt.end(), 'T'), late_calls * 85 / 100);
+}
+
+// A straggler the rests miss is seen all the same: a rested call's agreement (the ranks' time past
+// the usual, against the census's wait) counts it as a take-out kRestAgreementLag calls later.
+// A periodic straggler that starts after a long quiet run (every probe window at its widest): its
+// first late call may rest, its second is in the search window or rests and gives the period,
+// and from its third on no late call rests, whatever the period up to kCensusPeriodMax and the
+// phase. Without the agreement (the rule before), a probe had to land on two of its late calls.
+TEST(LatePlan, CensusLearnsFromRestedCalls) {
+  const auto none = [](int) { return false; };
+  for (int period : {2, 3, 5, 7, 8, 12, 16, 31, 32, 33, 40, 64, 100, 500}) {
+    for (int phase = 0; phase < period; phase += std::max(1, period / 16)) {
+      CensusBackoff b;
+      census_trace(b, plan_input(), 100, none);  // a long quiet run first
+      const auto late = [&](int c) { return c >= phase && (c - phase) % period == 0; };
+      const std::string t = census_trace(b, plan_input(), phase + 6 * period + 1, late);
+      for (int k = 2; k <= 6; ++k) {
+        ASSERT_EQ(t[phase + k * period], 'T')
+            << "period " << period << ", phase " << phase << ", late call " << k << ": " << t;
+      }
+      if (period > static_cast<int>(kCensusQuietBeforeRest)) {
+        EXPECT_EQ(b.period, static_cast<uint32_t>(period));
+      }
+    }
+  }
+  // What the agreement does to the backoff: a rested late call two calls back, the first ever:
+  // a take-out there (the search window opens); a census since then that took a rank out
+  // already brought the census back, and the agreement changes nothing.
+  CensusBackoff b;
+  census_trace(b, plan_input(), 100, none);
+  b.after_rest();
+  b.after_rest();
+  b.saw_late_rest(2);
+  EXPECT_TRUE(b.taken_any);
+  EXPECT_EQ(b.since, 2u);
+  EXPECT_EQ(b.search, kCensusSearchCalls);
+  EXPECT_FALSE(b.rests());
+  CensusBackoff c;
+  census_trace(c, plan_input(), 100, none);
+  c.after_rest();
+  c.after_census(true);
+  const CensusBackoff before = c;
+  c.saw_late_rest(2);
+  EXPECT_EQ(c.since, before.since);
+  EXPECT_EQ(c.period, before.period);
+  EXPECT_EQ(c.search, before.search);
+  // Out of range: nothing.
+  CensusBackoff d;
+  d.saw_late_rest(1);
+  EXPECT_FALSE(d.taken_any);
 }
 
 // Suspects: only ranks taken out by the last two decisions keep their lateness.
