@@ -343,7 +343,8 @@ const std::vector<ParamDef>& param_table() {
        "rank's input goes straight to the block owners the moment it comes; auto = across hosts "
        "from 1 MiB, the census resting while it takes nobody out (from its fourth such call in a "
        "row the calls run the plain ring but for probes, about 1 in 8, and the calls where a "
-       "straggler periodic in the calls is expected); 1 = a census at every call "
+       "straggler periodic in the calls is expected; a rested call that a rank came later to "
+       "than the census would have waited brings the census back); 1 = a census at every call "
        "([docs/skip_ahead.md](docs/skip_ahead.md))"},
       {"SKIPRING_LATE_WAIT_US", kLocal, &Config::late_wait_us, {0, 1e9}, "(0: derived)",
        "the census's wait for late ranks in µs; 0 = a share of the fastest time of this size "
