@@ -65,7 +65,7 @@ bool CensusBackoff::rests() const {
       (since % period == 0 || (since > kCensusQuietBeforeRest && period % since == 0)))
     return false;
   if (quiet < kCensusQuietBeforeRest) return false;
-  return !census_probe(calls, std::min(kCensusProbeShiftMax, quiet - kCensusQuietBeforeRest + 1));
+  return !census_probe(calls, kCensusProbeShiftMax);
 }
 
 void CensusBackoff::take_out(uint32_t gap) {

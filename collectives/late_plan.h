@@ -95,10 +95,13 @@ LatePlan plan_late_path(const LatePlanInput& in);
 //
 // When it rests, from the decisions (so the same on every rank), call by call:
 // - From the kCensusQuietBeforeRest-th census in a row that takes nobody out, a call rests
-//   unless it is a probe: one call in each window of 2, then 4, then 8 calls
-//   (kCensusProbeShiftMax) as the quiet censuses go on, at an offset drawn from a hash of the
-//   window's number (census_probe), so a straggler that appears is taken out within a few
-//   calls. Four, not one or two: a straggler drawn at random every call (training with
+//   unless it is a probe: one call in each aligned window of 8 (2^kCensusProbeShiftMax), at an
+//   offset drawn from a hash of the window's number (census_probe). Until 7fdc62d the windows
+//   grew from 2 to 4 to 8 as the quiet censuses went on, to take a new straggler out sooner; the
+//   rested calls' agreement (below) does that now, and the early probes cost a communicator's
+//   first calls about 1 % over TCP when a rank is kept in (4 emulated hosts, 4 and 16 MiB, a rank
+//   10-20 ms late, 8 calls: 1.016 / 1.008 / 1.010 against 1.023 / 1.016 / 1.017, medians of 5
+//   runs in turn). Four, not one or two: a straggler drawn at random every call (training with
 //   exponential lateness, mean 20 ms, on 4 emulated hosts: the census took it out in about 2
 //   calls of 3) gives two quiet censuses in a row often, and resting from the second cost that
 //   training more than the census (paired per step against a census at every call: +5 ms at
@@ -136,9 +139,10 @@ constexpr uint32_t kCensusSearchCalls = 32;
 // A rested call's agreement on lateness (CensusBackoff::saw_late_rest) is read at the plan of
 // the call this many counted calls after it: the call in between progresses it.
 constexpr uint32_t kRestAgreementLag = 2;
-// Whether call number `call` of a backoff at probe level `shift` (1..kCensusProbeShiftMax) runs
-// the census: one call in each aligned window of 2^shift, at an offset hashed from the window's
-// number (the same on every rank).
+// Whether call number `call` of a backoff resting with windows of 2^shift calls
+// (1..kCensusProbeShiftMax; the backoff uses kCensusProbeShiftMax) runs the census: one call in
+// each aligned window of 2^shift, at an offset hashed from the window's number (the same on
+// every rank).
 bool census_probe(uint64_t call, uint32_t shift);
 struct CensusBackoff {
   uint32_t quiet = 0;      // censuses in a row that took nobody out (saturates at 64)

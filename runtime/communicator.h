@@ -124,7 +124,8 @@ struct StragglerMemory {
   std::vector<double> period_seen_s;
   std::vector<uint32_t> period_streak;
   // Late chain, what a rested call saw (CensusBackoff::saw_late_rest): after it the ranks agree,
-  // in one nonblocking MAX all-reduce, on how much longer than the usual time it took on any rank.
+  // in one nonblocking MAX all-reduce, on how much longer than the usual time plus the census's
+  // wait it took on any rank (each rank's own; the agreed answer is the same everywhere).
   // The answer is read at the plan of the kRestAgreementLag-th counted call after it, so that
   // the call in between has progressed it and nobody waits for it; a rank later than the census's
   // wait then counts as a take-out at the rested call. At most kRestAgreementLag pending.
@@ -132,7 +133,6 @@ struct StragglerMemory {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<double> mine = std::vector<double>(1, 0.0);  // vectors: leak_pending at a timeout
     std::vector<double> all = std::vector<double>(1, 0.0);
-    double wait_s = 0;  // the census's wait the rested call's plan had
     uint64_t call = 0;  // CensusBackoff::calls after the rested call
     uint64_t seq = 0;   // the rested call's sequence number (for the log)
   };

@@ -182,10 +182,14 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
 void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
   auto a = std::make_unique<StragglerMemory::RestAgreement>();
   // This rank's time past the usual (from its own arrival: a rank that waited for a late one
-  // took about that much longer; the late one itself, less).
+  // took about that much longer; the late one itself, less), less the census's wait. Each rank
+  // has its own usual time and so its own wait (only the coordinator's counts in a census): the
+  // ranks agree on the largest margin, so that every rank reads the same answer. (Comparing the
+  // agreed time with each rank's own wait made the ranks' backoffs disagree, and the next
+  // calls' plans with them: a hang, 4 emulated hosts, 4 MiB, a rank 10 ms late.)
   const double usual = late_usual_time_s(bytes);
-  a->mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual : 0.0;
-  a->wait_s = wait_s;
+  a->mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual - wait_s
+                                    : -std::numeric_limits<double>::infinity();
   a->call = straggler_.census.calls;
   a->seq = last_stats_.seq;
   const int rc = PMPI_Iallreduce(a->mine.data(), a->all.data(), 1, MPI_DOUBLE, MPI_MAX,
@@ -213,12 +217,12 @@ Status Communicator::read_rest_agreements(bool all) {
     }
     // The rested call was number a.call - 1 of the backoff's count, the next call is b.calls.
     const auto ago = static_cast<uint32_t>(std::min<uint64_t>(b.calls + 1 - a.call, UINT32_MAX));
-    if (!all && a.all[0] > a.wait_s) {
+    if (!all && a.all[0] > 0) {
       b.saw_late_rest(ago);
       SKIPRING_LOG_DEBUG(
-          "allreduce seq {}: the rested call seq {} took {:.1f} ms longer than usual on some rank "
-          "(the census would have waited {:.1f} ms): counted as a take-out",
-          seq_, a.seq, a.all[0] * 1e3, a.wait_s * 1e3);
+          "allreduce seq {}: the rested call seq {} took {:.1f} ms longer than the usual time and "
+          "the census's wait on some rank: counted as a take-out",
+          seq_, a.seq, a.all[0] * 1e3);
     }
     q.pop_front();
   }

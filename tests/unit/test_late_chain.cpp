@@ -176,9 +176,9 @@ std::string census_trace(CensusBackoff& b, LatePlanInput in, int calls, Late lat
 }
 
 // The census rests from the fourth census in a row that took nobody out, but for one probe in
-// each window of 2, 4, then 8 calls (never 15 rests in a row); one that takes a rank out brings
-// it back for the next four calls. Only auto rests; a forced census (SKIPRING_LATE_CHAIN=1) runs
-// at every call.
+// each window of 8 calls (never 15 rests in a row); one that takes a rank out brings it back
+// for the next four calls (the first, for the search window's kCensusSearchCalls). Only auto rests;
+// a forced census (SKIPRING_LATE_CHAIN=1) runs at every call.
 TEST(LatePlan, CensusRestsWhileNobodyIsTakenOut) {
   static_assert(kCensusQuietBeforeRest == 4, "the traces below spell out 4");
   CensusBackoff b;
