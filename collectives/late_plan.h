@@ -96,18 +96,18 @@ LatePlan plan_late_path(const LatePlanInput& in);
 // When it rests, from the decisions (so the same on every rank), call by call:
 // - From the kCensusQuietBeforeRest-th census in a row that takes nobody out, a call rests
 //   unless it is a probe: one call in each aligned window of 8 (2^kCensusProbeShiftMax), at an
-//   offset drawn from a hash of the window's number (census_probe). Until 7fdc62d the windows
+//   offset drawn from a hash of the window's number (census_probe). Until 6503b40 the windows
 //   grew from 2 to 4 to 8 as the quiet censuses went on, to take a new straggler out sooner; the
 //   rested calls' agreement (below) does that now, and the early probes cost a communicator's
-//   first calls about 1 % over TCP when a rank is kept in (4 emulated hosts, 4 and 16 MiB, a rank
-//   10-20 ms late, 8 calls: 1.016 / 1.008 / 1.010 against 1.023 / 1.016 / 1.017, medians of 5
-//   runs in turn). Four, not one or two: a straggler drawn at random every call (training with
-//   exponential lateness, mean 20 ms, on 4 emulated hosts: the census took it out in about 2
-//   calls of 3) gives two quiet censuses in a row often, and resting from the second cost that
-//   training more than the census (paired per step against a census at every call: +5 ms at
-//   0-10 ms of lateness against +2, -0.5..-4.3 ms at 15-45 ms against -5.7..-7.1); from the
-//   fourth it is even with it (epoch 4.87 against 4.86 s). And a program's first call is often
-//   a warm-up nobody is late for.
+//   first calls about 1 % over TCP when a rank is kept in (4 emulated hosts, 8 calls after 2
+//   warm-ups, skip/ring: 4 MiB 10 ms late 1.015 against 1.023, 16 MiB 10 ms 1.011 / 1.021, no
+//   straggler 1.001 / 1.009; medians of 4-5 runs in turn). Four, not one or two: a straggler drawn
+//   at random every call (training with exponential lateness, mean 20 ms, on 4 emulated hosts: the
+//   census took it out in about 2 calls of 3) gives two quiet censuses in a row often, and resting
+//   from the second cost that training more than the census (paired per step against a census at
+//   every call: +5 ms at 0-10 ms of lateness against +2, -0.5..-4.3 ms at 15-45 ms against
+//   -5.7..-7.1); from the fourth it is even with it (epoch 4.87 against 4.86 s). And a program's
+//   first call is often a warm-up nobody is late for.
 // - A straggler periodic in the calls (a bucketed training loop whose rank comes late before
 //   the first of B buckets each step: B - 1 quiet calls between its late ones) must not fall in
 //   the rests at every period. The backoff keeps the greatest common divisor of the gaps (in

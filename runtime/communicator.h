@@ -123,6 +123,11 @@ struct StragglerMemory {
   // otherwise reset its streak and it would get the full wait). Empty while there is no period.
   std::vector<double> period_seen_s;
   std::vector<uint32_t> period_streak;
+  // Whom the last take-out took out while no period was known: the take-out a period learnt at
+  // the next one starts from, so that its streak counts both (a rank late every K calls is a
+  // suspect from its third late call in the period, not its fourth). Cleared by a take-out the
+  // rested calls' agreement counted, which names nobody.
+  std::vector<int> period_first;
   // Late chain, what a rested call saw (CensusBackoff::saw_late_rest): after it the ranks agree,
   // in one nonblocking MAX all-reduce, on how much longer than the usual time plus the census's
   // wait it took on any rank (each rank's own; the agreed answer is the same everywhere).

@@ -219,6 +219,7 @@ Status Communicator::read_rest_agreements(bool all) {
     const auto ago = static_cast<uint32_t>(std::min<uint64_t>(b.calls + 1 - a.call, UINT32_MAX));
     if (!all && a.all[0] > 0) {
       b.saw_late_rest(ago);
+      straggler_.period_first.clear();  // a take-out that names nobody
       SKIPRING_LOG_DEBUG(
           "allreduce seq {}: the rested call seq {} took {:.1f} ms longer than the usual time and "
           "the census's wait on some rank: counted as a take-out",
@@ -234,9 +235,15 @@ void Communicator::remember_period(const std::vector<int>& excluded) {
   if (m.census.period == 0) {
     m.period_seen_s.clear();
     m.period_streak.clear();
+    if (!excluded.empty()) m.period_first = excluded;
     return;
   }
   if (excluded.empty()) return;  // a quiet census between the period's take-outs
+  // The period was learnt at this take-out, from the gap to the last one: that one counts too.
+  if (m.period_streak.empty() && !m.period_first.empty()) {
+    m.period_streak = next_streak({}, m.period_first, size_);
+  }
+  m.period_first.clear();
   // A take-out on the period: its streak goes on across the quiet calls in between.
   m.period_streak = next_streak(m.period_streak, excluded, size_);
   m.period_seen_s = m.late_seen_s;
