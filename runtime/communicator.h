@@ -141,7 +141,7 @@ struct StragglerMemory {
     uint64_t call = 0;  // CensusBackoff::calls after the rested call
     uint64_t seq = 0;   // the rested call's sequence number (for the log)
   };
-  std::deque<std::unique_ptr<RestAgreement>> rest_agreements;
+  std::deque<RestAgreement> rest_agreements;  // the buffers are the vectors' (never move)
 };
 
 class Communicator {

@@ -180,7 +180,7 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
 }
 
 void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
-  auto a = std::make_unique<StragglerMemory::RestAgreement>();
+  StragglerMemory::RestAgreement a;
   // This rank's time past the usual (from its own arrival: a rank that waited for a late one
   // took about that much longer; the late one itself, less), less the census's wait. Each rank
   // has its own usual time and so its own wait (only the coordinator's counts in a census): the
@@ -188,12 +188,12 @@ void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
   // agreed time with each rank's own wait made the ranks' backoffs disagree, and the next
   // calls' plans with them: a hang, 4 emulated hosts, 4 MiB, a rank 10 ms late.)
   const double usual = late_usual_time_s(bytes);
-  a->mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual - wait_s
-                                    : -std::numeric_limits<double>::infinity();
-  a->call = straggler_.census.calls;
-  a->seq = last_stats_.seq;
-  const int rc = PMPI_Iallreduce(a->mine.data(), a->all.data(), 1, MPI_DOUBLE, MPI_MAX,
-                                 internal_.comm, &a->req);
+  a.mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual - wait_s
+                                   : -std::numeric_limits<double>::infinity();
+  a.call = straggler_.census.calls;
+  a.seq = last_stats_.seq;
+  const int rc =
+      PMPI_Iallreduce(a.mine.data(), a.all.data(), 1, MPI_DOUBLE, MPI_MAX, internal_.comm, &a.req);
   if (rc != MPI_SUCCESS) {
     note_error(Status::kErrTransport, seq_, "the census's agreement after a rested call failed");
     return;
@@ -204,8 +204,8 @@ void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
 Status Communicator::read_rest_agreements(bool all) {
   auto& q = straggler_.rest_agreements;
   CensusBackoff& b = straggler_.census;
-  while (!q.empty() && (all || b.calls + 1 >= q.front()->call + kRestAgreementLag)) {
-    StragglerMemory::RestAgreement& a = *q.front();
+  while (!q.empty() && (all || b.calls + 1 >= q.front().call + kRestAgreementLag)) {
+    StragglerMemory::RestAgreement& a = q.front();
     WaitWhat w;
     w.what = "the census's agreement on a rested call's lateness";
     w.seq = static_cast<int64_t>(a.seq);
