@@ -66,6 +66,11 @@ struct CollectiveStats {
   // The predecessor was behind in this collective (late or slow by more than 2 thresholds):
   // rs_piece_wait_max is 0 then, nothing of it is a normal step time.
   bool pred_behind = false;
+  // The ring's predecessor's first reduce-scatter piece came this long after this rank started
+  // the collective (-1: none came, or not a ring): about how much later the predecessor arrived
+  // (plus one piece's transfer), whatever the rest of the call took. The census's rested calls
+  // agree on it (runtime/communicator_straggler.cpp, start_rest_agreement).
+  double pred_first_s = -1;
   double skip_threshold_s = 0;  // threshold this collective used (0: skip-ahead off)
   std::vector<StepRecord> steps;
   std::vector<NeighbourStats> neighbours;

@@ -136,8 +136,10 @@ struct StragglerMemory {
   // wait then counts as a take-out at the rested call. At most kRestAgreementLag pending.
   struct RestAgreement {
     MPI_Request req = MPI_REQUEST_NULL;
-    std::vector<double> mine = std::vector<double>(1, 0.0);  // vectors: leak_pending at a timeout
-    std::vector<double> all = std::vector<double>(1, 0.0);
+    // {the predecessor's first piece after this rank's start, the coordinator's wait (-inf on
+    // every other rank)}; vectors: leak_pending at a timeout.
+    std::vector<double> mine = std::vector<double>(2, 0.0);
+    std::vector<double> all = std::vector<double>(2, 0.0);
     uint64_t call = 0;  // CensusBackoff::calls after the rested call
     uint64_t seq = 0;   // the rested call's sequence number (for the log)
   };
@@ -299,7 +301,7 @@ class Communicator {
   // A rested call's agreement (StragglerMemory::RestAgreement): started after the call, read at
   // the plan of the kRestAgreementLag-th counted call after it (`all`: every pending one, at
   // destruction).
-  void start_rest_agreement(size_t bytes, double wait_s);
+  void start_rest_agreement(double wait_s);
   Status read_rest_agreements(bool all);
   // After a census decided (`excluded`: whom it took out): the periodic straggler's memory
   // (StragglerMemory::period_seen_s).

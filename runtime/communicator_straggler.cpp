@@ -136,7 +136,7 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
   StragglerMemory& m = straggler_;
   if (plan.rested) {
     m.census.after_rest();
-    start_rest_agreement(bytes, plan.wait_s);
+    start_rest_agreement(plan.wait_s);
   }
   if (chain != nullptr) {
     // The memory for the next census: the coordinator's measurements, or what the decision
@@ -179,21 +179,25 @@ void Communicator::remember_allreduce(Algo algo, size_t bytes, size_t seg_bytes,
   }
 }
 
-void Communicator::start_rest_agreement(size_t bytes, double wait_s) {
+void Communicator::start_rest_agreement(double wait_s) {
   StragglerMemory::RestAgreement a;
-  // This rank's time past the usual (from its own arrival: a rank that waited for a late one
-  // took about that much longer; the late one itself, less), less the census's wait. Each rank
-  // has its own usual time and so its own wait (only the coordinator's counts in a census): the
-  // ranks agree on the largest margin, so that every rank reads the same answer. (Comparing the
-  // agreed time with each rank's own wait made the ranks' backoffs disagree, and the next
-  // calls' plans with them: a hang, 4 emulated hosts, 4 MiB, a rank 10 ms late.)
-  const double usual = late_usual_time_s(bytes);
-  a.mine[0] = std::isfinite(usual) ? last_stats_.time_s() - usual - wait_s
-                                   : -std::numeric_limits<double>::infinity();
+  // How late someone came: the longest any rank waited, from its own start, for its ring
+  // predecessor's first piece (a late rank's successor waits about its lateness; the ring's
+  // steps after that do not count, so a call slowed by the links or the machine is no late
+  // arrival: timing the whole call against the usual time, as 51f2a20 did, took a 15 ms hiccup
+  // of every rank's transfers for a straggler, and the take-out broke a learnt period). The
+  // census compares a rank's lateness with its coordinator's wait, and so does this: only the
+  // coordinator gives its wait (each rank has its own: it derives it from its own usual time),
+  // and every rank reads the same pair. (Comparing an agreed time with each rank's own wait
+  // made the ranks' backoffs disagree, and the next calls' plans with them: a hang.)
+  constexpr double kNone = -std::numeric_limits<double>::infinity();
+  a.mine[0] = last_stats_.pred_first_s >= 0 ? last_stats_.pred_first_s : kNone;
+  const int coord = straggler_.late_coord >= 0 ? straggler_.late_coord : ring_[0];
+  a.mine[1] = rank_ == coord ? wait_s : kNone;
   a.call = straggler_.census.calls;
   a.seq = last_stats_.seq;
   const int rc =
-      PMPI_Iallreduce(a.mine.data(), a.all.data(), 1, MPI_DOUBLE, MPI_MAX, internal_.comm, &a.req);
+      PMPI_Iallreduce(a.mine.data(), a.all.data(), 2, MPI_DOUBLE, MPI_MAX, internal_.comm, &a.req);
   if (rc != MPI_SUCCESS) {
     note_error(Status::kErrTransport, seq_, "the census's agreement after a rested call failed");
     return;
@@ -217,13 +221,13 @@ Status Communicator::read_rest_agreements(bool all) {
     }
     // The rested call was number a.call - 1 of the backoff's count, the next call is b.calls.
     const auto ago = static_cast<uint32_t>(std::min<uint64_t>(b.calls + 1 - a.call, UINT32_MAX));
-    if (!all && a.all[0] > 0) {
+    if (!all && std::isfinite(a.all[0]) && std::isfinite(a.all[1]) && a.all[0] > a.all[1]) {
       b.saw_late_rest(ago);
       straggler_.period_first.clear();  // a take-out that names nobody
       SKIPRING_LOG_DEBUG(
-          "allreduce seq {}: the rested call seq {} took {:.1f} ms longer than the usual time and "
-          "the census's wait on some rank: counted as a take-out",
-          seq_, a.seq, a.all[0] * 1e3);
+          "allreduce seq {}: in the rested call seq {} a rank came {:.1f} ms after its ring "
+          "successor, past the census's wait of {:.1f} ms: counted as a take-out",
+          seq_, a.seq, a.all[0] * 1e3, a.all[1] * 1e3);
     }
     q.pop_front();
   }

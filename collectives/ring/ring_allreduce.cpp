@@ -508,6 +508,7 @@ void RingAllreduce::maybe_done(double now, ActionList* out) {
 
 void RingAllreduce::record_piece_waits() {
   piece_waits_.clear();
+  if (mode_.pred_heard_once) stats_.pred_first_s = std::max(0.0, t_pred_first_ - stats_.start);
   // A predecessor whose first piece came more than kLearnSkipped thresholds after we started
   // was late to this collective: its later pieces came in the rhythm of its catch-up (below).
   const double learn_limit = kLearnSkipped * p_.skip_threshold_s;
