@@ -120,14 +120,14 @@ LatePlan plan_late_path(const LatePlanInput& in);
 //   before 2b8f379) a straggler every 9 calls at another phase was never taken out again.
 //   Counted over every period B from 5 to 32 and every phase (tests/unit/test_late_chain.cpp),
 //   no late call rests after the first 2000 calls.
-// - A rested call tells the backoff what it saw: after it the ranks agree (one nonblocking MAX
+// - A rested call tells the backoff what it saw: after it the ranks agree (one nonblocking MAXLOC
 //   all-reduce of how long after each rank's start its ring predecessor's first piece came, and
 //   of the census coordinator's wait, read kRestAgreementLag calls later, so that nobody waits
 //   for it) whether a rank came later than the census would have waited, and if so it counts as a
-//   take-out there (saw_late_rest). Without it a straggler that the rests skipped left no trace:
-//   the period was learnt only once a probe had landed on two of its late calls (of its first ten
-//   late calls after a quiet spell, 20-50 % taken out; with it, 80-100 %, census_periods --start
-//   40).
+//   take-out there (saw_late_rest; the communicator also notes who, for a period's streak). Without
+//   it a straggler that the rests skipped left no trace: the period was learnt only once a probe
+//   had landed on two of its late calls (of its first ten late calls after a quiet spell, 20-50 %
+//   taken out; with it, 80-100 %, census_periods --start 40).
 // - A fresh take-out (the first, or the first for more than kCensusPeriodMax calls) with no
 //   period opens a search window: the census at every call for kCensusSearchCalls calls, so that
 //   a period up to that long is found at the straggler's second late call. Once per fresh

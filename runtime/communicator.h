@@ -125,21 +125,27 @@ struct StragglerMemory {
   std::vector<uint32_t> period_streak;
   // Whom the last take-out took out while no period was known: the take-out a period learnt at
   // the next one starts from, so that its streak counts both (a rank late every K calls is a
-  // suspect from its third late call in the period, not its fourth). Cleared by a take-out the
-  // rested calls' agreement counted, which names nobody.
+  // suspect from its third late call in the period, not its fourth). A take-out the rested
+  // calls' agreement counted names the rank that came latest (RestAgreement).
   std::vector<int> period_first;
   // Late chain, what a rested call saw (CensusBackoff::saw_late_rest): after it the ranks agree,
-  // in one nonblocking MAX all-reduce, on how much longer than the usual time plus the census's
-  // wait it took on any rank (each rank's own; the agreed answer is the same everywhere).
+  // in one nonblocking MAXLOC all-reduce, on how late the latest rank came (the longest any rank
+  // waited for its ring predecessor's first piece, and that predecessor) and on the census
+  // coordinator's wait (only the coordinator gives it): the same answer on every rank.
   // The answer is read at the plan of the kRestAgreementLag-th counted call after it, so that
   // the call in between has progressed it and nobody waits for it; a rank later than the census's
   // wait then counts as a take-out at the rested call. At most kRestAgreementLag pending.
   struct RestAgreement {
+    struct Pair {  // MPI_DOUBLE_INT's layout
+      double value;
+      int rank;
+    };
     MPI_Request req = MPI_REQUEST_NULL;
-    // {the predecessor's first piece after this rank's start, the coordinator's wait (-inf on
-    // every other rank)}; vectors: leak_pending at a timeout.
-    std::vector<double> mine = std::vector<double>(2, 0.0);
-    std::vector<double> all = std::vector<double>(2, 0.0);
+    // {the predecessor's first piece after this rank's start and the predecessor, the
+    // coordinator's wait (-inf on every other rank) and the coordinator}; vectors: leak_pending
+    // at a timeout.
+    std::vector<Pair> mine = std::vector<Pair>(2, Pair{0.0, -1});
+    std::vector<Pair> all = std::vector<Pair>(2, Pair{0.0, -1});
     uint64_t call = 0;  // CensusBackoff::calls after the rested call
     uint64_t seq = 0;   // the rested call's sequence number (for the log)
   };

@@ -190,14 +190,17 @@ void Communicator::start_rest_agreement(double wait_s) {
   // coordinator gives its wait (each rank has its own: it derives it from its own usual time),
   // and every rank reads the same pair. (Comparing an agreed time with each rank's own wait
   // made the ranks' backoffs disagree, and the next calls' plans with them: a hang.)
+  // MAXLOC also names the late rank (the predecessor), so that the take-out counts in a period's
+  // streak like a census's (period_first).
   constexpr double kNone = -std::numeric_limits<double>::infinity();
-  a.mine[0] = last_stats_.pred_first_s >= 0 ? last_stats_.pred_first_s : kNone;
+  const int pred = ring_[(pos_in_ring() - 1 + size_) % size_];
+  a.mine[0] = {last_stats_.pred_first_s >= 0 ? last_stats_.pred_first_s : kNone, pred};
   const int coord = straggler_.late_coord >= 0 ? straggler_.late_coord : ring_[0];
-  a.mine[1] = rank_ == coord ? wait_s : kNone;
+  a.mine[1] = {rank_ == coord ? wait_s : kNone, rank_};
   a.call = straggler_.census.calls;
   a.seq = last_stats_.seq;
-  const int rc =
-      PMPI_Iallreduce(a.mine.data(), a.all.data(), 2, MPI_DOUBLE, MPI_MAX, internal_.comm, &a.req);
+  const int rc = PMPI_Iallreduce(a.mine.data(), a.all.data(), 2, MPI_DOUBLE_INT, MPI_MAXLOC,
+                                 internal_.comm, &a.req);
   if (rc != MPI_SUCCESS) {
     note_error(Status::kErrTransport, seq_, "the census's agreement after a rested call failed");
     return;
@@ -221,13 +224,16 @@ Status Communicator::read_rest_agreements(bool all) {
     }
     // The rested call was number a.call - 1 of the backoff's count, the next call is b.calls.
     const auto ago = static_cast<uint32_t>(std::min<uint64_t>(b.calls + 1 - a.call, UINT32_MAX));
-    if (!all && std::isfinite(a.all[0]) && std::isfinite(a.all[1]) && a.all[0] > a.all[1]) {
+    const double late = a.all[0].value, wait = a.all[1].value;
+    if (!all && std::isfinite(late) && std::isfinite(wait) && late > wait) {
       b.saw_late_rest(ago);
-      straggler_.period_first.clear();  // a take-out that names nobody
+      const int who = a.all[0].rank;
+      straggler_.period_first.clear();
+      if (who >= 0 && who < size_) straggler_.period_first.push_back(who);
       SKIPRING_LOG_DEBUG(
-          "allreduce seq {}: in the rested call seq {} a rank came {:.1f} ms after its ring "
+          "allreduce seq {}: in the rested call seq {} rank {} came {:.1f} ms after its ring "
           "successor, past the census's wait of {:.1f} ms: counted as a take-out",
-          seq_, a.seq, a.all[0] * 1e3, a.all[1] * 1e3);
+          seq_, a.seq, who, late * 1e3, wait * 1e3);
     }
     q.pop_front();
   }
