@@ -1,7 +1,7 @@
 // late_schedules: what an all-reduce could take after one late rank arrives, under SimGrid, for
-// omniscient schedules (docs/skip_ahead.md, "What any schedule reaches in this model"). A yardstick
-// for issue 11's target of about L = (n-1)/n * S/B, in the spirit of apps/late_bound.cpp (which
-// times the owner schedule skipring runs today, under real MPI).
+// omniscient schedules (docs/history/skip_ahead_rounds.md, "What any schedule reaches in this
+// model"). A yardstick for issue 11's target of about L = (n-1)/n * S/B, in the spirit of
+// apps/late_bound.cpp (which times the owner schedule skipring runs today, under real MPI).
 //
 // Setting: every rank but the late one (rank `late`) already holds P, the reduction of all the
 // other inputs (the healthy ranks have run the whole all-reduce among themselves while waiting).
