@@ -11,6 +11,12 @@
 # and writes a Markdown report (path printed at the end).
 #
 # Usage: scripts/gpu_check.sh [--build-dir DIR] [--report FILE] [--np N] [--sizes-mib LIST]
+#                             [--build-only | --no-build]
+# --build-only: configure and build only (on a machine without a GPU; no GPU needed).
+# --no-build: run what DIR already holds, built on another machine (a GPU machine with no MPI or
+# compilers for skipring: build here with --build-only, then scripts/gpu_bundle.sh pack, carry
+# DIR and the bundle, and there run scripts/gpu_bundle.sh unpack before this; the device tests
+# then run as the test program itself, since ctest's files name the build machine's paths).
 # Environment: CUDA_HOME (default /usr/local/cuda), CUDA_ARCH (e.g. 90; default: detected),
 # BUILD_TYPE (default Release), OUT (when set and no --report: the report goes to
 # $OUT/gpu_check.md; default: <build dir>/gpu_check.md), GPU_CHECK_BUDGET_S (default 480: the
@@ -29,12 +35,15 @@ report=""
 np=2
 sizes="1,4,16,64,256"
 budget_s="${GPU_CHECK_BUDGET_S:-480}"  # the whole check, build included
+build_mode=both
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$(realpath -m "$2")"; shift 2 ;;
     --report) report="$(realpath -m "$2")"; shift 2 ;;
     --np) np="$2"; shift 2 ;;
     --sizes-mib) sizes="$2"; shift 2 ;;
+    --build-only) build_mode=only; shift ;;
+    --no-build) build_mode=none; shift ;;
     -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -54,7 +63,7 @@ elif ! gpu_list="$(nvidia-smi --query-gpu=index,name,driver_version --format=csv
 elif [[ -z "$gpu_list" ]]; then
   why="nvidia-smi lists no GPU"
 fi
-if [[ -z "$gpu_list" ]]; then
+if [[ -z "$gpu_list" && "$build_mode" != only ]]; then
   if [[ "$dry" != 1 ]]; then
     echo "gpu_check: no NVIDIA GPU on this machine: $why. Nothing was built or run (exit 77)."
     exit 77
@@ -65,7 +74,9 @@ fi
 # 2. Tools.
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 nvcc="$cuda_home/bin/nvcc"
-for tool in cmake ctest "$nvcc"; do
+tools=(cmake ctest "$nvcc")
+[[ "$build_mode" == none ]] && tools=()  # nothing is built here
+for tool in "${tools[@]}"; do
   if ! command -v "$tool" > /dev/null 2>&1; then
     echo "gpu_check: '$tool' not found (CUDA_HOME=$cuda_home; scripts/setup.sh installs the rest)" >&2
     exit 1
@@ -89,11 +100,15 @@ goal_missed=0
 {
   echo "# skipring GPU check"
   echo
-  echo "- commit: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "- commit: ${SKIPRING_COMMIT:-$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)}"
   echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M:%S')"
   echo "- host: $(hostname), $(nproc) cores"
   echo "- GPUs (index, name, driver): $(printf '%s' "${gpu_list:-none (dry run)}" | paste -sd ';')"
-  echo "- nvcc: $("$nvcc" --version | tail -n 1), CUDA architecture: $arch"
+  if [[ "$build_mode" == none ]]; then
+    echo "- built on another machine (--no-build): $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:STRING=/CUDA architecture /p' "$build/CMakeCache.txt" 2>/dev/null)"
+  else
+    echo "- nvcc: $("$nvcc" --version | tail -n 1), CUDA architecture: $arch"
+  fi
   echo "- command: scripts/gpu_check.sh --build-dir $build --np $np --sizes-mib $sizes"
   echo
 } > "$report"
@@ -138,7 +153,9 @@ log_to_report() {
 }
 
 # 3. Configure and build what the check runs.
-if ! run_step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+if [[ "$build_mode" == none ]]; then
+  echo "gpu_check: --no-build: running the programs already built in $build" | tee -a "$report"
+elif ! run_step configure 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DSKIPRING_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch"; then
   log_to_report configure 30
   failed=1
@@ -146,18 +163,29 @@ fi
 targets=(skipring_cuda_tests gpu_reduce_bench gpu_allreduce_bench skipring_info)
 build_cap=$((budget_s - $(elapsed) - 200))  # 200 s kept for the tests and benchmarks
 ((build_cap < 60)) && build_cap=60
-if [[ $failed -eq 0 ]] && ! run_step build "$build_cap" cmake --build "$build" -j "$(nproc)" \
+if [[ $failed -eq 0 && "$build_mode" != none ]] && ! run_step build "$build_cap" cmake --build "$build" -j "$(nproc)" \
   --target "${targets[@]}"; then
   log_to_report build 40
   failed=1
 fi
 
 mpiexec="$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt" 2>/dev/null)"
-[[ -n "$mpiexec" ]] || mpiexec=mpirun
+[[ -n "$mpiexec" && -x "$mpiexec" ]] || mpiexec="$(command -v mpiexec || command -v mpirun || echo mpirun)"
+if [[ "$build_mode" == only ]]; then
+  printf '## Result: built (--build-only), nothing run\n' >> "$report"
+  echo "gpu_check: built in $build in $(elapsed) s (--build-only); nothing run"
+  exit "$failed"
+fi
 # Open MPI as root and with more ranks than cores (ignored by other MPIs), as scripts/mpirun.sh.
 # Containers often forbid the cross-process copy (CMA) of Open MPI's shared-memory transport.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+# Without ssh or rsh Open MPI's launcher refuses even a local job: launch locally.
+if ! command -v ssh > /dev/null 2>&1 && ! command -v rsh > /dev/null 2>&1; then
+  export OMPI_MCA_plm="${OMPI_MCA_plm:-isolated}"
+fi
+# Built elsewhere: the programs' run path names the build machine's folder.
+[[ "$build_mode" == none ]] && export LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [[ $failed -eq 0 ]]; then
   # The device path as skipring sees it (built with CUDA, driver, devices).
@@ -169,8 +197,14 @@ if [[ $failed -eq 0 ]]; then
   fi
 
   # 4. Device tests (a skip on a machine with a GPU is a failure: the runtime saw no device).
-  run_step device_tests 150 ctest --test-dir "$build" -L gpu --output-on-failure
-  rc=$?
+  if [[ "$build_mode" == none ]]; then
+    run_step device_tests 150 "$build/tests/cuda/skipring_cuda_tests"
+    rc=$?
+    [[ $rc -eq 77 ]] && echo "(Skipped)" >> "$logs/device_tests.log" && rc=0
+  else
+    run_step device_tests 150 ctest --test-dir "$build" -L gpu --output-on-failure
+    rc=$?
+  fi
   log_to_report device_tests 25
   if [[ $rc -ne 0 ]]; then
     failed=1
