@@ -105,7 +105,7 @@ goal_missed=0
   echo "- host: $(hostname), $(nproc) cores"
   echo "- GPUs (index, name, driver): $(printf '%s' "${gpu_list:-none (dry run)}" | paste -sd ';')"
   if [[ "$build_mode" == none ]]; then
-    echo "- built on another machine (--no-build): $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:STRING=/CUDA architecture /p' "$build/CMakeCache.txt" 2>/dev/null)"
+    echo "- built on another machine (--no-build): $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=/CUDA architecture /p' "$build/CMakeCache.txt" 2>/dev/null)"
   else
     echo "- nvcc: $("$nvcc" --version | tail -n 1), CUDA architecture: $arch"
   fi
