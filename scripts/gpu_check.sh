@@ -100,7 +100,7 @@ goal_missed=0
 {
   echo "# skipring GPU check"
   echo
-  echo "- commit: ${SKIPRING_COMMIT:-$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)}"
+  echo "- commit: ${GPU_CHECK_COMMIT:-$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)}"
   echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M:%S')"
   echo "- host: $(hostname), $(nproc) cores"
   echo "- GPUs (index, name, driver): $(printf '%s' "${gpu_list:-none (dry run)}" | paste -sd ';')"
