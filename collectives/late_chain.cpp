@@ -488,6 +488,11 @@ Status LateChainAllreduce::on_op(size_t idx, double now, ActionList* out) {
       ++arrived_count_;  // one arrival receive per rank
       arrived_[o.who] = 1;
       seen_[o.who] = std::max(0.0, now - t0_);
+      if (now < deadline_) {
+        // Ranks that keep arriving are a spread, not stragglers (kCensusSpreadShare).
+        deadline_ = std::min(t0_ + kCensusSpreadCap * p_.late_wait_s,
+                             std::max(deadline_, now + kCensusSpreadShare * p_.late_wait_s));
+      }
       if (const uint32_t w = wire_route(hdr_ptr(&census_hdr_, o.who)); w > 0) {
         waited_[o.who] = (w - 1) * 1e-6;
       }

@@ -703,6 +703,46 @@ TEST(LateChain, FloatBitsIdentical) {
   }
 }
 
+// Ranks that keep arriving are a spread, not stragglers (kCensusSpreadShare): each arrival
+// within the wait moves the deadline to half a wait after it, at most kCensusSpreadCap waits
+// after the coordinator. A plain ring leaves back-to-back calls' starts spread like this (SimGrid,
+// n = 64: up to 380 us against a 226 us wait). Counted from the coordinator alone, every rank of
+// the gradient past the wait was taken out; a rank behind a gap of more than half a wait still
+// is, and so is the gradient's tail past the cap.
+TEST(LateChain, CensusWaitsOutASpread) {
+  const double w = 200e-6;  // base()'s wait
+  for (int n : {8, 16}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      harness::Options o = base(n, 4100 + 10 * n + variant);
+      o.ring.resize(n);
+      std::iota(o.ring.begin(), o.ring.end(), 0);  // coordinator rank 0
+      o.start_time.assign(n, 0.0);
+      // Ranks 1 .. n - 1 one after another, w / 4 apart (variant 2: 0.45 w, under half a wait,
+      // so that the gradient runs past the cap at n = 16, no rank within 10 us of it).
+      const double step = variant == 2 ? 0.45 * w : w / 4;
+      for (int r = 1; r < n; ++r) o.start_time[r] = step * r;
+      uint64_t want = 0;
+      if (variant == 1) {
+        // The last rank behind a gap of 2 w after the one before it.
+        o.start_time[n - 1] = o.start_time[n - 2] + 2 * w;
+        want = static_cast<uint64_t>(n);  // it alone, on every rank
+      }
+      if (variant == 2) {
+        int past = 0;
+        for (int r = 1; r < n; ++r) past += o.start_time[r] > kCensusSpreadCap * w;
+        want = static_cast<uint64_t>(n * past);
+      }
+      const std::string what = "n=" + std::to_string(n) + " variant=" + std::to_string(variant);
+      const Seen s = run_exact(o, what);
+      ASSERT_TRUE(s.ok) << what;
+      EXPECT_EQ(s.excluded, want) << what;
+      if (variant == 2 && n == 16) {
+        EXPECT_GT(want, 0u);  // the cap is reached
+      }
+    }
+  }
+}
+
 // The census takes ranks out only while the healthy ones stay a strict majority (an owner's
 // finals cost (n - 1) S / h on its uplink, the ring's 2 (n - 1) / n S unless h > n / 2): with
 // more ranks late than that, it waits past its deadline for the earliest of them, then takes out
