@@ -63,12 +63,12 @@ pack() {
     esac
     usr_path "$lib"
     usr_path "$(readlink -f "$lib")"
-  done >> "$list"
-  sort -u "$list" -o "$list"
+  done > "$list.libs"
+  sort -u "$list" "$list.libs" -o "$list"
   mkdir -p "$(dirname "$bundle")"
   tar -C / -czf "$bundle" --no-recursion -T <(sed 's|^/||' "$list")
   echo "gpu_bundle: $(wc -l < "$list") files, $(du -h "$bundle" | cut -f1) -> $bundle"
-  rm -f "$list" "$list.pkg"
+  rm -f "$list" "$list.pkg" "$list.libs"
 }
 
 unpack() {
