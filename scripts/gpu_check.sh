@@ -103,7 +103,9 @@ goal_missed=0
   echo "- commit: ${GPU_CHECK_COMMIT:-$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)}"
   echo "- date (UTC): $(date -u '+%Y-%m-%d %H:%M:%S')"
   echo "- host: $(hostname), $(nproc) cores"
-  echo "- GPUs (index, name, driver): $(printf '%s' "${gpu_list:-none (dry run)}" | paste -sd ';')"
+  no_gpu="none (dry run)"
+  [[ "$build_mode" == only ]] && no_gpu="none needed (--build-only)"
+  echo "- GPUs (index, name, driver): $(printf '%s' "${gpu_list:-$no_gpu}" | paste -sd ';')"
   if [[ "$build_mode" == none ]]; then
     echo "- built on another machine (--no-build): $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=/CUDA architecture /p' "$build/CMakeCache.txt" 2>/dev/null)"
   else
