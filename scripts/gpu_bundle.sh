@@ -87,8 +87,10 @@ unpack() {
   local p bad=0
   for p in /usr/bin/orterun "${programs[@]/#/$build/}"; do
     [[ -e "$p" ]] || continue
-    if LD_LIBRARY_PATH="$build" ldd "$p" | grep -q 'not found'; then
-      echo "gpu_bundle: $p still misses: $(LD_LIBRARY_PATH="$build" ldd "$p" | grep 'not found' | paste -sd ' ')" >&2
+    local missing
+    missing="$(LD_LIBRARY_PATH="$build" ldd "$p" | grep 'not found' | paste -sd ' ')"
+    if [[ -n "$missing" ]]; then
+      echo "gpu_bundle: $p still misses: $missing" >&2
       bad=1
     fi
   done
