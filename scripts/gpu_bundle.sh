@@ -88,7 +88,7 @@ unpack() {
   for p in /usr/bin/orterun "${programs[@]/#/$build/}"; do
     [[ -e "$p" ]] || continue
     local missing
-    missing="$(LD_LIBRARY_PATH="$build" ldd "$p" | grep 'not found' | paste -sd ' ')"
+    missing="$(LD_LIBRARY_PATH="$build" ldd "$p" | grep 'not found' | paste -sd ' ' || true)"
     if [[ -n "$missing" ]]; then
       echo "gpu_bundle: $p still misses: $missing" >&2
       bad=1
