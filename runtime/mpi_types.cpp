@@ -155,6 +155,27 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
         return false;
     }
   }
+  // Fortran's sized kinds (INTEGER*8, REAL*8, ...: what codes built with explicit kinds send;
+  // a DFT code, CP2K, sends mostly MPI_INTEGER8) and LOGICAL (logical ops only,
+  // classify_reduction; gfortran's .TRUE. is 1, what the logical kernels write, as Open MPI's
+  // and MPICH's do).
+  if (t == MPI_INTEGER1 || t == MPI_INTEGER2 || t == MPI_INTEGER4 || t == MPI_INTEGER8 ||
+      t == MPI_LOGICAL) {
+    switch (fortran_type_size(t)) {
+      case 1:
+        return set_if_known(DType::kInt8, out);
+      case 2:
+        return set_if_known(DType::kInt16, out);
+      case 4:
+        return set_if_known(DType::kInt32, out);
+      case 8:
+        return set_if_known(DType::kInt64, out);
+      default:
+        return false;
+    }
+  }
+  if (t == MPI_REAL4) return fortran_type_size(t) == 4 && set_if_known(DType::kFloat, out);
+  if (t == MPI_REAL8) return fortran_type_size(t) == 8 && set_if_known(DType::kDouble, out);
   if (t == MPI_REAL) {
     switch (fortran_type_size(t)) {
       case 4:
@@ -204,6 +225,10 @@ bool rop_from_mpi(MPI_Op op, ROp* out) {
 
 MpiReduction classify_reduction(MPI_Datatype datatype, MPI_Op op, DType* dt, ROp* rop) {
   if (!dtype_from_mpi(datatype, dt) || !rop_from_mpi(op, rop)) return MpiReduction::kOther;
+  // LOGICAL maps onto an integer of its size, but MPI defines only the logical ops on it.
+  if (datatype == MPI_LOGICAL && *rop != ROp::kLand && *rop != ROp::kLor && *rop != ROp::kLxor) {
+    return MpiReduction::kUndefined;
+  }
   return op_valid(*rop, *dt) ? MpiReduction::kNative : MpiReduction::kUndefined;
 }
 

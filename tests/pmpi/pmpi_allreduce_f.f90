@@ -1,7 +1,8 @@
 ! A plain Fortran MPI program (use mpi, no skipring API) that exercises
 ! MPI_Allreduce and checks every result itself; ctest runs it with libskipring_pmpi.so
-! preloaded. Covers INTEGER, REAL, DOUBLE PRECISION and LOGICAL with predefined ops, the
-! Fortran MPI_IN_PLACE, counts 0, 1, 7 and 100003, and a user-defined op (a fallback).
+! preloaded. Covers INTEGER, REAL, DOUBLE PRECISION, LOGICAL and the sized kinds INTEGER*8
+! (MPI_INTEGER8) and REAL*8 (MPI_REAL8) with predefined ops, the Fortran MPI_IN_PLACE, counts
+! 0, 1, 7 and 100003, and a user-defined op (a fallback).
 ! Exits with status 1 on any wrong result.
 module pmpi_check
   implicit none
@@ -69,6 +70,10 @@ program pmpi_allreduce_f
   real, allocatable :: rsend(:), rrecv(:)
   double precision, allocatable :: dsend(:), drecv(:)
   logical, allocatable :: lsend(:), lrecv(:)
+  integer(kind=8), allocatable :: ksend(:), krecv(:)
+  integer(kind=8) :: want_k
+  real(kind=8), allocatable :: esend(:), erecv(:)
+  logical :: want_l
   external :: sum_mod_1000
 
   call MPI_Init(ierr)
@@ -79,6 +84,7 @@ program pmpi_allreduce_f
     n = counts(ic)
     allocate(isend(max(n, 1)), irecv(max(n, 1)), rsend(max(n, 1)), rrecv(max(n, 1)))
     allocate(dsend(max(n, 1)), drecv(max(n, 1)), lsend(max(n, 1)), lrecv(max(n, 1)))
+    allocate(ksend(max(n, 1)), krecv(max(n, 1)), esend(max(n, 1)), erecv(max(n, 1)))
     do ip = 0, 1
       ! INTEGER SUM, MAX, MIN, PROD.
       call fill_int(isend, irecv, n, ip, .false.)
@@ -238,7 +244,79 @@ program pmpi_allreduce_f
         if (lrecv(i) .neqv. (want_max == 1)) ok = .false.
       end do
       call check(ok, 'LOGICAL LOR', n, ip)
+
+      ! LOGICAL LAND: true where no rank's contribution is 7.
+      do i = 1, n
+        lsend(i) = contribution(world_rank, i) /= 7
+        lrecv(i) = .false.
+        if (ip == 1) lrecv(i) = lsend(i)
+      end do
+      if (ip == 1) then
+        call MPI_Allreduce(MPI_IN_PLACE, lrecv, n, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+      else
+        call MPI_Allreduce(lsend, lrecv, n, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+      end if
+      ok = ierr == MPI_SUCCESS
+      do i = 1, n
+        want_l = .true.
+        do r = 0, nprocs - 1
+          if (contribution(r, i) == 7) want_l = .false.
+        end do
+        if (lrecv(i) .neqv. want_l) ok = .false.
+      end do
+      call check(ok, 'LOGICAL LAND', n, ip)
+
+      ! INTEGER*8 SUM (MPI_INTEGER8), values past 32 bits.
+      do i = 1, n
+        ksend(i) = int(contribution(world_rank, i), 8) * 4294967311_8 + int(i, 8)
+        krecv(i) = -1_8
+        if (ip == 1) krecv(i) = ksend(i)
+      end do
+      if (ip == 1) then
+        call MPI_Allreduce(MPI_IN_PLACE, krecv, n, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, ierr)
+      else
+        call MPI_Allreduce(ksend, krecv, n, MPI_INTEGER8, MPI_SUM, MPI_COMM_WORLD, ierr)
+      end if
+      ok = ierr == MPI_SUCCESS
+      do i = 1, n
+        want_k = 0_8
+        do r = 0, nprocs - 1
+          want_k = want_k + int(contribution(r, i), 8) * 4294967311_8 + int(i, 8)
+        end do
+        if (krecv(i) /= want_k) ok = .false.
+      end do
+      call check(ok, 'INTEGER*8 SUM', n, ip)
+
+      ! REAL*8 MIN (MPI_REAL8).
+      do i = 1, n
+        esend(i) = 0.25d0 * contribution(world_rank, i)
+        erecv(i) = 1.0d30
+        if (ip == 1) erecv(i) = esend(i)
+      end do
+      if (ip == 1) then
+        call MPI_Allreduce(MPI_IN_PLACE, erecv, n, MPI_REAL8, MPI_MIN, MPI_COMM_WORLD, ierr)
+      else
+        call MPI_Allreduce(esend, erecv, n, MPI_REAL8, MPI_MIN, MPI_COMM_WORLD, ierr)
+      end if
+      ok = ierr == MPI_SUCCESS
+      do i = 1, n
+        want_min = contribution(0, i)
+        do r = 1, nprocs - 1
+          want_min = min(want_min, contribution(r, i))
+        end do
+        if (erecv(i) /= 0.25d0 * want_min) ok = .false.
+      end do
+      call check(ok, 'REAL*8 MIN', n, ip)
     end do
+
+    ! MPI defines only the logical ops on LOGICAL: SUM is MPI_ERR_OP, as from the MPI library
+    ! (errors returned, not fatal, for this call).
+    if (n > 0) then
+      call MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN, ierr)
+      call MPI_Allreduce(lsend, lrecv, n, MPI_LOGICAL, MPI_SUM, MPI_COMM_WORLD, ierr)
+      call check(ierr /= MPI_SUCCESS, 'LOGICAL SUM refused', n, 0)
+      call MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL, ierr)
+    end if
 
     ! User-defined op (handled by PMPI_Allreduce as a fallback).
     call MPI_Op_create(sum_mod_1000, .true., user_op, ierr)
@@ -257,7 +335,7 @@ program pmpi_allreduce_f
     call check(ok, 'user op', n, 0)
     call MPI_Op_free(user_op, ierr)
 
-    deallocate(isend, irecv, rsend, rrecv, dsend, drecv, lsend, lrecv)
+    deallocate(isend, irecv, rsend, rrecv, dsend, drecv, lsend, lrecv, ksend, krecv, esend, erecv)
   end do
 
   ! PMPI, so that the verdict does not depend on the library under test.
