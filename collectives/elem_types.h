@@ -2,6 +2,8 @@
 // value-index pairs), shared by dtype.cpp (their sizes) and the kernels.
 #pragma once
 
+#include <type_traits>
+
 namespace skipring {
 
 // A complex number as C's _Complex and Fortran's COMPLEX store it: real part, imaginary part.
@@ -18,5 +20,14 @@ struct LocPair {
   V value;
   I index;
 };
+
+template <typename T>
+struct IsComplex : std::false_type {};
+template <typename R>
+struct IsComplex<ComplexOf<R>> : std::true_type {};
+template <typename T>
+struct IsLocPair : std::false_type {};
+template <typename V, typename I>
+struct IsLocPair<LocPair<V, I>> : std::true_type {};
 
 }  // namespace skipring

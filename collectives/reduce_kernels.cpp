@@ -178,15 +178,6 @@ struct StorageOf<DType::kDoubleDouble> {
   using type = LocPair<double, double>;
 };
 
-template <typename T>
-struct IsComplex : std::false_type {};
-template <typename R>
-struct IsComplex<ComplexOf<R>> : std::true_type {};
-template <typename T>
-struct IsLocPair : std::false_type {};
-template <typename V, typename I>
-struct IsLocPair<LocPair<V, I>> : std::true_type {};
-
 // 16-bit floats: operands widened to float, the float operation applied, the result rounded
 // back (collectives/half.h).
 template <typename T>

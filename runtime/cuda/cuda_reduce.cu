@@ -366,20 +366,8 @@ Status launch(DType t, ROp op, const Launch& l) {
       return launch_type<Half16>(op, l);
     case DType::kBfloat16:
       return launch_type<Bf16>(op, l);
-    case DType::kLongDouble:
-    case DType::kComplexFloat:
-    case DType::kComplexDouble:
-    case DType::kComplexLongDouble:
-    case DType::kFloatInt:
-    case DType::kDoubleInt:
-    case DType::kLongInt:
-    case DType::kIntInt:
-    case DType::kShortInt:
-    case DType::kLongDoubleInt:
-    case DType::kFloatFloat:
-    case DType::kDoubleDouble:
-    case DType::kCount:
-      break;  // host kernels only (dtype_on_device)
+    default:
+      break;  // long double, the complex and pair types: host kernels only (dtype_on_device)
   }
   return Status::kErrType;
 }

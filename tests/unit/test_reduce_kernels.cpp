@@ -142,23 +142,14 @@ constexpr size_t value_bytes() {
   return sizeof(T);
 }
 
-template <typename T>
-struct IsComplexT : std::false_type {};
-template <typename R>
-struct IsComplexT<ComplexOf<R>> : std::true_type {};
-template <typename T>
-struct IsLocPairT : std::false_type {};
-template <typename V, typename I>
-struct IsLocPairT<LocPair<V, I>> : std::true_type {};
-
 // Writes v at p as the kernels must: every padding byte zero (long double's, the pairs').
 template <typename T>
 void write_elem(void* p, const T& v) {
   unsigned char buf[sizeof(T)] = {};
-  if constexpr (IsComplexT<T>::value) {
+  if constexpr (IsComplex<T>::value) {
     write_elem(buf, v.re);
     write_elem(buf + offsetof(T, im), v.im);
-  } else if constexpr (IsLocPairT<T>::value) {
+  } else if constexpr (IsLocPair<T>::value) {
     write_elem(buf, v.value);
     write_elem(buf + offsetof(T, index), v.index);
   } else {
@@ -251,9 +242,9 @@ LocPair<V, I> ref_loc(ROp op, LocPair<V, I> x, LocPair<V, I> y) {
 
 template <typename T>
 T ref_elem(ROp op, T a, T b) {
-  if constexpr (IsComplexT<T>::value) {
+  if constexpr (IsComplex<T>::value) {
     return ref_complex(op, a, b);
-  } else if constexpr (IsLocPairT<T>::value) {
+  } else if constexpr (IsLocPair<T>::value) {
     return ref_loc(op, a, b);
   } else if constexpr (std::is_floating_point_v<T>) {
     return ref_float(op, a, b);
@@ -267,10 +258,10 @@ T ref_elem(ROp op, T a, T b) {
 template <typename T>
 T random_elem(std::mt19937_64& rng, DType t) {
   const uint64_t r = rng();
-  if constexpr (IsComplexT<T>::value) {
+  if constexpr (IsComplex<T>::value) {
     using R = decltype(T::re);
     return {random_elem<R>(rng, t), random_elem<R>(rng, t)};
-  } else if constexpr (IsLocPairT<T>::value) {
+  } else if constexpr (IsLocPair<T>::value) {
     // Values from a small set half of the time (ties, +0 against -0), indices from 0..7.
     using V = decltype(T::value);
     using I = decltype(T::index);
