@@ -427,8 +427,9 @@ struct OpLoc {
                 a_nan && b_nan ? min_index : (a_nan ? a.index : b.index)};
       }
       // Equal values (+0 and -0 included): MIN's / MAX's bits, the smaller index.
-      if (a.value == b.value)
+      if (a.value == b.value) {
         return {kMax ? float_max(a.value, b.value) : float_min(a.value, b.value), min_index};
+      }
     } else {
       if (a.value == b.value) return {a.value, min_index};
     }
