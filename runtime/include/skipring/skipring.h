@@ -36,12 +36,13 @@ SKIPRING_API int skipring_init(void);
  * ops on predefined integer, floating, bool and byte types, SUM/PROD on the C, C++ and Fortran
  * complex types and MINLOC/MAXLOC on the C and Fortran pair types (MPI_DOUBLE_INT, MPI_2INT,
  * MPI_2REAL, ...) on intra-communicators natively; for user-defined ops, REPLACE, derived
- * datatypes and inter-communicators it calls PMPI_Allreduce (counted as a fallback). Errors: MPI_ERR_COUNT (count < 0),
- * MPI_ERR_BUFFER (NULL buffer, count > 0; recvbuf == MPI_IN_PLACE, with or without sendbuf
- * MPI_IN_PLACE; sendbuf == recvbuf with count > 0, which MPI forbids: pass MPI_IN_PLACE as
- * sendbuf instead; these are checked before any fallback and are Open MPI 4.1's codes, though
- * Open MPI itself lets an aliased count of 1 through), MPI_ERR_OP (op not defined on the type),
- * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error; MPI not active). */
+ * datatypes and inter-communicators it calls PMPI_Allreduce (counted as a fallback). Errors:
+ * MPI_ERR_COUNT (count < 0), MPI_ERR_BUFFER (NULL buffer, count > 0; recvbuf == MPI_IN_PLACE, with
+ * or without sendbuf MPI_IN_PLACE; sendbuf == recvbuf with count > 0, which MPI forbids: pass
+ * MPI_IN_PLACE as sendbuf instead; these are checked before any fallback and are Open MPI 4.1's
+ * codes, though Open MPI itself lets an aliased count of 1 through), MPI_ERR_OP (op not defined on
+ * the type), MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error; MPI not
+ * active). */
 SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 
