@@ -162,6 +162,7 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
     return set_if_known(DType::kComplexFloat, out);
   if (t == MPI_C_DOUBLE_COMPLEX) return set_if_known(DType::kComplexDouble, out);
   if (t == MPI_C_LONG_DOUBLE_COMPLEX) return set_if_known(DType::kComplexLongDouble, out);
+#if !defined(SKIPRING_SIMGRID)  // SimGrid's smpi.h defines these to symbols it never declares
 #ifdef MPI_CXX_FLOAT_COMPLEX
   if (t == MPI_CXX_FLOAT_COMPLEX) return set_if_known(DType::kComplexFloat, out);
 #endif
@@ -170,6 +171,7 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
 #endif
 #ifdef MPI_CXX_LONG_DOUBLE_COMPLEX
   if (t == MPI_CXX_LONG_DOUBLE_COMPLEX) return set_if_known(DType::kComplexLongDouble, out);
+#endif
 #endif
 
   // C MINLOC/MAXLOC pair types.
