@@ -3,6 +3,8 @@
 
 #include <climits>
 
+#include "collectives/elem_types.h"
+
 namespace skipring {
 
 static_assert(sizeof(bool) == 1, "DType::kBool assumes a one-byte bool (C _Bool)");
@@ -39,6 +41,28 @@ size_t dtype_size(DType t) {
     case DType::kFloat16:
     case DType::kBfloat16:
       return 2;
+    case DType::kComplexFloat:
+      return sizeof(ComplexOf<float>);
+    case DType::kComplexDouble:
+      return sizeof(ComplexOf<double>);
+    case DType::kComplexLongDouble:
+      return sizeof(ComplexOf<long double>);
+    case DType::kFloatInt:
+      return sizeof(LocPair<float, int>);
+    case DType::kDoubleInt:
+      return sizeof(LocPair<double, int>);
+    case DType::kLongInt:
+      return sizeof(LocPair<long, int>);
+    case DType::kIntInt:
+      return sizeof(LocPair<int, int>);
+    case DType::kShortInt:
+      return sizeof(LocPair<short, int>);
+    case DType::kLongDoubleInt:
+      return sizeof(LocPair<long double, int>);
+    case DType::kFloatFloat:
+      return sizeof(LocPair<float, float>);
+    case DType::kDoubleDouble:
+      return sizeof(LocPair<double, double>);
     case DType::kCount:
       break;
   }
@@ -77,6 +101,28 @@ const char* dtype_name(DType t) {
       return "float16";
     case DType::kBfloat16:
       return "bfloat16";
+    case DType::kComplexFloat:
+      return "complex float";
+    case DType::kComplexDouble:
+      return "complex double";
+    case DType::kComplexLongDouble:
+      return "complex long double";
+    case DType::kFloatInt:
+      return "float-int";
+    case DType::kDoubleInt:
+      return "double-int";
+    case DType::kLongInt:
+      return "long-int";
+    case DType::kIntInt:
+      return "int-int";
+    case DType::kShortInt:
+      return "short-int";
+    case DType::kLongDoubleInt:
+      return "long double-int";
+    case DType::kFloatFloat:
+      return "float-float";
+    case DType::kDoubleDouble:
+      return "double-double";
     case DType::kCount:
       break;
   }
@@ -105,6 +151,10 @@ const char* rop_name(ROp op) {
       return "bor";
     case ROp::kBxor:
       return "bxor";
+    case ROp::kMinloc:
+      return "minloc";
+    case ROp::kMaxloc:
+      return "maxloc";
     case ROp::kCount:
       break;
   }
@@ -113,7 +163,7 @@ const char* rop_name(ROp op) {
 
 namespace {
 
-enum class Category { kInteger, kFloating, kLogical, kByte, kNone };
+enum class Category { kInteger, kFloating, kComplex, kPair, kLogical, kByte, kNone };
 
 Category category(DType t) {
   switch (t) {
@@ -136,6 +186,19 @@ Category category(DType t) {
       return Category::kLogical;
     case DType::kByte:
       return Category::kByte;
+    case DType::kComplexFloat:
+    case DType::kComplexDouble:
+    case DType::kComplexLongDouble:
+      return Category::kComplex;
+    case DType::kFloatInt:
+    case DType::kDoubleInt:
+    case DType::kLongInt:
+    case DType::kIntInt:
+    case DType::kShortInt:
+    case DType::kLongDoubleInt:
+    case DType::kFloatFloat:
+    case DType::kDoubleDouble:
+      return Category::kPair;
     case DType::kCount:
       break;
   }
@@ -149,6 +212,7 @@ bool op_valid(ROp op, DType t) {
   switch (op) {
     case ROp::kSum:
     case ROp::kProd:
+      return c == Category::kInteger || c == Category::kFloating || c == Category::kComplex;
     case ROp::kMin:
     case ROp::kMax:
       return c == Category::kInteger || c == Category::kFloating;
@@ -160,10 +224,19 @@ bool op_valid(ROp op, DType t) {
     case ROp::kBor:
     case ROp::kBxor:
       return c == Category::kInteger || c == Category::kByte;
+    case ROp::kMinloc:
+    case ROp::kMaxloc:
+      return c == Category::kPair;
     case ROp::kCount:
       break;
   }
   return false;
+}
+
+bool dtype_on_device(DType t) {
+  const Category c = category(t);
+  return c != Category::kNone && c != Category::kComplex && c != Category::kPair &&
+         t != DType::kLongDouble;
 }
 
 }  // namespace skipring

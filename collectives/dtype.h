@@ -26,6 +26,22 @@ enum class DType : uint8_t {
   // to nearest even once per operation (collectives/half.h).
   kFloat16,   // IEEE 754 binary16
   kBfloat16,  // bfloat16: the upper half of a binary32
+  // Complex numbers (C float/double/long double _Complex, Fortran COMPLEX / DOUBLE COMPLEX):
+  // real then imaginary part, ComplexOf<R> in collectives/elem_types.h. SUM and PROD only.
+  kComplexFloat,
+  kComplexDouble,
+  kComplexLongDouble,
+  // The value-index pairs of MPI_MINLOC / MPI_MAXLOC (MPI-3.1 5.9.4), laid out as the C struct
+  // { value; index; } (LocPair<V, I> in collectives/elem_types.h): the element size is the
+  // struct's, padding included (MPI's extent). MINLOC and MAXLOC only.
+  kFloatInt,       // MPI_FLOAT_INT
+  kDoubleInt,      // MPI_DOUBLE_INT
+  kLongInt,        // MPI_LONG_INT
+  kIntInt,         // MPI_2INT (and Fortran MPI_2INTEGER with a 4-byte INTEGER)
+  kShortInt,       // MPI_SHORT_INT
+  kLongDoubleInt,  // MPI_LONG_DOUBLE_INT
+  kFloatFloat,     // Fortran MPI_2REAL (4-byte REAL): the index is a REAL too
+  kDoubleDouble,   // Fortran MPI_2DOUBLE_PRECISION (or MPI_2REAL with an 8-byte REAL)
   kCount
 };
 
@@ -40,6 +56,8 @@ enum class ROp : uint8_t {
   kBand,
   kBor,
   kBxor,
+  kMinloc,  // on the pair types only: the smaller value; on equal values the smaller index
+  kMaxloc,  // on the pair types only: the larger value; on equal values the smaller index
   kCount
 };
 
@@ -52,8 +70,12 @@ const char* dtype_name(DType t);
 const char* rop_name(ROp op);
 
 // True when MPI defines `op` on `t` (MPI-3.1 section 5.9.2 table): SUM/PROD/MIN/MAX on
-// integers and floats (MIN/MAX not on bool), logical ops on integers and bool, bitwise ops
-// on integers and byte.
+// integers and floats (MIN/MAX not on bool), SUM/PROD on complex, logical ops on integers and
+// bool, bitwise ops on integers and byte, MINLOC/MAXLOC on the pair types.
 bool op_valid(ROp op, DType t);
+
+// True when the device (CUDA) kernels reduce `t`: every type but long double and the complex
+// and pair types, which only the host kernels reduce.
+bool dtype_on_device(DType t);
 
 }  // namespace skipring

@@ -23,6 +23,15 @@
 //    in cache for whoever consumes them next.
 //  - x87 long double (80-bit value in 16-byte storage): the padding bytes of dst are
 //    written as zeros, so the output bits never depend on what dst held before.
+//  - Complex SUM/PROD (ComplexOf<R>): per part, each part's NaN made the default quiet NaN;
+//    PROD is (ac - bd) + (ad + bc)i, the textbook formula MPI libraries use (no C99 Annex G
+//    infinity recovery), commutative bit for bit. No FMA: baseline x86-64 has none and the
+//    AVX2 variant is built without it.
+//  - MINLOC/MAXLOC (LocPair<V, I>, MPI-3.1 5.9.4): the smaller (larger) value, and on equal
+//    values the smaller index. Floating values order -0 below +0 as MIN/MAX do (a -0 and a +0
+//    tie: MINLOC gives -0, MAXLOC +0, the smaller index either way); a NaN value wins over any
+//    number (the default quiet NaN, with the smaller index among the NaN operands'), so both
+//    are commutative and associative bit for bit. The struct's padding is written as zeros.
 #include "collectives/reduce_kernels.h"
 
 #include <unistd.h>
@@ -30,12 +39,14 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
+#include "collectives/elem_types.h"
 #include "collectives/half.h"
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -122,6 +133,51 @@ struct StorageOf<DType::kBfloat16> {
   using type = Bfloat16Bits;
 };
 
+template <>
+struct StorageOf<DType::kComplexFloat> {
+  using type = ComplexOf<float>;
+};
+template <>
+struct StorageOf<DType::kComplexDouble> {
+  using type = ComplexOf<double>;
+};
+template <>
+struct StorageOf<DType::kComplexLongDouble> {
+  using type = ComplexOf<long double>;
+};
+template <>
+struct StorageOf<DType::kFloatInt> {
+  using type = LocPair<float, int>;
+};
+template <>
+struct StorageOf<DType::kDoubleInt> {
+  using type = LocPair<double, int>;
+};
+template <>
+struct StorageOf<DType::kLongInt> {
+  using type = LocPair<long, int>;
+};
+template <>
+struct StorageOf<DType::kIntInt> {
+  using type = LocPair<int, int>;
+};
+template <>
+struct StorageOf<DType::kShortInt> {
+  using type = LocPair<short, int>;
+};
+template <>
+struct StorageOf<DType::kLongDoubleInt> {
+  using type = LocPair<long double, int>;
+};
+template <>
+struct StorageOf<DType::kFloatFloat> {
+  using type = LocPair<float, float>;
+};
+template <>
+struct StorageOf<DType::kDoubleDouble> {
+  using type = LocPair<double, double>;
+};
+
 // 16-bit floats: operands widened to float, the float operation applied, the result rounded
 // back (collectives/half.h).
 template <typename T>
@@ -170,11 +226,25 @@ constexpr size_t kLongDoubleValueBytes =
     std::numeric_limits<long double>::digits == 64 ? 10 : sizeof(long double);
 constexpr bool kLongDoubleHasPadding = kLongDoubleValueBytes < sizeof(long double);
 
+// Bytes of a V that carry its value (the rest of an x87 long double is padding).
+template <typename V>
+constexpr size_t value_bytes = std::is_same_v<V, long double> ? kLongDoubleValueBytes : sizeof(V);
+
+// Writes v to *p with every padding byte zero (long double's, and the pair structs').
 template <typename T>
 SKIPRING_INLINE void store(T* p, T v) {
   if constexpr (std::is_same_v<T, long double> && kLongDoubleHasPadding) {
     unsigned char buf[sizeof(long double)] = {};
     std::memcpy(buf, &v, kLongDoubleValueBytes);
+    std::memcpy(p, buf, sizeof(buf));
+  } else if constexpr (IsComplex<T>::value) {
+    store(&p->re, v.re);
+    store(&p->im, v.im);
+  } else if constexpr (IsLocPair<T>::value) {
+    using V = decltype(v.value);
+    unsigned char buf[sizeof(T)] = {};
+    std::memcpy(buf + offsetof(T, value), &v.value, value_bytes<V>);
+    std::memcpy(buf + offsetof(T, index), &v.index, sizeof(v.index));
     std::memcpy(p, buf, sizeof(buf));
   } else {
     *p = v;
@@ -224,14 +294,20 @@ SKIPRING_INLINE T float_max(T a, T b) {
 // the (op, DType) pair is decided by op_valid() (e.g. SUM is instantiated for uint8_t, which
 // also stores bool, but op_valid rejects SUM on bool).
 
+// SUM and PROD are defined on numbers and complex numbers; MIN and MAX on numbers only.
+template <typename T>
+constexpr bool kArithmetic = std::is_arithmetic_v<T> || Half<T>::value;
+
 struct OpSum {
   template <typename T>
-  static constexpr bool defined = true;
+  static constexpr bool defined = kArithmetic<T> || IsComplex<T>::value;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else if constexpr (IsComplex<T>::value) {
+      return {canonical_nan(a.re + b.re), canonical_nan(a.im + b.im)};
     } else {
       return canonical_nan(a + b);
     }
@@ -240,12 +316,14 @@ struct OpSum {
 
 struct OpProd {
   template <typename T>
-  static constexpr bool defined = true;
+  static constexpr bool defined = kArithmetic<T> || IsComplex<T>::value;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
       using U = WrapT<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else if constexpr (IsComplex<T>::value) {
+      return {canonical_nan(a.re * b.re - a.im * b.im), canonical_nan(a.re * b.im + a.im * b.re)};
     } else {
       return canonical_nan(a * b);
     }
@@ -254,7 +332,7 @@ struct OpProd {
 
 struct OpMin {
   template <typename T>
-  static constexpr bool defined = true;
+  static constexpr bool defined = kArithmetic<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -267,7 +345,7 @@ struct OpMin {
 
 struct OpMax {
   template <typename T>
-  static constexpr bool defined = true;
+  static constexpr bool defined = kArithmetic<T>;
   template <typename T>
   static SKIPRING_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
@@ -332,6 +410,33 @@ struct OpBxor {
   }
 };
 
+// MINLOC (kMax false) and MAXLOC (kMax true) on a value-index pair.
+template <bool kMax>
+struct OpLoc {
+  template <typename T>
+  static constexpr bool defined = IsLocPair<T>::value;
+  template <typename T>
+  static SKIPRING_INLINE T apply(T a, T b) {
+    using V = decltype(a.value);
+    const auto min_index = b.index < a.index ? b.index : a.index;
+    if constexpr (std::is_floating_point_v<V>) {
+      const bool a_nan = a.value != a.value;
+      const bool b_nan = b.value != b.value;
+      if (a_nan || b_nan) {
+        return {std::numeric_limits<V>::quiet_NaN(),
+                a_nan && b_nan ? min_index : (a_nan ? a.index : b.index)};
+      }
+      // Equal values (+0 and -0 included): MIN's / MAX's bits, the smaller index.
+      if (a.value == b.value) {
+        return {kMax ? float_max(a.value, b.value) : float_min(a.value, b.value), min_index};
+      }
+    } else {
+      if (a.value == b.value) return {a.value, min_index};
+    }
+    return (kMax ? a.value < b.value : b.value < a.value) ? b : a;
+  }
+};
+
 // A 16-bit float type through a float functor: both operands widened, Op's float operation
 // applied, the result rounded back; defined where Op is defined on float.
 template <typename Op>
@@ -385,6 +490,14 @@ struct FunctorOf<ROp::kBor> {
 template <>
 struct FunctorOf<ROp::kBxor> {
   using type = OpBxor;
+};
+template <>
+struct FunctorOf<ROp::kMinloc> {
+  using type = OpLoc<false>;
+};
+template <>
+struct FunctorOf<ROp::kMaxloc> {
+  using type = OpLoc<true>;
 };
 
 // ---- Loops ---------------------------------------------------------------------------------
@@ -452,7 +565,9 @@ SKIPRING_INLINE void run_loops(void* dv, const void* av, const void* bv, size_t 
   } else {
 #if SKIPRING_KERNELS_X86_DISPATCH
     if (stream) {
-      // Head up to 64-byte alignment of d: sizeof(T) is a power of two dividing the gap.
+      // Head up to 64-byte alignment of d: sizeof(T) is a power of two (8, 16 or 32 for the
+      // composite types), so d + head is 64-byte aligned, or at least 16-byte aligned (all
+      // _mm_stream_si128 needs) for a 32-byte T at a 16-byte aligned d.
       constexpr size_t kPerChunk = kStreamChunkBytes / sizeof(T);
       const size_t misalign = reinterpret_cast<uintptr_t>(d) % 64;
       size_t head = misalign == 0 ? 0 : (64 - misalign) / sizeof(T);
@@ -607,8 +722,11 @@ Status reduce_with(Isa isa, ROp op, DType t, void* dst, const void* a, const voi
   const uintptr_t any = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(a) |
                         reinterpret_cast<uintptr_t>(b);
   // alignof(T) divides sizeof(T), so size alignment is always enough (and is exactly the
-  // natural alignment for every storage type on x86-64).
-  if (any % elem != 0) {
+  // natural alignment for every scalar storage type on x86-64); capped at 16 bytes, which
+  // every type's alignof and the non-temporal stores' 16-byte vectors need (the 32-byte
+  // complex long double and long double-int pairs are 16-byte aligned).
+  const size_t align = elem < 16 ? elem : 16;
+  if (any % align != 0) {
     reduce_misaligned(fn, elem, dst, a, b, count);
     return Status::kOk;
   }

@@ -19,8 +19,8 @@ constexpr const char* kFallbackNames[SKIPRING_FALLBACK_REASONS] = {
     "fallback_datatype", "fallback_op",    "fallback_comm",  "fallback_memory",
     "fallback_disabled", "fallback_other", "fallback_thread"};
 constexpr const char* kFallbackWhy[SKIPRING_FALLBACK_REASONS] = {
-    "a datatype skipring does not reduce (derived, complex, pair, ...)",
-    "an op skipring does not run (user-defined, MINLOC/MAXLOC, REPLACE, ...)",
+    "a datatype skipring does not reduce (derived, ...)",
+    "an op skipring does not run (user-defined, REPLACE, ...)",
     "an inter-communicator",
     "device buffers without a device path",
     "SKIPRING_ENABLE=0",

@@ -165,7 +165,7 @@ Status FakeDeviceOps::reduce_async(ROp op, DType t, void* dst, const void* a, co
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->should_fail("reduce_async")) return Status::kErrDevice;
   // The same checks as the CUDA kernels, before anything is queued.
-  if (static_cast<int>(t) >= kNumDTypes || t == DType::kLongDouble) return Status::kErrType;
+  if (static_cast<int>(t) >= kNumDTypes || !dtype_on_device(t)) return Status::kErrType;
   if (static_cast<int>(op) >= kNumROps || !op_valid(op, t)) return Status::kErrOp;
   if (count > 0 && (dst == nullptr || a == nullptr || b == nullptr)) return Status::kErrBuffer;
   Impl* impl = impl_;

@@ -64,6 +64,20 @@ int fortran_type_size(MPI_Datatype t) {
   return size;
 }
 
+// True when a pair type's extent is the C struct's (skipring's element stride): always, as far
+// as the MPIs tried go, but a pair whose layout differs is left to the MPI library. "Matches"
+// outside MPI, where nothing can be asked and no call can be made.
+bool extent_is(MPI_Datatype t, DType d) {
+  if (!mpi_active()) return true;
+  MPI_Aint lb = 0, extent = 0;
+  return PMPI_Type_get_extent(t, &lb, &extent) == MPI_SUCCESS && lb == 0 &&
+         static_cast<size_t>(extent) == dtype_size(d);
+}
+
+bool set_pair(MPI_Datatype t, DType d, DType* out) {
+  return extent_is(t, d) && set_if_known(d, out);
+}
+
 // The 16-bit float extension types, once created (MPI_DATATYPE_NULL before).
 std::atomic<MPI_Datatype> g_float16{MPI_DATATYPE_NULL};
 std::atomic<MPI_Datatype> g_bfloat16{MPI_DATATYPE_NULL};
@@ -143,6 +157,31 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
   }
   if (t == MPI_BYTE) return set_if_known(DType::kByte, out);
 
+  // C complex types (and C++'s, where the MPI defines them: the same layouts).
+  if (t == MPI_C_FLOAT_COMPLEX || t == MPI_C_COMPLEX)
+    return set_if_known(DType::kComplexFloat, out);
+  if (t == MPI_C_DOUBLE_COMPLEX) return set_if_known(DType::kComplexDouble, out);
+  if (t == MPI_C_LONG_DOUBLE_COMPLEX) return set_if_known(DType::kComplexLongDouble, out);
+#if !defined(SKIPRING_SIMGRID)  // SimGrid's smpi.h defines these to symbols it never declares
+#ifdef MPI_CXX_FLOAT_COMPLEX
+  if (t == MPI_CXX_FLOAT_COMPLEX) return set_if_known(DType::kComplexFloat, out);
+#endif
+#ifdef MPI_CXX_DOUBLE_COMPLEX
+  if (t == MPI_CXX_DOUBLE_COMPLEX) return set_if_known(DType::kComplexDouble, out);
+#endif
+#ifdef MPI_CXX_LONG_DOUBLE_COMPLEX
+  if (t == MPI_CXX_LONG_DOUBLE_COMPLEX) return set_if_known(DType::kComplexLongDouble, out);
+#endif
+#endif
+
+  // C MINLOC/MAXLOC pair types.
+  if (t == MPI_FLOAT_INT) return set_pair(t, DType::kFloatInt, out);
+  if (t == MPI_DOUBLE_INT) return set_pair(t, DType::kDoubleInt, out);
+  if (t == MPI_LONG_INT) return set_pair(t, DType::kLongInt, out);
+  if (t == MPI_2INT) return set_pair(t, DType::kIntInt, out);
+  if (t == MPI_SHORT_INT) return set_pair(t, DType::kShortInt, out);
+  if (t == MPI_LONG_DOUBLE_INT) return set_pair(t, DType::kLongDoubleInt, out);
+
   // Fortran types: their size depends on how the MPI library (and the Fortran compiler
   // flags it was built with) define them.
   if (t == MPI_INTEGER) {
@@ -190,6 +229,33 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
     // 16 bytes would be IEEE quad, which is not the x87 long double: not supported.
     return fortran_type_size(t) == 8 && set_if_known(DType::kDouble, out);
   }
+  // COMPLEX is two REALs, DOUBLE COMPLEX two DOUBLE PRECISIONs; COMPLEX8 / COMPLEX16 two
+  // REAL*4 / REAL*8 (32 bytes would be two quads: not supported).
+  if (t == MPI_COMPLEX || t == MPI_DOUBLE_COMPLEX || t == MPI_COMPLEX8 || t == MPI_COMPLEX16) {
+    switch (fortran_type_size(t)) {
+      case 8:
+        return set_if_known(DType::kComplexFloat, out);
+      case 16:
+        return set_if_known(DType::kComplexDouble, out);
+      default:
+        return false;
+    }
+  }
+  // Fortran MINLOC/MAXLOC pairs: value and index both of the Fortran type.
+  if (t == MPI_2REAL || t == MPI_2DOUBLE_PRECISION) {
+    switch (fortran_type_size(t)) {
+      case 8:
+        return set_pair(t, DType::kFloatFloat, out);
+      case 16:
+        return set_pair(t, DType::kDoubleDouble, out);
+      default:
+        return false;
+    }
+  }
+  if (t == MPI_2INTEGER) {
+    // 16 bytes (an 8-byte INTEGER) has no DType: the MPI library's.
+    return fortran_type_size(t) == 8 && set_pair(t, DType::kIntInt, out);
+  }
   return false;
 }
 
@@ -216,8 +282,12 @@ bool rop_from_mpi(MPI_Op op, ROp* out) {
     r = ROp::kBor;
   } else if (op == MPI_BXOR) {
     r = ROp::kBxor;
+  } else if (op == MPI_MINLOC) {
+    r = ROp::kMinloc;
+  } else if (op == MPI_MAXLOC) {
+    r = ROp::kMaxloc;
   } else {
-    return false;  // MAXLOC, MINLOC, REPLACE, NO_OP, user-defined ops
+    return false;  // REPLACE, NO_OP, user-defined ops
   }
   *out = r;
   return true;

@@ -330,6 +330,8 @@ Status launch_type(ROp op, const Launch& l) {
       return launch_one<T, OpBor>(l);
     case ROp::kBxor:
       return launch_one<T, OpBxor>(l);
+    case ROp::kMinloc:  // pair types only: host kernels
+    case ROp::kMaxloc:
     case ROp::kCount:
       break;
   }
@@ -364,9 +366,8 @@ Status launch(DType t, ROp op, const Launch& l) {
       return launch_type<Half16>(op, l);
     case DType::kBfloat16:
       return launch_type<Bf16>(op, l);
-    case DType::kLongDouble:
-    case DType::kCount:
-      break;
+    default:
+      break;  // long double, the complex and pair types: host kernels only (dtype_on_device)
   }
   return Status::kErrType;
 }
@@ -375,13 +376,13 @@ Status launch(DType t, ROp op, const Launch& l) {
 
 bool reduce_supported(ROp op, DType t) {
   return static_cast<int>(t) < kNumDTypes && static_cast<int>(op) < kNumROps &&
-         t != DType::kLongDouble && op_valid(op, t);
+         dtype_on_device(t) && op_valid(op, t);
 }
 
 Status reduce_async(ROp op, DType t, void* dst, const void* a, const void* b, size_t count,
                     void* stream, int* cuda_error) {
   if (cuda_error != nullptr) *cuda_error = 0;
-  if (static_cast<int>(t) >= kNumDTypes || t == DType::kLongDouble) return Status::kErrType;
+  if (static_cast<int>(t) >= kNumDTypes || !dtype_on_device(t)) return Status::kErrType;
   if (static_cast<int>(op) >= kNumROps || !op_valid(op, t)) return Status::kErrOp;
   if (count == 0) return Status::kOk;
   if (dst == nullptr || a == nullptr || b == nullptr) return Status::kErrBuffer;

@@ -138,7 +138,16 @@ TEST(CudaKernels, RejectsWhatTheDeviceCannotDo) {
   EXPECT_FALSE(cuda::reduce_supported(ROp::kBand, DType::kFloat));
   EXPECT_FALSE(cuda::reduce_supported(ROp::kSum, DType::kBool));
   EXPECT_TRUE(cuda::reduce_supported(ROp::kLand, DType::kBool));
+  // Complex and MINLOC/MAXLOC pair types: host kernels only.
+  EXPECT_FALSE(cuda::reduce_supported(ROp::kSum, DType::kComplexFloat));
+  EXPECT_FALSE(cuda::reduce_supported(ROp::kProd, DType::kComplexDouble));
+  EXPECT_FALSE(cuda::reduce_supported(ROp::kMinloc, DType::kDoubleInt));
+  EXPECT_FALSE(cuda::reduce_supported(ROp::kMaxloc, DType::kIntInt));
   float x = 0;
+  EXPECT_EQ(cuda::reduce_async(ROp::kSum, DType::kComplexFloat, &x, &x, &x, 1, nullptr),
+            Status::kErrType);
+  EXPECT_EQ(cuda::reduce_async(ROp::kMaxloc, DType::kFloatInt, &x, &x, &x, 1, nullptr),
+            Status::kErrType);
   EXPECT_EQ(cuda::reduce_async(ROp::kSum, DType::kLongDouble, &x, &x, &x, 1, nullptr),
             Status::kErrType);
   EXPECT_EQ(cuda::reduce_async(ROp::kBxor, DType::kDouble, &x, &x, &x, 1, nullptr), Status::kErrOp);

@@ -129,10 +129,17 @@ void collective_edges() {
       "allreduce sendbuf == recvbuf, float max", MPI_ERR_BUFFER, kAlias,
       [&] { return skipring_allreduce(a.data(), a.data(), 4, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD); },
       &a, &a0);
-  // Also before the fallback: MAXLOC would go to PMPI_Allreduce (whose error handler aborts).
-  rejected("allreduce MAXLOC recvbuf=MPI_IN_PLACE", MPI_ERR_BUFFER, kInPlaceRecv, [&] {
-    return skipring_allreduce(a.data(), in_place, 2, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+  // Also before the fallback: REPLACE would go to PMPI_Allreduce (whose error handler aborts).
+  // MAXLOC on MPI_2INT, the fallback here before issue 40, is skipring's own now.
+  rejected("allreduce REPLACE recvbuf=MPI_IN_PLACE", MPI_ERR_BUFFER, kInPlaceRecv, [&] {
+    return skipring_allreduce(a.data(), in_place, 2, MPI_INT, MPI_REPLACE, MPI_COMM_WORLD);
   });
+  rejected(
+      "allreduce REPLACE sendbuf == recvbuf", MPI_ERR_BUFFER, kAlias,
+      [&] {
+        return skipring_allreduce(a.data(), a.data(), 2, MPI_INT, MPI_REPLACE, MPI_COMM_WORLD);
+      },
+      &a, &a0);
   rejected(
       "allreduce MAXLOC sendbuf == recvbuf", MPI_ERR_BUFFER, kAlias,
       [&] {
@@ -329,8 +336,10 @@ void pmpi_argument_edges() {
        "count is negative: MPI_ERR_COUNT"},
       {"count -1 in place", MPI_IN_PLACE, b.data(), -1, MPI_INT, MPI_SUM, MPI_ERR_COUNT,
        "count is negative"},
-      {"count -3 (2int maxloc, a fallback)", a.data(), b.data(), -3, MPI_2INT, MPI_MAXLOC,
+      {"count -3 (int replace, a fallback)", a.data(), b.data(), -3, MPI_INT, MPI_REPLACE,
        MPI_ERR_COUNT, "count is negative"},
+      {"count -3 (2int maxloc)", a.data(), b.data(), -3, MPI_2INT, MPI_MAXLOC, MPI_ERR_COUNT,
+       "count is negative"},
       {"MPI_DATATYPE_NULL", a.data(), b.data(), 4, MPI_DATATYPE_NULL, MPI_SUM, MPI_ERR_TYPE,
        "datatype is MPI_DATATYPE_NULL: MPI_ERR_TYPE"},
       {"MPI_OP_NULL", a.data(), b.data(), 4, MPI_INT, MPI_OP_NULL, MPI_ERR_OP,
@@ -339,8 +348,10 @@ void pmpi_argument_edges() {
        "recvbuf is NULL with a predefined datatype"},
       {"NULL sendbuf", nullptr, b.data(), 4, MPI_DOUBLE, MPI_MAX, MPI_ERR_BUFFER,
        "sendbuf is NULL with a predefined datatype"},
-      {"NULL sendbuf (2int maxloc, a fallback)", nullptr, b.data(), 2, MPI_2INT, MPI_MAXLOC,
+      {"NULL sendbuf (int replace, a fallback)", nullptr, b.data(), 2, MPI_INT, MPI_REPLACE,
        MPI_ERR_BUFFER, "sendbuf is NULL"},
+      {"NULL sendbuf (2int maxloc)", nullptr, b.data(), 2, MPI_2INT, MPI_MAXLOC, MPI_ERR_BUFFER,
+       "sendbuf is NULL"},
       {"recvbuf=MPI_IN_PLACE on a communicator", a.data(), in_place, 4, MPI_INT, MPI_SUM,
        MPI_ERR_BUFFER, "recvbuf is MPI_IN_PLACE"},
   };

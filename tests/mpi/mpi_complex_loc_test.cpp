@@ -1,9 +1,10 @@
 // What scientific codes reduce besides plain numbers (issue 40), through skipring_allreduce (the
 // drop-in calls it): complex types (C float/double/long double complex, Fortran COMPLEX and
-// DOUBLE COMPLEX) with SUM and PROD, and MINLOC/MAXLOC on the pair types (C and Fortran). They
-// go to the MPI library (counted as datatype fallbacks: skipring's kernels do not reduce them);
-// results must be bit-exact against a reduction computed here on the host, identical on every
-// rank, in place and not, for counts 1, n + 1 and a large one.
+// DOUBLE COMPLEX) with SUM and PROD, and MINLOC/MAXLOC on the pair types (C and Fortran). skipring
+// reduces them itself: skipring_handles says so, every call counts as a call skipring ran, none as
+// a fallback (of any reason) nor as one handed to the MPI library's own all-reduce (the `mpi`
+// algorithm); results must be bit-exact against a reduction computed here on the host,
+// identical on every rank, in place and not, for counts 1, n + 1 and a large one.
 //
 // Exactness whatever the MPI's order: complex values are small Gaussian integers (real and
 // imaginary parts in -2..2), so every partial sum and product is an exact integer in float;
@@ -35,10 +36,35 @@ std::complex<R> gaussian(int r, int i, bool prod) {
   return {R(a), R(b)};
 }
 
-uint64_t fallbacks_datatype() {
-  uint64_t v = 0;
-  skipring_get_counter("fallback_datatype", &v);
-  return v;
+// What skipring's counters say of the calls so far.
+struct Counts {
+  uint64_t calls = 0;      // all-reduces skipring ran
+  uint64_t fallbacks = 0;  // handed to PMPI_Allreduce, any reason
+  uint64_t mpi = 0;        // run by handing them to the MPI library's all-reduce
+};
+
+Counts counts() {
+  Counts c;
+  skipring_totals_t t;
+  check(skipring_get_totals(&t) == MPI_SUCCESS, "skipring_get_totals");
+  c.calls = t.calls;
+  c.fallbacks = t.fallbacks;
+  skipring_get_counter("mpi", &c.mpi);
+  return c;
+}
+
+// The call between `before` and now ran in skipring, by skipring's own kernels.
+void check_ran_in_skipring(const Counts& before, MPI_Datatype type, MPI_Op op,
+                           const std::string& what) {
+  const Counts now = counts();
+  int handled = 0;
+  check(skipring_handles(type, op, MPI_COMM_WORLD, &handled) == MPI_SUCCESS && handled == 1,
+        what + ": skipring_handles says skipring does not reduce it");
+  check(
+      now.fallbacks == before.fallbacks,
+      what + ": counted as a fallback (" + std::to_string(now.fallbacks - before.fallbacks) + ")");
+  check(now.calls == before.calls + 1, what + ": not counted as a call skipring ran");
+  check(now.mpi == before.mpi, what + ": handed to the MPI library's all-reduce");
 }
 
 // skipring_allreduce of `in` into *out (in place: *out starts as a copy of `in`), rc checked.
@@ -70,13 +96,13 @@ void complex_case(MPI_Datatype type, const char* name, MPI_Op op, int count, boo
   }
   const std::string what = std::string(name) + (prod ? " PROD" : " SUM") +
                            " count=" + std::to_string(count) + (in_place ? " in place" : "");
-  const uint64_t before = fallbacks_datatype();
+  const Counts before = counts();
   reduce_checked(in, &out, count, type, op, in_place, what);
   bool same = true;
   for (int i = 0; i < count; ++i)
     same = same && out[i].real() == ref[i].real() && out[i].imag() == ref[i].imag();
   check(same, what + ": differs from the host reference");
-  check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
+  check_ran_in_skipring(before, type, op, what);
   // Identical on every rank (as bytes of the values).
   std::vector<R> parts(2 * static_cast<size_t>(count)), root(parts.size());
   for (int i = 0; i < count; ++i) {
@@ -120,13 +146,13 @@ void loc_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in
   }
   const std::string what = std::string(name) + (is_max ? " MAXLOC" : " MINLOC") +
                            " count=" + std::to_string(count) + (in_place ? " in place" : "");
-  const uint64_t before = fallbacks_datatype();
+  const Counts before = counts();
   reduce_checked(in, &out, count, type, op, in_place, what);
   bool same = true;
   for (int i = 0; i < count; ++i)
     same = same && out[i].value == ref[i].value && out[i].index == ref[i].index;
   check(same, what + ": differs from the host reference");
-  check(fallbacks_datatype() == before + 1, what + ": counted as a datatype fallback");
+  check_ran_in_skipring(before, type, op, what);
   // The same on every rank: the maximum and minimum of (value, index) over the ranks agree.
   long long mine[2] = {0, 0};
   for (int i = 0; i < count; ++i) {

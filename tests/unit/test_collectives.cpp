@@ -207,7 +207,7 @@ TEST(CollectiveRandom, ManySchedules) {
     cs.coll = kAll[rng() % 4];
     harness::Options& o = cs.o;
     testutil::random_basics(&o, pairs, rng, 20, 2000, 3);
-    o.segment_bytes = size_t{16} << (rng() % 6);
+    o.segment_bytes = std::max(size_t{16} << (rng() % 6), dtype_size(o.dtype));
     o.seed = rng();
     o.links = rng() % 4 == 0;
     testutil::random_ring(&o, rng);

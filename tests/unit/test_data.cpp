@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "collectives/elem_types.h"
+
 namespace skipring {
 namespace testdata {
 namespace {
@@ -23,6 +25,37 @@ void fill_typed(void* p, size_t count, std::mt19937_64& rng, ROp op, bool wide) 
     } else {
       v[i] = static_cast<T>(rng() % (op == ROp::kProd ? 5 : 1000));
     }
+  }
+}
+
+// Complex numbers whose sums and products are exact in any order, signed zeros included: SUM
+// parts in -10..10; PROD factors 1, 2 + i and 2 - i, whose products (5^k (2 +- i)^m: 16 factors
+// stay below 2^19 in magnitude) have no zero part except a positive real's +0 imaginary part, so
+// no order can make a -0 (a factor with a zero part and a negative one, such as -1 or i, could).
+template <typename R>
+void fill_complex(void* p, size_t count, std::mt19937_64& rng, ROp op) {
+  auto* v = static_cast<ComplexOf<R>*>(p);
+  const int factors[3][2] = {{1, 0}, {2, 1}, {2, -1}};
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t r = rng();
+    if (op == ROp::kProd) {
+      v[i].re = static_cast<R>(factors[r % 3][0]);
+      v[i].im = static_cast<R>(factors[r % 3][1]);
+    } else {
+      v[i].re = static_cast<R>(static_cast<int>(r % 21) - 10);
+      v[i].im = static_cast<R>(static_cast<int>((r >> 8) % 21) - 10);
+    }
+  }
+}
+
+// MINLOC/MAXLOC pairs: values from a small set (so ranks tie) and indices 0..15.
+template <typename V, typename I>
+void fill_loc(void* p, size_t count, std::mt19937_64& rng) {
+  auto* v = static_cast<LocPair<V, I>*>(p);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t r = rng();
+    v[i].value = static_cast<V>(static_cast<int>(r % 5) - 2);
+    v[i].index = static_cast<I>((r >> 8) % 16);
   }
 }
 
@@ -66,6 +99,28 @@ void fill(DType t, void* p, size_t count, std::mt19937_64& rng, ROp op, bool wid
       for (size_t i = 0; i < count; ++i) b[i] = static_cast<uint8_t>(rng());
       return;
     }
+    case DType::kComplexFloat:
+      return fill_complex<float>(p, count, rng, op);
+    case DType::kComplexDouble:
+      return fill_complex<double>(p, count, rng, op);
+    case DType::kComplexLongDouble:
+      return fill_complex<long double>(p, count, rng, op);
+    case DType::kFloatInt:
+      return fill_loc<float, int>(p, count, rng);
+    case DType::kDoubleInt:
+      return fill_loc<double, int>(p, count, rng);
+    case DType::kLongInt:
+      return fill_loc<long, int>(p, count, rng);
+    case DType::kIntInt:
+      return fill_loc<int, int>(p, count, rng);
+    case DType::kShortInt:
+      return fill_loc<short, int>(p, count, rng);
+    case DType::kLongDoubleInt:
+      return fill_loc<long double, int>(p, count, rng);
+    case DType::kFloatFloat:
+      return fill_loc<float, float>(p, count, rng);
+    case DType::kDoubleDouble:
+      return fill_loc<double, double>(p, count, rng);
     default:
       return;
   }

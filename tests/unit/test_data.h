@@ -1,5 +1,6 @@
 // Test data shared by the harness tests: typed random inputs (valid for every op: no NaN,
-// 0/1 bools, zeroed long double padding) and element access for float comparisons.
+// 0/1 bools, zeroed long double and pair padding; complex and MINLOC/MAXLOC pair values exact in
+// any reduction order) and element access for float comparisons.
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,11 @@ TEST(DeviceOps, FakeReduceIsTheHostKernel) {
             Status::kErrType);
   EXPECT_EQ(fake.reduce_async(ROp::kBand, DType::kFloat, d.data(), a.data(), b.data(), 1, s),
             Status::kErrOp);
+  // Nor the complex and MINLOC/MAXLOC pair types (host kernels only).
+  EXPECT_EQ(fake.reduce_async(ROp::kSum, DType::kComplexFloat, d.data(), a.data(), b.data(), 1, s),
+            Status::kErrType);
+  EXPECT_EQ(fake.reduce_async(ROp::kMinloc, DType::kFloatInt, d.data(), a.data(), b.data(), 1, s),
+            Status::kErrType);
   fake.stream_destroy(s);
 }
 

@@ -252,7 +252,7 @@ TEST(HierOpsTypes, EveryValidPair) {
         o.count = 37;
         o.dtype = dt;
         o.op = rop;
-        o.segment_bytes = 16;
+        o.segment_bytes = std::max<size_t>(16, dtype_size(dt));  // 32-byte complex long double
         o.seed = 1000 + t * 97 + op * 13 + mi + (in_place ? 5000 : 0);
         o.in_place = in_place;
         o.collectives = 2;

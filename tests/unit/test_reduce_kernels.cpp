@@ -3,17 +3,21 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "collectives/dtype.h"
+#include "collectives/elem_types.h"
 #include "collectives/reduce_kernels.h"
 #include "common/status.h"
 #include "runtime/mpi_types.h"
@@ -29,6 +33,17 @@ Status reduce_isa(int isa, ROp op, DType t, void* dst, const void* a, const void
 }  // namespace skipring::kernels_internal
 
 namespace skipring {
+
+// Failure messages for the composite element types (found by argument-dependent lookup).
+template <typename R>
+std::ostream& operator<<(std::ostream& os, const ComplexOf<R>& c) {
+  return os << "(" << c.re << ", " << c.im << ")";
+}
+template <typename V, typename I>
+std::ostream& operator<<(std::ostream& os, const LocPair<V, I>& p) {
+  return os << "{" << +p.value << ", " << +p.index << "}";
+}
+
 namespace {
 
 namespace ki = kernels_internal;
@@ -72,13 +87,37 @@ bool is_float(DType t) {
          t == DType::kFloat16 || t == DType::kBfloat16;
 }
 
+bool is_complex(DType t) {
+  return t == DType::kComplexFloat || t == DType::kComplexDouble || t == DType::kComplexLongDouble;
+}
+
+bool is_loc_pair(DType t) {
+  switch (t) {
+    case DType::kFloatInt:
+    case DType::kDoubleInt:
+    case DType::kLongInt:
+    case DType::kIntInt:
+    case DType::kShortInt:
+    case DType::kLongDoubleInt:
+    case DType::kFloatFloat:
+    case DType::kDoubleDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool expected_valid(ROp op, DType t) {
   switch (op) {
     case ROp::kSum:
     case ROp::kProd:
+      return is_int(t) || is_float(t) || is_complex(t);
     case ROp::kMin:
     case ROp::kMax:
       return is_int(t) || is_float(t);
+    case ROp::kMinloc:
+    case ROp::kMaxloc:
+      return is_loc_pair(t);
     case ROp::kLand:
     case ROp::kLor:
     case ROp::kLxor:
@@ -101,6 +140,22 @@ constexpr size_t value_bytes() {
     return 10;
   }
   return sizeof(T);
+}
+
+// Writes v at p as the kernels must: every padding byte zero (long double's, the pairs').
+template <typename T>
+void write_elem(void* p, const T& v) {
+  unsigned char buf[sizeof(T)] = {};
+  if constexpr (IsComplex<T>::value) {
+    write_elem(buf, v.re);
+    write_elem(buf + offsetof(T, im), v.im);
+  } else if constexpr (IsLocPair<T>::value) {
+    write_elem(buf, v.value);
+    write_elem(buf + offsetof(T, index), v.index);
+  } else {
+    std::memcpy(buf, &v, value_bytes<T>());
+  }
+  std::memcpy(p, buf, sizeof(T));
 }
 
 template <typename T>
@@ -156,9 +211,42 @@ T ref_float(ROp op, T a, T b) {
   return 0;
 }
 
+// Complex SUM/PROD: (a + bi)(c + di) = (ac - bd) + (ad + bc)i, each part's NaN the default one.
+template <typename R>
+ComplexOf<R> ref_complex(ROp op, ComplexOf<R> x, ComplexOf<R> y) {
+  if (op == ROp::kSum) return {ref_float(op, x.re, y.re), ref_float(op, x.im, y.im)};
+  const R nan = std::numeric_limits<R>::quiet_NaN();
+  const R re = x.re * y.re - x.im * y.im;
+  const R im = x.re * y.im + x.im * y.re;
+  return {std::isnan(re) ? nan : re, std::isnan(im) ? nan : im};
+}
+
+// MINLOC/MAXLOC (MPI-3.1 5.9.4): the smaller (larger) value, on equal values the smaller index;
+// floats as MIN/MAX order them (-0 below +0), a NaN value wins with the smaller NaN index.
+template <typename V, typename I>
+LocPair<V, I> ref_loc(ROp op, LocPair<V, I> x, LocPair<V, I> y) {
+  const bool is_max = op == ROp::kMaxloc;
+  const I low = std::min(x.index, y.index);
+  if constexpr (std::is_floating_point_v<V>) {
+    const V nan = std::numeric_limits<V>::quiet_NaN();
+    if (std::isnan(x.value) && std::isnan(y.value)) return {nan, low};
+    if (std::isnan(x.value)) return {nan, x.index};
+    if (std::isnan(y.value)) return {nan, y.index};
+    if (x.value == y.value)
+      return {ref_float(is_max ? ROp::kMax : ROp::kMin, x.value, y.value), low};
+  }
+  if (x.value == y.value) return {x.value, low};
+  const bool x_wins = is_max ? x.value > y.value : x.value < y.value;
+  return x_wins ? x : y;
+}
+
 template <typename T>
 T ref_elem(ROp op, T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (IsComplex<T>::value) {
+    return ref_complex(op, a, b);
+  } else if constexpr (IsLocPair<T>::value) {
+    return ref_loc(op, a, b);
+  } else if constexpr (std::is_floating_point_v<T>) {
     return ref_float(op, a, b);
   } else {
     return ref_int(op, a, b);
@@ -170,7 +258,17 @@ T ref_elem(ROp op, T a, T b) {
 template <typename T>
 T random_elem(std::mt19937_64& rng, DType t) {
   const uint64_t r = rng();
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (IsComplex<T>::value) {
+    using R = decltype(T::re);
+    return {random_elem<R>(rng, t), random_elem<R>(rng, t)};
+  } else if constexpr (IsLocPair<T>::value) {
+    // Values from a small set half of the time (ties, +0 against -0), indices from 0..7.
+    using V = decltype(T::value);
+    using I = decltype(T::index);
+    const V few[] = {V(0), V(-0.0), V(1), V(2)};
+    const V v = r % 2 == 0 ? few[(r >> 4) % 4] : random_elem<V>(rng, t);
+    return {v, static_cast<I>((r >> 8) % 8)};
+  } else if constexpr (std::is_floating_point_v<T>) {
     const T specials[] = {T(0),
                           -T(0),
                           std::numeric_limits<T>::infinity(),
@@ -204,10 +302,7 @@ T random_elem(std::mt19937_64& rng, DType t) {
 template <typename T>
 void fill_random(std::mt19937_64& rng, DType t, void* p, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    unsigned char buf[sizeof(T)] = {};
-    const T v = random_elem<T>(rng, t);
-    std::memcpy(buf, &v, value_bytes<T>());
-    std::memcpy(static_cast<unsigned char*>(p) + i * sizeof(T), buf, sizeof(T));
+    write_elem(static_cast<unsigned char*>(p) + i * sizeof(T), random_elem<T>(rng, t));
   }
 }
 
@@ -217,17 +312,26 @@ void ref_reduce(ROp op, void* dst, const void* a, const void* b, size_t count) {
     T x, y;
     std::memcpy(&x, static_cast<const unsigned char*>(a) + i * sizeof(T), sizeof(T));
     std::memcpy(&y, static_cast<const unsigned char*>(b) + i * sizeof(T), sizeof(T));
-    const T r = ref_elem<T>(op, x, y);
-    unsigned char buf[sizeof(T)] = {};
-    std::memcpy(buf, &r, value_bytes<T>());
-    std::memcpy(static_cast<unsigned char*>(dst) + i * sizeof(T), buf, sizeof(T));
+    write_elem(static_cast<unsigned char*>(dst) + i * sizeof(T), ref_elem<T>(op, x, y));
   }
 }
 
-// Aligned scratch buffer with room for a leading offset.
+// An element as a failure message shows it (integers of one byte as numbers, not characters).
+template <typename T>
+auto printable(const T& v) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return +v;
+  } else {
+    return v;
+  }
+}
+
+// Aligned scratch buffer with room for a leading offset (at most three of the largest element,
+// 32 bytes: StreamingStoresPathMatchesReference).
+constexpr size_t kMaxOffset = 3 * 32;
 class Buffer {
  public:
-  explicit Buffer(size_t bytes) : storage_(bytes + 128) {}
+  explicit Buffer(size_t bytes) : storage_(bytes + 64 + kMaxOffset) {}
   unsigned char* at(size_t offset) {
     auto base = reinterpret_cast<uintptr_t>(storage_.data());
     return reinterpret_cast<unsigned char*>((base + 63) / 64 * 64) + offset;
@@ -321,8 +425,8 @@ std::vector<unsigned char> check_pair(ROp op, DType t, int isa, size_t offset, u
           std::memcpy(&y, &bsrc[at], sizeof(T));
           std::memcpy(&g, got + at, sizeof(T));
           std::memcpy(&w, expect.at(offset) + at, sizeof(T));
-          ADD_FAILURE() << "element " << i << ": got " << +g << " want " << +w << " (inputs " << +x
-                        << ", " << +y << ")";
+          ADD_FAILURE() << "element " << i << ": got " << printable(g) << " want " << printable(w)
+                        << " (inputs " << printable(x) << ", " << printable(y) << ")";
           return last;
         }
       }
@@ -339,44 +443,81 @@ std::vector<unsigned char> check_pair(ROp op, DType t, int isa, size_t offset, u
   return last;
 }
 
-std::vector<unsigned char> check_pair_dispatch(ROp op, DType t, int isa, size_t offset,
-                                               uint64_t seed,
-                                               const std::vector<size_t>& counts = kCounts) {
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+// Calls f(Type<T>{}) with T the storage type of t (bool and byte as uint8_t) and returns what it
+// returns; a value-initialised R for the 16-bit floats (their own reference: test_half.cpp,
+// HalfKernels.*) and for kCount (a failure).
+template <typename R, typename F>
+R visit_storage(DType t, F&& f) {
   switch (t) {
     case DType::kInt8:
-      return check_pair<int8_t>(op, t, isa, offset, seed, counts);
+      return f(Type<int8_t>{});
     case DType::kUint8:
-      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint8_t>{});
     case DType::kInt16:
-      return check_pair<int16_t>(op, t, isa, offset, seed, counts);
+      return f(Type<int16_t>{});
     case DType::kUint16:
-      return check_pair<uint16_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint16_t>{});
     case DType::kInt32:
-      return check_pair<int32_t>(op, t, isa, offset, seed, counts);
+      return f(Type<int32_t>{});
     case DType::kUint32:
-      return check_pair<uint32_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint32_t>{});
     case DType::kInt64:
-      return check_pair<int64_t>(op, t, isa, offset, seed, counts);
+      return f(Type<int64_t>{});
     case DType::kUint64:
-      return check_pair<uint64_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint64_t>{});
     case DType::kFloat:
-      return check_pair<float>(op, t, isa, offset, seed, counts);
+      return f(Type<float>{});
     case DType::kDouble:
-      return check_pair<double>(op, t, isa, offset, seed, counts);
+      return f(Type<double>{});
     case DType::kLongDouble:
-      return check_pair<long double>(op, t, isa, offset, seed, counts);
+      return f(Type<long double>{});
     case DType::kBool:
-      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint8_t>{});
     case DType::kByte:
-      return check_pair<uint8_t>(op, t, isa, offset, seed, counts);
+      return f(Type<uint8_t>{});
+    case DType::kComplexFloat:
+      return f(Type<ComplexOf<float>>{});
+    case DType::kComplexDouble:
+      return f(Type<ComplexOf<double>>{});
+    case DType::kComplexLongDouble:
+      return f(Type<ComplexOf<long double>>{});
+    case DType::kFloatInt:
+      return f(Type<LocPair<float, int>>{});
+    case DType::kDoubleInt:
+      return f(Type<LocPair<double, int>>{});
+    case DType::kLongInt:
+      return f(Type<LocPair<long, int>>{});
+    case DType::kIntInt:
+      return f(Type<LocPair<int, int>>{});
+    case DType::kShortInt:
+      return f(Type<LocPair<short, int>>{});
+    case DType::kLongDoubleInt:
+      return f(Type<LocPair<long double, int>>{});
+    case DType::kFloatFloat:
+      return f(Type<LocPair<float, float>>{});
+    case DType::kDoubleDouble:
+      return f(Type<LocPair<double, double>>{});
     case DType::kFloat16:
     case DType::kBfloat16:
-      return {};  // their own reference: test_half.cpp (HalfKernels.*)
+      return R{};
     case DType::kCount:
       break;
   }
   ADD_FAILURE() << "bad type";
-  return {};
+  return R{};
+}
+
+std::vector<unsigned char> check_pair_dispatch(ROp op, DType t, int isa, size_t offset,
+                                               uint64_t seed,
+                                               const std::vector<size_t>& counts = kCounts) {
+  return visit_storage<std::vector<unsigned char>>(t, [&](auto type) {
+    return check_pair<typename decltype(type)::type>(op, t, isa, offset, seed, counts);
+  });
 }
 
 uint64_t seed_for(ROp op, DType t) {
@@ -447,7 +588,9 @@ TEST(DType, OpValidMatchesMpiTable) {
       valid += op_valid(op, t);
     }
   }
-  EXPECT_EQ(valid, 4 * 13 + 3 * 9 + 3 * 9);
+  // SUM/PROD/MIN/MAX on 8 integer + 5 floating types, logical on 8 + bool, bitwise on 8 + byte,
+  // SUM/PROD on 3 complex types, MINLOC/MAXLOC on 8 pair types.
+  EXPECT_EQ(valid, 4 * 13 + 3 * 9 + 3 * 9 + 2 * 3 + 2 * 8);
 }
 
 // ---- reduce_kernels.cpp --------------------------------------------------------------------
@@ -459,6 +602,8 @@ TEST(ReduceKernels, EveryValidPairMatchesReference) {
       check_pair_dispatch(op, t, -1, 0, seed_for(op, t));
       // Element-aligned but not vector-aligned.
       check_pair_dispatch(op, t, -1, dtype_size(t), seed_for(op, t) + 1);
+      // 16-byte aligned only: enough for the 32-byte types (no bounce buffers).
+      if (dtype_size(t) > 16) check_pair_dispatch(op, t, -1, 16, seed_for(op, t) + 6);
     }
   }
 }
@@ -505,9 +650,10 @@ TEST(ReduceKernels, StreamingStoresPathMatchesReference) {
       const size_t per_block = 8192 / dtype_size(t);
       const std::vector<size_t> counts = {1, 17, per_block - 1, 3 * per_block + 5};
       const uint64_t seed = seed_for(op, t) + 4;
-      for (size_t offset : {size_t{0}, dtype_size(t), 3 * dtype_size(t)}) {
-        check_pair_dispatch(op, t, -1, offset, seed, counts);
-      }
+      std::vector<size_t> offsets = {0, dtype_size(t), 3 * dtype_size(t)};
+      // 32-byte types (complex long double, long double-int) need only 16-byte alignment.
+      if (dtype_size(t) > 16) offsets.push_back(16);
+      for (size_t offset : offsets) check_pair_dispatch(op, t, -1, offset, seed, counts);
     }
   }
   ki::set_streaming_threshold(previous);
@@ -658,6 +804,98 @@ TEST(ReduceKernels, FloatMinMaxIsCommutativeBitwise) {
   }
 }
 
+TEST(ReduceKernels, ComplexSumAndProd) {
+  using C = ComplexOf<double>;
+  const C a[] = {{1, 2}, {0, 1}, {-2, 0.5}};
+  const C b[] = {{3, 4}, {0, 1}, {0.25, -4}};
+  C s[3], p[3];
+  ASSERT_EQ(reduce(ROp::kSum, DType::kComplexDouble, s, a, b, 3), Status::kOk);
+  ASSERT_EQ(reduce(ROp::kProd, DType::kComplexDouble, p, a, b, 3), Status::kOk);
+  EXPECT_EQ(s[0].re, 4);
+  EXPECT_EQ(s[0].im, 6);
+  EXPECT_EQ(p[0].re, -5);  // (1 + 2i)(3 + 4i) = -5 + 10i
+  EXPECT_EQ(p[0].im, 10);
+  EXPECT_EQ(p[1].re, -1);  // i * i
+  EXPECT_EQ(p[1].im, 0);
+  EXPECT_EQ(p[2].re, 1.5);  // (-2 + 0.5i)(0.25 - 4i) = (-0.5 + 2) + (8 + 0.125)i
+  EXPECT_EQ(p[2].im, 8.125);
+  EXPECT_EQ(dtype_size(DType::kComplexFloat), 8u);
+  EXPECT_EQ(dtype_size(DType::kComplexDouble), 16u);
+  EXPECT_EQ(dtype_size(DType::kComplexLongDouble), 2 * sizeof(long double));
+  for (ROp op : {ROp::kMin, ROp::kMax, ROp::kLand, ROp::kBand, ROp::kMinloc}) {
+    EXPECT_FALSE(op_valid(op, DType::kComplexFloat)) << rop_name(op);
+  }
+}
+
+TEST(ReduceKernels, LocSemantics) {
+  using P = LocPair<double, int>;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // equal values, smaller value first, larger first, NaN one side, NaN both, -0 against +0.
+  const P a[] = {{3, 5}, {1, 7}, {2, 0}, {nan, 6}, {nan, 4}, {-0.0, 3}};
+  const P b[] = {{3, 2}, {2, 0}, {1, 7}, {-1, 1}, {nan, 2}, {0.0, 9}};
+  P mn[6], mx[6];
+  ASSERT_EQ(reduce(ROp::kMinloc, DType::kDoubleInt, mn, a, b, 6), Status::kOk);
+  ASSERT_EQ(reduce(ROp::kMaxloc, DType::kDoubleInt, mx, a, b, 6), Status::kOk);
+  EXPECT_EQ(mn[0].value, 3);
+  EXPECT_EQ(mn[0].index, 2);  // ties: the smaller index, MINLOC and MAXLOC alike
+  EXPECT_EQ(mx[0].index, 2);
+  EXPECT_EQ(mn[1].value, 1);
+  EXPECT_EQ(mn[1].index, 7);
+  EXPECT_EQ(mx[1].value, 2);
+  EXPECT_EQ(mx[1].index, 0);
+  EXPECT_EQ(mn[2].index, 7);
+  EXPECT_EQ(mx[2].index, 0);
+  EXPECT_TRUE(std::isnan(mn[3].value));
+  EXPECT_EQ(mn[3].index, 6);
+  EXPECT_TRUE(std::isnan(mx[3].value));
+  EXPECT_EQ(mx[3].index, 6);
+  EXPECT_EQ(mn[4].index, 2);
+  EXPECT_TRUE(mn[5].value == 0 && std::signbit(mn[5].value));
+  EXPECT_TRUE(mx[5].value == 0 && !std::signbit(mx[5].value));
+  EXPECT_EQ(mn[5].index, 3);
+  EXPECT_EQ(mx[5].index, 3);
+  // The C struct sizes (MPI's extents): padding included.
+  EXPECT_EQ(dtype_size(DType::kDoubleInt), sizeof(P));
+  EXPECT_EQ(dtype_size(DType::kShortInt), 8u);
+  EXPECT_EQ(dtype_size(DType::kIntInt), 8u);
+  EXPECT_EQ(dtype_size(DType::kLongDoubleInt), sizeof(LocPair<long double, int>));
+  for (ROp op : {ROp::kSum, ROp::kProd, ROp::kMin, ROp::kMax, ROp::kBor}) {
+    EXPECT_FALSE(op_valid(op, DType::kIntInt)) << rop_name(op);
+  }
+  EXPECT_FALSE(op_valid(ROp::kMinloc, DType::kInt32));
+  EXPECT_FALSE(op_valid(ROp::kMaxloc, DType::kDouble));
+}
+
+// Where a skip changes the order in which pieces meet, MINLOC/MAXLOC still give the same bits:
+// commutative and associative bit for bit (NaN and signed zeros included); complex SUM/PROD are
+// commutative bit for bit.
+TEST(ReduceKernels, CompositeOpsOrderIndependence) {
+  for (ROp op : all_ops()) {
+    for (DType t : all_types()) {
+      if (!op_valid(op, t) || !(is_complex(t) || is_loc_pair(t))) continue;
+      SCOPED_TRACE(pair_name(op, t));
+      const size_t n = 1001, bytes = n * dtype_size(t);
+      std::vector<unsigned char> a(bytes), b(bytes), c(bytes), x(bytes), y(bytes);
+      std::mt19937_64 rng(seed_for(op, t) + 5);
+      for (auto* v : {&a, &b, &c}) {
+        visit_storage<bool>(t, [&](auto type) {
+          fill_random<typename decltype(type)::type>(rng, t, v->data(), n);
+          return true;
+        });
+      }
+      ASSERT_EQ(reduce(op, t, x.data(), a.data(), b.data(), n), Status::kOk);
+      ASSERT_EQ(reduce(op, t, y.data(), b.data(), a.data(), n), Status::kOk);
+      EXPECT_EQ(x, y) << "not commutative";
+      if (is_loc_pair(t)) {
+        ASSERT_EQ(reduce(op, t, x.data(), x.data(), c.data(), n), Status::kOk);  // (a b) c
+        ASSERT_EQ(reduce(op, t, y.data(), b.data(), c.data(), n), Status::kOk);  // a (b c)
+        ASSERT_EQ(reduce(op, t, y.data(), a.data(), y.data(), n), Status::kOk);
+        EXPECT_EQ(x, y) << "not associative";
+      }
+    }
+  }
+}
+
 TEST(ReduceKernels, LogicalOpsGiveZeroOrOne) {
   const int32_t a[] = {2, 0, -7, 0, 4};
   const int32_t b[] = {4, 9, 0, 0, 4};
@@ -709,16 +947,15 @@ TEST(ReduceKernels, ByteBitwise) {
 // ---- mpi_types.cpp (no MPI_Init needed for these) ------------------------------------------
 
 TEST(MpiTypes, OpMapping) {
-  const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_LAND,
-                        MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
+  const MPI_Op ops[] = {MPI_SUM,  MPI_PROD, MPI_MIN, MPI_MAX,  MPI_LAND,   MPI_LOR,
+                        MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR, MPI_MINLOC, MPI_MAXLOC};
+  static_assert(sizeof(ops) / sizeof(ops[0]) == kNumROps, "one MPI op per ROp");
   for (int i = 0; i < kNumROps; ++i) {
     ROp r = ROp::kCount;
     ASSERT_TRUE(rop_from_mpi(ops[i], &r)) << i;
     EXPECT_EQ(r, static_cast<ROp>(i));
   }
   ROp r = ROp::kSum;
-  EXPECT_FALSE(rop_from_mpi(MPI_MAXLOC, &r));
-  EXPECT_FALSE(rop_from_mpi(MPI_MINLOC, &r));
   EXPECT_FALSE(rop_from_mpi(MPI_REPLACE, &r));
   EXPECT_FALSE(rop_from_mpi(MPI_NO_OP, &r));
   EXPECT_FALSE(rop_from_mpi(MPI_OP_NULL, &r));
@@ -770,6 +1007,21 @@ TEST(MpiTypes, CTypeMapping) {
       {MPI_LONG_DOUBLE, DType::kLongDouble},
       {MPI_C_BOOL, DType::kBool},
       {MPI_BYTE, DType::kByte},
+      {MPI_C_COMPLEX, DType::kComplexFloat},
+      {MPI_C_FLOAT_COMPLEX, DType::kComplexFloat},
+      {MPI_C_DOUBLE_COMPLEX, DType::kComplexDouble},
+      {MPI_C_LONG_DOUBLE_COMPLEX, DType::kComplexLongDouble},
+#ifdef MPI_CXX_DOUBLE_COMPLEX
+      {MPI_CXX_FLOAT_COMPLEX, DType::kComplexFloat},
+      {MPI_CXX_DOUBLE_COMPLEX, DType::kComplexDouble},
+      {MPI_CXX_LONG_DOUBLE_COMPLEX, DType::kComplexLongDouble},
+#endif
+      {MPI_FLOAT_INT, DType::kFloatInt},
+      {MPI_DOUBLE_INT, DType::kDoubleInt},
+      {MPI_LONG_INT, DType::kLongInt},
+      {MPI_2INT, DType::kIntInt},
+      {MPI_SHORT_INT, DType::kShortInt},
+      {MPI_LONG_DOUBLE_INT, DType::kLongDoubleInt},
   };
   for (const Case& c : cases) {
     DType d = DType::kCount;
@@ -780,7 +1032,6 @@ TEST(MpiTypes, CTypeMapping) {
   EXPECT_FALSE(dtype_from_mpi(MPI_CHAR, &d));
   EXPECT_FALSE(dtype_from_mpi(MPI_WCHAR, &d));
   EXPECT_FALSE(dtype_from_mpi(MPI_DATATYPE_NULL, &d));
-  EXPECT_FALSE(dtype_from_mpi(MPI_FLOAT_INT, &d));
   EXPECT_FALSE(dtype_from_mpi(MPI_PACKED, &d));
   EXPECT_EQ(d, DType::kFloat);
   EXPECT_FALSE(dtype_from_mpi(MPI_INT, nullptr));
@@ -798,15 +1049,25 @@ TEST(MpiTypes, ClassifyReduction) {
   EXPECT_EQ(classify_reduction(MPI_BYTE, MPI_SUM, &d, &r), MpiReduction::kUndefined);
   EXPECT_EQ(classify_reduction(MPI_FLOAT, MPI_BXOR, &d, &r), MpiReduction::kUndefined);
   EXPECT_EQ(classify_reduction(MPI_C_BOOL, MPI_MIN, &d, &r), MpiReduction::kUndefined);
+  // Complex SUM/PROD and MINLOC/MAXLOC on pairs are skipring's; other mixes are MPI_ERR_OP.
+  EXPECT_EQ(classify_reduction(MPI_2INT, MPI_MAXLOC, &d, &r), MpiReduction::kNative);
+  EXPECT_EQ(d, DType::kIntInt);
+  EXPECT_EQ(r, ROp::kMaxloc);
+  EXPECT_EQ(classify_reduction(MPI_DOUBLE_INT, MPI_MINLOC, &d, &r), MpiReduction::kNative);
+  EXPECT_EQ(classify_reduction(MPI_C_DOUBLE_COMPLEX, MPI_PROD, &d, &r), MpiReduction::kNative);
+  EXPECT_EQ(d, DType::kComplexDouble);
+  EXPECT_EQ(classify_reduction(MPI_2INT, MPI_SUM, &d, &r), MpiReduction::kUndefined);
+  EXPECT_EQ(classify_reduction(MPI_DOUBLE, MPI_MINLOC, &d, &r), MpiReduction::kUndefined);
+  EXPECT_EQ(classify_reduction(MPI_C_FLOAT_COMPLEX, MPI_MAX, &d, &r), MpiReduction::kUndefined);
   // Not skipring's: PMPI.
-  EXPECT_EQ(classify_reduction(MPI_2INT, MPI_MAXLOC, &d, &r), MpiReduction::kOther);
   EXPECT_EQ(classify_reduction(MPI_CHAR, MPI_SUM, &d, &r), MpiReduction::kOther);
   EXPECT_EQ(classify_reduction(MPI_INT, MPI_REPLACE, &d, &r), MpiReduction::kOther);
   // Agrees with op_valid on every pair of the mapped types and ops.
-  const MPI_Datatype types[] = {MPI_INT8_T, MPI_UINT16_T,    MPI_INT,    MPI_UINT64_T, MPI_FLOAT,
-                                MPI_DOUBLE, MPI_LONG_DOUBLE, MPI_C_BOOL, MPI_BYTE};
-  const MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MIN,  MPI_MAX, MPI_LAND,
-                        MPI_LOR, MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR};
+  const MPI_Datatype types[] = {MPI_INT8_T, MPI_UINT16_T,  MPI_INT,         MPI_UINT64_T,
+                                MPI_FLOAT,  MPI_DOUBLE,    MPI_LONG_DOUBLE, MPI_C_BOOL,
+                                MPI_BYTE,   MPI_C_COMPLEX, MPI_2INT,        MPI_SHORT_INT};
+  const MPI_Op ops[] = {MPI_SUM,  MPI_PROD, MPI_MIN, MPI_MAX,  MPI_LAND,   MPI_LOR,
+                        MPI_LXOR, MPI_BAND, MPI_BOR, MPI_BXOR, MPI_MINLOC, MPI_MAXLOC};
   for (MPI_Datatype t : types) {
     for (MPI_Op op : ops) {
       DType dt;
@@ -828,6 +1089,10 @@ TEST(MpiTypes, FortranTypesNeedInitializedMpi) {
     EXPECT_FALSE(dtype_from_mpi(MPI_INTEGER, &d));
     EXPECT_FALSE(dtype_from_mpi(MPI_REAL, &d));
     EXPECT_FALSE(dtype_from_mpi(MPI_DOUBLE_PRECISION, &d));
+    EXPECT_FALSE(dtype_from_mpi(MPI_COMPLEX, &d));
+    EXPECT_FALSE(dtype_from_mpi(MPI_DOUBLE_COMPLEX, &d));
+    EXPECT_FALSE(dtype_from_mpi(MPI_2REAL, &d));
+    EXPECT_FALSE(dtype_from_mpi(MPI_2INTEGER, &d));
   } else if (MPI_INTEGER != MPI_DATATYPE_NULL) {
     int size = 0;
     MPI_Type_size(MPI_INTEGER, &size);

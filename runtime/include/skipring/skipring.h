@@ -33,14 +33,16 @@ extern "C" {
 SKIPRING_API int skipring_init(void);
 
 /* Same semantics as MPI_Allreduce, including MPI_IN_PLACE as sendbuf. Handles predefined
- * ops on predefined integer, floating, bool and byte types on intra-communicators natively;
- * for user-defined ops, MAXLOC/MINLOC, derived/complex datatypes and inter-communicators it
- * calls PMPI_Allreduce (counted as a fallback). Errors: MPI_ERR_COUNT (count < 0),
- * MPI_ERR_BUFFER (NULL buffer, count > 0; recvbuf == MPI_IN_PLACE, with or without sendbuf
- * MPI_IN_PLACE; sendbuf == recvbuf with count > 0, which MPI forbids: pass MPI_IN_PLACE as
- * sendbuf instead; these are checked before any fallback and are Open MPI 4.1's codes, though
- * Open MPI itself lets an aliased count of 1 through), MPI_ERR_OP (op not defined on the type),
- * MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error; MPI not active). */
+ * ops on predefined integer, floating, bool and byte types, SUM/PROD on the C, C++ and Fortran
+ * complex types and MINLOC/MAXLOC on the C and Fortran pair types (MPI_DOUBLE_INT, MPI_2INT,
+ * MPI_2REAL, ...) on intra-communicators natively; for user-defined ops, REPLACE, derived
+ * datatypes and inter-communicators it calls PMPI_Allreduce (counted as a fallback). Errors:
+ * MPI_ERR_COUNT (count < 0), MPI_ERR_BUFFER (NULL buffer, count > 0; recvbuf == MPI_IN_PLACE, with
+ * or without sendbuf MPI_IN_PLACE; sendbuf == recvbuf with count > 0, which MPI forbids: pass
+ * MPI_IN_PLACE as sendbuf instead; these are checked before any fallback and are Open MPI 4.1's
+ * codes, though Open MPI itself lets an aliased count of 1 through), MPI_ERR_OP (op not defined on
+ * the type), MPI_ERR_COMM (MPI_COMM_NULL), MPI_ERR_OTHER (internal / protocol error; MPI not
+ * active). */
 SKIPRING_API int skipring_allreduce(const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
 
@@ -152,8 +154,8 @@ SKIPRING_API void skipring_count_fallback(void);
 /* Why a call went to the MPI library instead of skipring (the report line's fallback_* fields,
  * and SKIPRING_LOG_LEVEL=info's first-occurrence and finalize lines). */
 typedef enum skipring_fallback_reason {
-  SKIPRING_FALLBACK_DATATYPE = 0, /* a datatype skipring does not reduce (derived, complex, ...) */
-  SKIPRING_FALLBACK_OP = 1,       /* an op skipring does not run (user ops, MINLOC/MAXLOC, ...) */
+  SKIPRING_FALLBACK_DATATYPE = 0, /* a datatype skipring does not reduce (derived, ...) */
+  SKIPRING_FALLBACK_OP = 1,       /* an op skipring does not run (user ops, REPLACE, ...) */
   SKIPRING_FALLBACK_COMM = 2,     /* an inter-communicator */
   SKIPRING_FALLBACK_MEMORY = 3,   /* device buffers without a device path */
   SKIPRING_FALLBACK_DISABLED = 4, /* SKIPRING_ENABLE=0 */
