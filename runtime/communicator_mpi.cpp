@@ -55,9 +55,19 @@ MPI_Datatype mpi_datatype(DType t) {
       return MPI_DOUBLE;
     case DType::kLongDouble:
       return MPI_LONG_DOUBLE;
+    // Complex SUM / PROD: the MPI library's all-reduce takes one element as fast as a double's
+    // (0.35 against skipring's own 0.42 us at np 2), so the small sizes go to it as for doubles.
+    case DType::kComplexFloat:
+      return MPI_C_FLOAT_COMPLEX;
+    case DType::kComplexDouble:
+      return MPI_C_DOUBLE_COMPLEX;
+    case DType::kComplexLongDouble:
+      return MPI_C_LONG_DOUBLE_COMPLEX;
     default:
       // 8-bit types (kInt8, kUint8, kBool, kByte): Open MPI 4.1's op/avx sums them wrongly;
-      // kFloat16 / kBfloat16: MPI has no reduction for them.
+      // kFloat16 / kBfloat16: MPI has no reduction for them; the MINLOC / MAXLOC pairs: Open
+      // MPI 4.1.4's MPI_DOUBLE_INT MAXLOC takes 0.8 us at 8 elements (np 2), skipring's own 0.46
+      // (0.42 against 0.34 at one element), and the row's cost model goes by bytes alone.
       return MPI_DATATYPE_NULL;
   }
 }
