@@ -16,7 +16,7 @@ int fallback(int reason, const void* sendbuf, void* recvbuf, int count, MPI_Data
   if (int rc = extension_fallback_error("skipring_allreduce", datatype, op); rc != MPI_SUCCESS) {
     return rc;
   }
-  count_fallback(reason, "skipring_allreduce");
+  count_fallback(reason, "skipring_allreduce", datatype, op);
   return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 

@@ -63,7 +63,7 @@ int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_
     count_fallback(kind != MpiReduction::kNative ? reduction_fallback_reason(datatype)
                    : dev != 0 && ops == nullptr  ? SKIPRING_FALLBACK_MEMORY
                                                  : SKIPRING_FALLBACK_COMM,
-                   "skipring_reduce_scatter_block");
+                   "skipring_reduce_scatter_block", datatype, op);
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -118,7 +118,7 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   DeviceOps* ops = dev != 0 ? device_path("skipring_allgather") : nullptr;
   if (!same || !handles_type(recvtype, comm, &dt) || (dev != 0 && ops == nullptr)) {
     count_fallback(type_fallback_reason(same, recvtype, dev != 0 && ops == nullptr),
-                   "skipring_allgather");
+                   "skipring_allgather", recvtype);
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
   if (recvcount > 0 && (recvbuf == nullptr || sendbuf == nullptr)) return MPI_ERR_BUFFER;
@@ -174,7 +174,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   DeviceOps* ops = dev != 0 ? device_path("skipring_bcast") : nullptr;
   if (!handles_type(datatype, comm, &dt) || (dev != 0 && ops == nullptr)) {
     count_fallback(type_fallback_reason(true, datatype, dev != 0 && ops == nullptr),
-                   "skipring_bcast");
+                   "skipring_bcast", datatype);
     return PMPI_Bcast(buffer, count, datatype, root, comm);
   }
   if (count > 0 && buffer == nullptr) return MPI_ERR_BUFFER;
@@ -231,7 +231,7 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
     count_fallback(kind != MpiReduction::kNative ? reduction_fallback_reason(datatype)
                    : dev != 0 && ops == nullptr  ? SKIPRING_FALLBACK_MEMORY
                                                  : SKIPRING_FALLBACK_COMM,
-                   "skipring_reduce");
+                   "skipring_reduce", datatype, op);
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   }
   if (count > 0 && (sendbuf == nullptr || (rank == root && recvbuf == nullptr))) {

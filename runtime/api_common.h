@@ -151,8 +151,12 @@ int extension_fallback_error(const char* fn, MPI_Datatype datatype, MPI_Op op);
 // Adds a finished collective to the totals and the trace.
 void account(const CollectiveStats& s);
 inline void account(Communicator* c) { account(c->last_stats()); }
-// Counts one fallback of `fn` with its reason; the first of each reason is said at info level.
-void count_fallback(int reason, const char* fn);
+// Counts one fallback of `fn` with its reason; the first of each reason is said at info level,
+// naming the datatype and op where the caller passes them, and at debug level the first of each
+// (function, reason, datatype, op), so that a user sees which types and ops of a program go to
+// the MPI library (kFallbackKindsLogged of them, then one line saying more are not logged).
+void count_fallback(int reason, const char* fn, MPI_Datatype datatype = MPI_DATATYPE_NULL,
+                    MPI_Op op = MPI_OP_NULL);
 // A communicator's state is deleted: its fast-path calls stay in the process totals.
 void absorb_fast_totals(const Communicator* c);
 // At finalize, at info level: what went to the MPI library and why.

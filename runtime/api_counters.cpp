@@ -4,9 +4,11 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/api_common.h"
 #include "runtime/log.h"
@@ -26,6 +28,56 @@ constexpr const char* kFallbackWhy[SKIPRING_FALLBACK_REASONS] = {
     "SKIPRING_ENABLE=0",
     "the caller's own count",
     "a nonblocking call without MPI_THREAD_MULTIPLE (the progress thread needs it)"};
+
+// The kinds of fallback the debug log names (count_fallback).
+constexpr size_t kFallbackKindsLogged = 64;
+// A kind is what the log says of it: user-defined ops and unnamed derived datatypes are one
+// kind each however many handles a program creates (a DFT code created an op per call).
+struct FallbackKind {
+  std::string fn;
+  int reason;
+  std::string what;
+  bool operator==(const FallbackKind& o) const {
+    return reason == o.reason && fn == o.fn && what == o.what;
+  }
+};
+
+const char* op_name(MPI_Op op) {
+  if (op == MPI_SUM) return "MPI_SUM";
+  if (op == MPI_PROD) return "MPI_PROD";
+  if (op == MPI_MIN) return "MPI_MIN";
+  if (op == MPI_MAX) return "MPI_MAX";
+  if (op == MPI_LAND) return "MPI_LAND";
+  if (op == MPI_LOR) return "MPI_LOR";
+  if (op == MPI_LXOR) return "MPI_LXOR";
+  if (op == MPI_BAND) return "MPI_BAND";
+  if (op == MPI_BOR) return "MPI_BOR";
+  if (op == MPI_BXOR) return "MPI_BXOR";
+  if (op == MPI_MINLOC) return "MPI_MINLOC";
+  if (op == MPI_MAXLOC) return "MPI_MAXLOC";
+  if (op == MPI_REPLACE) return "MPI_REPLACE";
+  if (op == MPI_NO_OP) return "MPI_NO_OP";
+  return "a user-defined op";
+}
+
+// ": datatype NAME, op NAME" for the log ("" when neither is known). A datatype without a name
+// (derived) is described by its combiner's number (MPI_Type_get_envelope).
+std::string what_of(MPI_Datatype datatype, MPI_Op op) {
+  std::string out;
+  if (datatype != MPI_DATATYPE_NULL) {
+    char name[MPI_MAX_OBJECT_NAME] = {0};
+    int len = 0;
+    if (PMPI_Type_get_name(datatype, name, &len) == MPI_SUCCESS && len > 0) {
+      out = std::string(": datatype ") + std::string(name, static_cast<size_t>(len));
+    } else {
+      int ni = 0, na = 0, nd = 0, combiner = 0;
+      PMPI_Type_get_envelope(datatype, &ni, &na, &nd, &combiner);
+      out = ": a derived datatype without a name (combiner " + std::to_string(combiner) + ")";
+    }
+  }
+  if (op != MPI_OP_NULL) out += std::string(out.empty() ? ": op " : ", op ") + op_name(op);
+  return out;
+}
 
 // The fast-path calls and bytes of the live communicators (freed ones are in the totals).
 std::pair<uint64_t, uint64_t> live_fast_totals() {
@@ -55,16 +107,37 @@ void account(const CollectiveStats& s) {
   if (t > 0) g.time_ns.fetch_add(static_cast<uint64_t>(t * 1e9), std::memory_order_relaxed);
 }
 
-void count_fallback(int reason, const char* fn) {
+void count_fallback(int reason, const char* fn, MPI_Datatype datatype, MPI_Op op) {
   if (reason < 0 || reason >= SKIPRING_FALLBACK_REASONS) reason = SKIPRING_FALLBACK_OTHER;
   GlobalState& g = state();
   g.fallbacks.fetch_add(1, std::memory_order_relaxed);
-  if (g.fallback_by[reason].fetch_add(1, std::memory_order_relaxed) == 0 && fn != nullptr) {
+  const bool first = g.fallback_by[reason].fetch_add(1, std::memory_order_relaxed) == 0;
+  if (fn == nullptr) return;
+  if (first) {
     SKIPRING_LOG_INFO(
-        "{}: handed to the MPI library: {} (the first such call; later ones are counted in "
+        "{}: handed to the MPI library: {}{} (the first such call; later ones are counted in "
         "{} of the report line)",
-        fn, kFallbackWhy[reason], kFallbackNames[reason]);
+        fn, kFallbackWhy[reason], what_of(datatype, op), kFallbackNames[reason]);
   }
+  if (!logger().should_log(spdlog::level::debug)) return;
+  // Debug: the first call of each (function, reason, datatype, op).
+  static std::mutex mutex;
+  static std::vector<FallbackKind> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  const FallbackKind k{fn, reason, what_of(datatype, op)};
+  for (const FallbackKind& s : seen) {
+    if (s == k) return;
+  }
+  if (seen.size() > kFallbackKindsLogged) return;
+  seen.push_back(k);
+  if (seen.size() > kFallbackKindsLogged) {
+    SKIPRING_LOG_DEBUG("more kinds of fallback than {}: the others are not logged",
+                       kFallbackKindsLogged);
+    return;
+  }
+  if (first) return;  // said at info level just now
+  SKIPRING_LOG_DEBUG("{}: handed to the MPI library: {}{} (the first call of this kind)", fn,
+                     kFallbackWhy[reason], k.what);
 }
 
 void absorb_fast_totals(const Communicator* c) {

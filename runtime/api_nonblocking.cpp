@@ -194,7 +194,7 @@ int pmpi_iallreduce(int reason, const void* sendbuf, void* recvbuf, int count,
   if (int rc = extension_fallback_error("skipring_iallreduce", datatype, op); rc != MPI_SUCCESS) {
     return rc;
   }
-  if (reason >= 0) count_fallback(reason, "skipring_iallreduce");
+  if (reason >= 0) count_fallback(reason, "skipring_iallreduce", datatype, op);
   return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
 }
 
