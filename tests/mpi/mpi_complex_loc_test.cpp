@@ -3,10 +3,10 @@
 // DOUBLE COMPLEX) with SUM and PROD, and MINLOC/MAXLOC on the pair types (C and Fortran). skipring
 // reduces them itself: skipring_handles says so, every call counts as a call skipring ran, none as
 // a fallback (of any reason); the pairs never go to the MPI library's own all-reduce (the `mpi`
-// algorithm), complex types may at small sizes (as doubles do) unless --own-kernels is given
-// (run with SKIPRING_ALGO=skipring: then no call may); results must be bit-exact against a
-// reduction computed here on the host, identical on every rank, in place and not, for counts 1,
-// n + 1 and a large one.
+// row), complex types may at small sizes (as doubles do) unless --own-kernels is given (run
+// with SKIPRING_ALGO=skipring: then no call may); results must be
+// bit-exact against a reduction computed here on the host, identical on every rank, in place and
+// not, for counts 1, n + 1 and a large one; a NaN value wins MINLOC/MAXLOC at every size.
 //
 // Exactness whatever the MPI's order: complex values are small Gaussian integers (real and
 // imaginary parts in -2..2), so every partial sum and product is an exact integer in float;
@@ -17,6 +17,7 @@
 #include <mpi.h>
 #include <skipring/skipring.h>
 
+#include <cmath>
 #include <complex>
 #include <cstdint>
 #include <cstring>
@@ -173,6 +174,27 @@ void loc_case(MPI_Datatype type, const char* name, MPI_Op op, int count, bool in
   check(all[0] == -all[1], what + ": ranks disagree");
 }
 
+// A NaN value wins MINLOC and MAXLOC, with the smallest index among the NaNs, at every size
+// (skipring's rule; Open MPI 4.1.4's MPI_MAXLOC lets it lose). The last rank holds NaN, the
+// others 1.0.
+void nan_case(MPI_Op op, int count) {
+  std::vector<Pair<double>> in(count), out(count);
+  for (int i = 0; i < count; ++i) {
+    in[i] = {g_rank == g_size - 1 ? std::nan("") : 1.0, g_rank};
+  }
+  const std::string what = std::string("MPI_DOUBLE_INT ") +
+                           (op == MPI_MAXLOC ? "MAXLOC" : "MINLOC") +
+                           " with a NaN count=" + std::to_string(count);
+  const Counts before = counts();
+  reduce_checked(in, &out, count, MPI_DOUBLE_INT, op, false, what);
+  bool nan_won = true;
+  for (int i = 0; i < count; ++i) {
+    nan_won = nan_won && std::isnan(out[i].value) && out[i].index == g_size - 1;
+  }
+  check(nan_won, what + ": the NaN value (rank " + std::to_string(g_size - 1) + ") did not win");
+  check_ran_in_skipring(before, MPI_DOUBLE_INT, op, what, /*mpi_row_ok=*/false);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +228,9 @@ int main(int argc, char** argv) {
         loc_case<int, int>(MPI_2INTEGER, "MPI_2INTEGER", op, count, in_place);
       }
     }
+  }
+  for (int count : {1, 4099}) {
+    for (MPI_Op op : {MPI_MINLOC, MPI_MAXLOC}) nan_case(op, count);
   }
   const int rc = mpitest::finish();
   MPI_Finalize();

@@ -9,8 +9,9 @@
  *    return at once (a late rank must not stall their computation; at most MS / 4 each).
  *  - --overlap: IMB-NBC's overlap measure at 1, 4 and 16 MiB (printed, not asserted: a machine
  *    with fewer cores than ranks x 2 threads cannot overlap): t_pure = MPI_Iallreduce + MPI_Wait,
- *    t_cpu = a computation meant to last t_pure, timed alone (fastest of 5, as IMB-NBC times it), t_ovrl = MPI_Iallreduce + that computation +
- *    MPI_Wait; overlap = (t_pure + t_cpu - t_ovrl) / min(t_pure, t_cpu).
+ *    t_cpu = a computation meant to last t_pure, timed alone (fastest of 5, as IMB-NBC times it),
+ * t_ovrl = MPI_Iallreduce + that computation + MPI_Wait; overlap = (t_pure + t_cpu - t_ovrl) /
+ * min(t_pure, t_cpu).
  *  - --overlap-idle: the same with the computation replaced by a sleep as long: what a rank
  *    whose progress thread has a core of its own sees (this machine has 2 cores for 2 ranks).
  * Options: --single (MPI_Init_thread with MPI_THREAD_SINGLE: the calls go to PMPI_Iallreduce),
