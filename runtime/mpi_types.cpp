@@ -184,22 +184,11 @@ bool dtype_from_mpi(MPI_Datatype t, DType* out) {
 
   // Fortran types: their size depends on how the MPI library (and the Fortran compiler
   // flags it was built with) define them.
-  if (t == MPI_INTEGER) {
-    switch (fortran_type_size(t)) {
-      case 4:
-        return set_if_known(DType::kInt32, out);
-      case 8:
-        return set_if_known(DType::kInt64, out);
-      default:
-        return false;
-    }
-  }
-  // Fortran's sized kinds (INTEGER*8, REAL*8, ...: what codes built with explicit kinds send;
-  // a DFT code, CP2K, sends mostly MPI_INTEGER8) and LOGICAL (logical ops only,
-  // classify_reduction; gfortran's .TRUE. is 1, what the logical kernels write, as Open MPI's
-  // and MPICH's do).
-  if (t == MPI_INTEGER1 || t == MPI_INTEGER2 || t == MPI_INTEGER4 || t == MPI_INTEGER8 ||
-      t == MPI_LOGICAL) {
+  // INTEGER, the sized kinds (INTEGER*8, ...: what codes built with explicit kinds send; a DFT
+  // code, CP2K, sends mostly MPI_INTEGER8) and LOGICAL (logical ops only, classify_reduction;
+  // gfortran's .TRUE. is 1, what the logical kernels write, as Open MPI's and MPICH's do).
+  if (t == MPI_INTEGER || t == MPI_INTEGER1 || t == MPI_INTEGER2 || t == MPI_INTEGER4 ||
+      t == MPI_INTEGER8 || t == MPI_LOGICAL) {
     switch (fortran_type_size(t)) {
       case 1:
         return set_if_known(DType::kInt8, out);
