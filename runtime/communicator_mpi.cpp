@@ -27,6 +27,7 @@
 #include "collectives/select.h"
 #include "runtime/communicator.h"
 #include "runtime/log.h"
+#include "runtime/mpi_types.h"
 #include "runtime/mpi_wait.h"
 #include "runtime/rd_direct.h"
 
@@ -35,6 +36,16 @@ namespace skipring {
 // The MPI datatype of a DType the `mpi` row runs (MPI_DATATYPE_NULL: it does not). Always the
 // fixed-width type: Open MPI 4.1.4 reduces MPI_UNSIGNED_LONG with MIN/MAX as signed (values
 // with the high bit set come out wrong), MPI_UINT64_T right.
+namespace {
+
+// `t` when the MPI maps it to `want` (a Fortran pair whose size fits), else MPI_DATATYPE_NULL.
+MPI_Datatype fortran_pair(MPI_Datatype t, DType want) {
+  DType d = DType::kCount;
+  return dtype_from_mpi(t, &d) && d == want ? t : MPI_DATATYPE_NULL;
+}
+
+}  // namespace
+
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::kInt16:
@@ -55,19 +66,41 @@ MPI_Datatype mpi_datatype(DType t) {
       return MPI_DOUBLE;
     case DType::kLongDouble:
       return MPI_LONG_DOUBLE;
-    // Complex SUM / PROD: the MPI library's all-reduce takes one element as fast as a double's
-    // (0.35 against skipring's own 0.42 us at np 2), so the small sizes go to it as for doubles.
+    // Complex SUM / PROD and the MINLOC / MAXLOC pairs: the small sizes go to the MPI library
+    // as for doubles (one element: complex 0.36 us against Open MPI's 0.35-0.37 and skipring's
+    // own 0.42; MPI_DOUBLE_INT MAXLOC 0.37 against 0.35, np 2). There the MPI's own rule
+    // decides a NaN value (Open MPI 4.1.4's MAXLOC lets it lose, skipring's kernel lets it win;
+    // every rank gets the same answer either way: checked at np 2-5).
     case DType::kComplexFloat:
       return MPI_C_FLOAT_COMPLEX;
     case DType::kComplexDouble:
       return MPI_C_DOUBLE_COMPLEX;
     case DType::kComplexLongDouble:
       return MPI_C_LONG_DOUBLE_COMPLEX;
+    case DType::kFloatInt:
+      return MPI_FLOAT_INT;
+    case DType::kDoubleInt:
+      return MPI_DOUBLE_INT;
+    case DType::kLongInt:
+      return MPI_LONG_INT;
+    case DType::kIntInt:
+      return MPI_2INT;
+    case DType::kShortInt:
+      return MPI_SHORT_INT;
+    case DType::kLongDoubleInt:
+      return MPI_LONG_DOUBLE_INT;
+    case DType::kFloatFloat: {  // Fortran's, where its sizes are the DType's
+      static const MPI_Datatype two_real = fortran_pair(MPI_2REAL, DType::kFloatFloat);
+      return two_real;
+    }
+    case DType::kDoubleDouble: {
+      static const MPI_Datatype two_double =
+          fortran_pair(MPI_2DOUBLE_PRECISION, DType::kDoubleDouble);
+      return two_double;
+    }
     default:
       // 8-bit types (kInt8, kUint8, kBool, kByte): Open MPI 4.1's op/avx sums them wrongly;
-      // kFloat16 / kBfloat16: MPI has no reduction for them; the MINLOC / MAXLOC pairs: Open
-      // MPI 4.1.4's MPI_DOUBLE_INT MAXLOC takes 0.8 us at 8 elements (np 2), skipring's own 0.46
-      // (0.42 against 0.34 at one element), and the row's cost model goes by bytes alone.
+      // kFloat16 / kBfloat16: MPI has no reduction for them.
       return MPI_DATATYPE_NULL;
   }
 }
@@ -94,6 +127,10 @@ MPI_Op mpi_op(ROp op) {
       return MPI_BOR;
     case ROp::kBxor:
       return MPI_BXOR;
+    case ROp::kMinloc:
+      return MPI_MINLOC;
+    case ROp::kMaxloc:
+      return MPI_MAXLOC;
     default:
       return MPI_OP_NULL;
   }
