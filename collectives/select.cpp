@@ -212,11 +212,14 @@ Algo select_algo(size_t bytes, const TopologySummary& t, const CostParams& p, si
 
 Algo select_algo_stragglers(size_t bytes, const TopologySummary& t, const CostParams& p,
                             size_t segment_bytes, bool skip, bool stragglers_seen, double max_ratio,
-                            double* cost) {
+                            double* cost, double min_cost_s) {
   double best_cost = kInf;
   const Algo best = select_algo(bytes, t, p, segment_bytes, skip, &best_cost);
   if (cost) *cost = best_cost;
-  if (!skip || !stragglers_seen || !(max_ratio >= 1) || algo_row(best).skip_ahead) return best;
+  if (!skip || !stragglers_seen || !(max_ratio >= 1) || algo_row(best).skip_ahead ||
+      best_cost < min_cost_s) {
+    return best;
+  }
   Algo pick = best;
   double pick_cost = kInf;
   for (Algo a : modelled_algos()) {

@@ -120,11 +120,16 @@ Algo select_algo(size_t bytes, const TopologySummary& topo, const CostParams& p,
 // (`stragglers_seen`, agreed across ranks), the cheapest algorithm that runs skip-ahead (the
 // ring; hier across hosts) replaces the model's choice when its modelled time is at most
 // `max_ratio` times the choice's (max_ratio < 1: never). Without stragglers, with `skip` off or
-// when the choice already skips ahead: select_algo's answer. Pure, like select_algo: the same
-// inputs give the same algorithm on every rank.
+// when the choice already skips ahead: select_algo's answer. Nor where the choice's modelled
+// time is below `min_cost_s` (the caller passes SKIPRING_SKIP_MIN_WAIT_US, 50 us by default, the
+// skip threshold's floor where ranks do not outnumber cores): a call that short can gain at most
+// its own few microseconds after a late arrival, and there the model is least sure of the ring
+// (one host, np 2, 64 KiB: modelled within 1.5x of recursive doubling, measured 20 us against 7,
+// after a scheduling hiccup had counted as a late arrival: 1.1-1.2x Open MPI's all-reduce in 2
+// of 5 runs). Pure, like select_algo: the same inputs give the same algorithm on every rank.
 Algo select_algo_stragglers(size_t bytes, const TopologySummary& topo, const CostParams& p,
                             size_t segment_bytes, bool skip, bool stragglers_seen, double max_ratio,
-                            double* cost = nullptr);
+                            double* cost = nullptr, double min_cost_s = 0);
 
 // The algorithms the model compares: the rows with a select order, in that order (everything
 // but kAuto and kSkipRing).

@@ -17,7 +17,8 @@ Algo Communicator::choose_algo(size_t bytes) {
     if (choice_.holds(bytes, cfg_.skip)) return true;
     if (!ok(ensure_cost_params())) return false;  // broken: the caller checks
     choice_.algo = select_algo_stragglers(bytes, model_.topo, model_.cost, cfg_.segment_bytes,
-                                          cfg_.skip, straggler_.seen, cfg_.auto_straggler);
+                                          cfg_.skip, straggler_.seen, cfg_.auto_straggler, nullptr,
+                                          cfg_.skip_min_wait_us * 1e-6);
     choice_.bytes = bytes;
     choice_.skip = cfg_.skip;
     return true;

@@ -172,6 +172,13 @@ TEST(SelectStragglers, LateArrivalsSwitchMidSizesToTheSkipAheadRing) {
   EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.0 + (ratio - 1) / 2),
             Algo::kRabenseifner);
   EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, ratio * 1.01), Algo::kSkipRing);
+  // Where the choice's modelled time is below the skip threshold's floor, no preference: a call
+  // that short is over before skip-ahead could act.
+  const double best = algo_cost(Algo::kRabenseifner, mib, t, p, seg);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.5, nullptr, best * 1.01),
+            Algo::kRabenseifner);
+  EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.5, nullptr, best * 0.99),
+            Algo::kSkipRing);
 }
 
 TEST(SelectStragglers, EitherTheModelsChoiceOrASkipAheadAlgorithmWithinTheFactor) {
