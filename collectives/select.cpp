@@ -217,7 +217,7 @@ Algo select_algo_stragglers(size_t bytes, const TopologySummary& t, const CostPa
   const Algo best = select_algo(bytes, t, p, segment_bytes, skip, &best_cost);
   if (cost) *cost = best_cost;
   if (!skip || !stragglers_seen || !(max_ratio >= 1) || algo_row(best).skip_ahead ||
-      best_cost < min_cost_s) {
+      best_cost < min_cost_s || t.n < 3) {
     return best;
   }
   Algo pick = best;

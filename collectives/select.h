@@ -126,7 +126,9 @@ Algo select_algo(size_t bytes, const TopologySummary& topo, const CostParams& p,
 // its own few microseconds after a late arrival, and there the model is least sure of the ring
 // (one host, np 2, 64 KiB: modelled within 1.5x of recursive doubling, measured 20 us against 7,
 // after a scheduling hiccup had counted as a late arrival: 1.1-1.2x Open MPI's all-reduce in 2
-// of 5 runs). Pure, like select_algo: the same inputs give the same algorithm on every rank.
+// of 5 runs). Nor with fewer than 3 ranks: with 2, the other rank's whole input is what each
+// rank waits for, so skip-ahead has nothing to do meanwhile (the late path needs 3 ranks too).
+// Pure, like select_algo: the same inputs give the same algorithm on every rank.
 Algo select_algo_stragglers(size_t bytes, const TopologySummary& topo, const CostParams& p,
                             size_t segment_bytes, bool skip, bool stragglers_seen, double max_ratio,
                             double* cost = nullptr, double min_cost_s = 0);

@@ -179,6 +179,12 @@ TEST(SelectStragglers, LateArrivalsSwitchMidSizesToTheSkipAheadRing) {
             Algo::kRabenseifner);
   EXPECT_EQ(select_algo_stragglers(mib, t, p, seg, true, true, 1.5, nullptr, best * 0.99),
             Algo::kSkipRing);
+  // Two ranks: nothing for skip-ahead to do while the other is late, so no preference.
+  TopologySummary two = flat(2);
+  two.overlap = false;
+  const Algo two_best = select_algo(mib, two, p, seg, true);
+  ASSERT_NE(two_best, Algo::kSkipRing);
+  EXPECT_EQ(select_algo_stragglers(mib, two, p, seg, true, true, 100), two_best);
 }
 
 TEST(SelectStragglers, EitherTheModelsChoiceOrASkipAheadAlgorithmWithinTheFactor) {
