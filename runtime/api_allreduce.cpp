@@ -39,30 +39,19 @@ int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* 
 // checks and auto's choice still `mpi`, goes to PMPI_Allreduce after one thread-local lookup
 // instead of three and the classification (perf of 8-byte calls at 2 ranks, a 450 ns call:
 // skipring's own code took 33 ns of it before).
-struct FastEntry {
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Datatype datatype = MPI_DATATYPE_NULL;
-  MPI_Op op = MPI_OP_NULL;
-  int count = 0;  // > 0 for a valid entry
-  uint64_t generation = 0;
-  Communicator* c = nullptr;
-  size_t bytes = 0;
-  MPI_Datatype mpi_dt = MPI_DATATYPE_NULL;  // skipring's fixed-width handle for the data
-  MPI_Op mpi_op = MPI_OP_NULL;
-};
-thread_local FastEntry t_fast;
+thread_local FrontEntry t_fast;  // skipring_allreduce's (the drop-in passes its own)
 
 // The front path's call, or -1 where the call must take the full path.
-inline int front_path(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                      MPI_Op op, MPI_Comm comm) {
-  FastEntry& f = t_fast;
+inline int front_path(FrontEntry& f, const void* sendbuf, void* recvbuf, int count,
+                      MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   if (f.count <= 0 || count != f.count || comm != f.comm || datatype != f.datatype || op != f.op ||
       f.generation != g_comm_generation.load(std::memory_order_acquire) ||
       g_nb_pending.load(std::memory_order_acquire) != 0 ||
       g_finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
       recvbuf == nullptr || sendbuf == nullptr || aliased(sendbuf, recvbuf, count) ||
       (sendbuf != MPI_IN_PLACE && overlapping(sendbuf, recvbuf, f.bytes)) ||
-      device_buffers({sendbuf, recvbuf}) != 0 || !f.c->mpi_choice_holds(f.bytes)) {
+      (!host_only_memory_fast() && device_buffers({sendbuf, recvbuf}) != 0) ||
+      !f.c->mpi_choice_holds(f.bytes)) {
     return -1;
   }
   const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, f.mpi_dt, f.mpi_op, comm);
@@ -72,7 +61,14 @@ inline int front_path(const void* sendbuf, void* recvbuf, int count, MPI_Datatyp
 
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm) {
-  if (const int rc = front_path(sendbuf, recvbuf, count, datatype, op, comm); rc >= 0) return rc;
+  // libskipring.so's thread-locals cost a call to the TLS descriptor's resolver per access
+  // (api_front.h): the address once, opaque to the compiler, which otherwise repeats the call
+  // after each call it makes.
+  FrontEntry* fast = &t_fast;
+  asm("" : "+r"(fast));
+  if (const int rc = front_path(*fast, sendbuf, recvbuf, count, datatype, op, comm); rc >= 0) {
+    return rc;
+  }
   AllreduceArgs a;
   if (int rc = check_allreduce_args("skipring_allreduce", sendbuf, recvbuf, count, datatype, op,
                                     comm, true, &a);
@@ -116,9 +112,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mdt, mop, comm);
     if (rc != MPI_SUCCESS) return rc;
     if (count > 0) {
-      t_fast =
-          FastEntry{comm, datatype, op,  count, g_comm_generation.load(std::memory_order_acquire),
-                    c,    bytes,    mdt, mop};
+      *fast =
+          FrontEntry{comm, datatype, op,  count, g_comm_generation.load(std::memory_order_acquire),
+                     c,    bytes,    mdt, mop};
     }
     // Counted on the communicator (no locked instruction; the totals add them up), not timed,
     // not traced (no steps).
@@ -137,9 +133,17 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
 
 namespace skipring {
 
-int allreduce_front_path(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                         MPI_Op op, MPI_Comm comm) noexcept {
-  return api::front_path(sendbuf, recvbuf, count, datatype, op, comm);
+int allreduce_front_path(FrontEntry* slot, const void* sendbuf, void* recvbuf, int count,
+                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) noexcept {
+  return api::front_path(*slot, sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+void allreduce_front_remember(FrontEntry* slot, int count, MPI_Datatype datatype, MPI_Op op,
+                              MPI_Comm comm) noexcept {
+  const FrontEntry& f = api::t_fast;
+  if (f.count > 0 && f.count == count && f.comm == comm && f.datatype == datatype && f.op == op) {
+    *slot = f;
+  }
 }
 
 }  // namespace skipring

@@ -19,6 +19,7 @@
 
 #include "runtime/communicator.h"
 #include "runtime/device_ops.h"
+#include "runtime/memtype.h"
 
 namespace skipring::api {
 
@@ -26,6 +27,9 @@ class StagingPool;  // a communicator's pinned buffers and stream (api_device.cp
 
 // Which of `bufs` are device or managed memory: bit i for bufs[i] (0: all host).
 unsigned device_buffers(std::initializer_list<const void*> bufs);
+// device_buffers' first test, inlined for the front path: true where every buffer is host memory
+// (no CUDA driver, no test hook), without a call.
+inline bool host_only_memory_fast() { return g_memory_host_only.load(std::memory_order_acquire); }
 // The device path for a call with device buffers, or nullptr (the call goes to PMPI). Said once
 // per process at info level (a CUDA-aware application passes device buffers on every call).
 DeviceOps* device_path(const char* fn);

@@ -27,6 +27,9 @@ namespace {
 // makes are not intercepted again.
 // initial-exec: no __tls_get_addr call on the per-call path (the library is preloaded).
 __attribute__((tls_model("initial-exec"))) thread_local bool t_inside_skipring = false;
+// The front path's memory of this thread's calls (runtime/api_front.h): initial-exec as well, so
+// a repeat reads it with one %fs-relative load.
+__attribute__((tls_model("initial-exec"))) thread_local FrontEntry t_front;
 
 // MPI's argument errors that can be detected from the arguments themselves, checked before any
 // PMPI call and raised on the error handler like MPI's own checks: MPICH 4.0 aborts inside
@@ -182,10 +185,12 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     // checks below, which a hit has passed already (np 2, 8-byte calls back to back: the drop-in
     // took 30-40 ns over Open MPI's 0.4-0.6 us with its checks in front).
     if (ensure_skipring_init() == MPI_SUCCESS) {
-      const int rc = allreduce_front_path(sendbuf, recvbuf, count, datatype, op, comm);
+      const int rc = allreduce_front_path(&t_front, sendbuf, recvbuf, count, datatype, op, comm);
       if (rc >= 0) return rc == MPI_SUCCESS ? MPI_SUCCESS : raise_error(comm, rc);
     }
-    return allreduce_impl(sendbuf, recvbuf, count, datatype, op, comm);
+    const int rc = allreduce_impl(sendbuf, recvbuf, count, datatype, op, comm);
+    if (rc == MPI_SUCCESS) allreduce_front_remember(&t_front, count, datatype, op, comm);
+    return rc;
   } catch (...) {
     // Nothing may propagate into a C or Fortran caller; the error handler hears of it as of
     // any failed all-reduce (its own exceptions end in guarded()).

@@ -12,6 +12,10 @@ and checks their output:
   straggler_array.sbatch  an array job (delays 0 and 50 ms), every task COMPLETED, one CSV each,
                           and summarize_array.py run as a job that depends on the array
                           (--dependency=afterok): every result exact, skips > 0 at 50 ms
+  torch_ddp.sbatch        (with --torch-path, where the PyTorch backend was built) srun of
+                          unmodified DDP on the skipring backend, a late rank: exit 0, equal
+                          parameter hashes on every rank, loss falling, skipring ran the
+                          all-reduces on every rank, skips + late > 0
 Then it stops everything it started, by pid, pass or fail (also on SIGTERM/SIGINT; a run killed
 outright is cleaned up by the next one from the pid file it leaves), and removes the directory.
 
@@ -410,9 +414,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=200,
                     help="seconds to wait for all jobs (keep it below ctest's TIMEOUT)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--torch-path", help="where skipring_torch is (build/python): run the DDP job")
+    ap.add_argument("--python", default="/usr/bin/python3", help="the Python with torch")
+    ap.add_argument("--source-dir", help="the source tree (scripts/train/ddp_train.py)")
     a = ap.parse_args()
     # The jobs run in another directory: every path absolute.
-    for name in ("scripts", "build_dir", "bench", "preload", "program", "vcluster"):
+    for name in ("scripts", "build_dir", "bench", "preload", "program", "vcluster", "torch_path",
+                 "source_dir"):
         if getattr(a, name):
             setattr(a, name, os.path.abspath(getattr(a, name)))
     if "/" in a.mpirun:
@@ -521,6 +529,20 @@ def run_jobs(cluster, a):
         raise RuntimeError(f"sbatch of the summary failed: {p.stdout.strip()}")
     summary_job = p.stdout.strip().split(";")[0]
     log(f"submitted the summary as job {summary_job} (afterok:{array_job})")
+    # (d) DDP on the skipring backend under srun (issue 39), where the backend was built: the
+    # skip-ahead ring forced and rank 1 late by an exponential 15 ms per step, so that skips or
+    # late pieces show. Across nodes, torch's store listens on the first node's address.
+    ddp_job = None
+    if a.torch_path:
+        ddp_env = {"SR_TORCH_PATH": a.torch_path, "SR_PYTHON": a.python,
+                   "SKIPRING_ALGO": "skipring"}
+        if multi:
+            ddp_env["MASTER_ADDR"] = cluster.addrs[0]
+        ddp_args = [os.path.join(a.source_dir, "scripts", "train", "ddp_train.py"),
+                    "--variants", "skipring", "--hidden", "256,256", "--max-steps", "12",
+                    "--eval-every", "4", "--straggler-dist", "exp", "--straggler-ranks", "1",
+                    "--straggler-ms", "15", "--json", os.path.join(jobs_dir, "ddp-result.json")]
+        ddp_job = sbatch("torch_ddp.sbatch", ddp_env, ddp_args, "ddp-%j.out")
 
     t0 = time.monotonic()
     while True:
@@ -609,6 +631,36 @@ def run_jobs(cluster, a):
     late = float(max(DELAYS_MS))
     check(rows.get(late, 0) > 0, f"straggler_array: skip-ahead skipped at {late:g} ms "
           f"(skips/iter {rows.get(late)})")
+
+    # (d) DDP under srun
+    if ddp_job is not None:
+        text = out_of("ddp", ddp_job)
+        completed(ddp_job, "torch_ddp")
+        reports = re.findall(r"skipring: rank=(\d+) calls=(\d+) fallbacks=\d+ skips=(\d+) "
+                             r"late=(\d+) ", text)
+        ranks = sorted(int(r[0]) for r in reports)
+        check(ranks == list(range(np)), f"torch_ddp: one report line per rank 0..{np - 1} "
+              f"(got ranks {ranks})")
+        check(bool(reports) and all(int(r[1]) > 0 for r in reports),
+              "torch_ddp: calls > 0 on every rank (skipring ran DDP's all-reduces)")
+        check(sum(int(r[2]) + int(r[3]) for r in reports) > 0,
+              "torch_ddp: skips + late > 0 (rank 1 late at every step)")
+        # The result from the file rank 0 writes (--json): in the job output other ranks' report
+        # lines can split it (srun forwards every task's output as it comes).
+        path = os.path.join(jobs_dir, "ddp-result.json")
+        results = []
+        for line in (read(path) if os.path.exists(path) else "").splitlines():
+            try:
+                results.append(json.loads(line))
+            except ValueError:
+                check(False, f"torch_ddp: {path} holds JSON lines (got {line[:80]!r})")
+        check(len(results) == 1, f"torch_ddp: one result in {path} (got {len(results)})")
+        for res in results:
+            hashes = res.get("hashes", [])
+            check(len(hashes) >= 3, f"torch_ddp: parameter hashes equal on every rank at "
+                  f"{len(hashes)} checks (ddp_train.py exits 4 when they differ)")
+            check(res["loss_last5"] < res["loss_first5"], f"torch_ddp: training loss falls "
+                  f"({res['loss_first5']:.4f} -> {res['loss_last5']:.4f})")
 
 
 if __name__ == "__main__":
