@@ -45,13 +45,13 @@ thread_local FrontEntry t_fast;  // skipring_allreduce's (the drop-in passes its
 inline int front_path(FrontEntry& f, const void* sendbuf, void* recvbuf, int count,
                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   if (f.count <= 0 || count != f.count || comm != f.comm || datatype != f.datatype || op != f.op ||
-      f.generation != g_comm_generation.load(std::memory_order_acquire) ||
-      g_nb_pending.load(std::memory_order_acquire) != 0 ||
-      g_finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
+      f.generation != g_front.comm_generation.load(std::memory_order_acquire) ||
+      g_front.nb_pending.load(std::memory_order_acquire) != 0 ||
+      g_front.finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
       recvbuf == nullptr || sendbuf == nullptr || aliased(sendbuf, recvbuf, count) ||
       (sendbuf != MPI_IN_PLACE && overlapping(sendbuf, recvbuf, f.bytes)) ||
       (!host_only_memory_fast() && device_buffers({sendbuf, recvbuf}) != 0) ||
-      !f.c->mpi_choice_holds(f.bytes)) {
+      !f.c->front_holds(f.epoch)) {
     return -1;
   }
   const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, f.mpi_dt, f.mpi_op, comm);
@@ -100,6 +100,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   }
   if (dev != 0) return staged_allreduce(c, ops, dev, sendbuf, recvbuf, count, dt, rop);
   const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
+  const uint64_t epoch = c->front_epoch();  // before the test: a change after it makes it stale
   if (c->mpi_cached(bytes, dt, rop)) {
     // auto hands this size to the MPI library (the `mpi` row) and chose so before: the call
     // goes straight to PMPI_Allreduce with the caller's buffers and communicator, as without
@@ -112,9 +113,9 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mdt, mop, comm);
     if (rc != MPI_SUCCESS) return rc;
     if (count > 0) {
-      *fast =
-          FrontEntry{comm, datatype, op,  count, g_comm_generation.load(std::memory_order_acquire),
-                     c,    bytes,    mdt, mop};
+      *fast = FrontEntry{
+          comm, datatype, op,  count, g_front.comm_generation.load(std::memory_order_acquire),
+          c,    bytes,    mdt, mop,   epoch};
     }
     // Counted on the communicator (no locked instruction; the totals add them up), not timed,
     // not traced (no steps).

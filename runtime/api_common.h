@@ -15,6 +15,7 @@
 #include <new>
 
 #include "runtime/communicator.h"
+#include "runtime/front_flags.h"
 #include "runtime/include/skipring/skipring.h"
 #include "runtime/mpi_types.h"
 #include "straggler/injection.h"
@@ -47,8 +48,8 @@ GlobalState& state();
 // Set once init succeeded: the per-call fast path skips the lock. Cleared again when
 // MPI_Finalize starts (on_self_delete), so later calls take the slow path and fail there.
 extern std::atomic<bool> g_ready;
-// Set when MPI_Finalize deletes MPI_COMM_SELF's attributes: from then on no MPI call is made.
-extern std::atomic<bool> g_finalized;
+// g_front.finalized (runtime/front_flags.h): set when MPI_Finalize deletes MPI_COMM_SELF's
+// attributes; from then on no MPI call is made.
 
 // Loads the configuration on the first call; MPI_ERR_OTHER (and a message naming `fn`) when
 // MPI is not active, the init error on a bad SKIPRING_* value.
@@ -57,9 +58,9 @@ inline int ensure_init(const char* fn) {
   if (g_ready.load(std::memory_order_acquire)) return MPI_SUCCESS;
   return ensure_init_slow(fn);
 }
-// Bumped whenever a communicator's state is deleted: per-thread caches of (MPI_Comm -> state)
-// compare it (a freed MPI_Comm handle can be reused).
-extern std::atomic<uint64_t> g_comm_generation;
+// g_front.comm_generation (runtime/front_flags.h) is bumped whenever a communicator's state is
+// deleted: per-thread caches of (MPI_Comm -> state) compare it (a freed MPI_Comm handle can be
+// reused).
 // Finds or creates the state for `comm` (collective on first use).
 // drain: first wait for the communicator's pending nonblocking calls (every entry point but
 // skipring_iallreduce, which queues behind them).
@@ -164,7 +165,6 @@ void log_fallbacks();
 
 // --- The nonblocking all-reduce's worker (api_nonblocking.cpp) -----------------------------
 // Jobs submitted and not yet finished, all communicators (the per-call check is one load).
-extern std::atomic<int> g_nb_pending;
 // Returns once no nonblocking call of `c` is queued or running.
 void wait_nonblocking(Communicator* c);
 // Sleeps until none of `requests` is a nonblocking all-reduce still running on the progress
@@ -172,7 +172,7 @@ void wait_nonblocking(Communicator* c);
 void block_on_requests(int count, const MPI_Request* requests);
 // Waits for c's pending nonblocking calls (none: one load).
 inline void drain_nonblocking(Communicator* c) {
-  if (c != nullptr && g_nb_pending.load(std::memory_order_acquire) != 0) wait_nonblocking(c);
+  if (c != nullptr && g_front.nb_pending.load(std::memory_order_acquire) != 0) wait_nonblocking(c);
 }
 // Runs what is queued, then ends the worker thread (finalize).
 void stop_nonblocking();

@@ -29,7 +29,9 @@ class StagingPool;  // a communicator's pinned buffers and stream (api_device.cp
 unsigned device_buffers(std::initializer_list<const void*> bufs);
 // device_buffers' first test, inlined for the front path: true where every buffer is host memory
 // (no CUDA driver, no test hook), without a call.
-inline bool host_only_memory_fast() { return g_memory_host_only.load(std::memory_order_acquire); }
+inline bool host_only_memory_fast() {
+  return g_front.memory_host_only.load(std::memory_order_acquire);
+}
 // The device path for a call with device buffers, or nullptr (the call goes to PMPI). Said once
 // per process at info level (a CUDA-aware application passes device buffers on every call).
 DeviceOps* device_path(const char* fn);

@@ -30,6 +30,7 @@ struct FrontEntry {
   size_t bytes = 0;
   MPI_Datatype mpi_dt{};  // skipring's fixed-width handle for the data
   MPI_Op mpi_op{};
+  uint64_t epoch = 0;  // the communicator's front epoch when the entry was made (front_holds)
 };
 
 // The MPI library's return code for a repeat of the last call that auto handed to it, as

@@ -16,8 +16,6 @@
 
 namespace skipring::api {
 
-std::atomic<int> g_nb_pending{0};
-
 namespace {
 
 // --- Nonblocking all-reduce (issue 40): the progress thread ------------------------------
@@ -54,14 +52,14 @@ class NbWorker {
     queue_.push_back(job);
     running_.insert(job->greq);
     ++pending_[job->c];
-    g_nb_pending.fetch_add(1, std::memory_order_release);
+    g_front.nb_pending.fetch_add(1, std::memory_order_release);
     work_.notify_one();
   }
   // Returns once none of `requests` is a job still queued or running, sleeping meanwhile (the
   // caller's MPI_Wait would poll on the core this thread may need); the request is completed
   // right after (MPI_Grequest_complete), so the caller's wait then returns at once.
   void block_on(int count, const MPI_Request* requests) {
-    if (g_nb_pending.load(std::memory_order_acquire) == 0) return;
+    if (g_front.nb_pending.load(std::memory_order_acquire) == 0) return;
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] {
       for (int i = 0; i < count; ++i) {
@@ -110,7 +108,7 @@ class NbWorker {
         std::lock_guard<std::mutex> lock(mutex_);
         running_.erase(running_.find(greq));
         if (--pending_[c] == 0) pending_.erase(c);
-        g_nb_pending.fetch_sub(1, std::memory_order_release);
+        g_front.nb_pending.fetch_sub(1, std::memory_order_release);
       }
       done_.notify_all();
     }
@@ -152,7 +150,7 @@ int nb_cancel(void*, int) { return MPI_SUCCESS; }
 // (iallreduce below): PMPI_Iallreduce on skipring's duplicate of the communicator. The worker
 // runs a job of such a size the same way (and waits for it), so that every rank issues the same
 // MPI operation for the call whichever thread does: with the worker busy on one rank and idle on
-// another (g_nb_pending is this process's alone), the idle one called PMPI_Iallreduce on the
+// another (g_front.nb_pending is this process's alone), the idle one called PMPI_Iallreduce on the
 // application's communicator while the busy one's worker ran the blocking PMPI_Allreduce of the
 // `mpi` row on the duplicate, and both hung (pmpi_iallreduce_mpi4py_np2, ~3 % of runs under
 // load). Whether a size is that row's is read from state every rank shares at the same call:
@@ -237,7 +235,7 @@ int iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datat
     if (int rc = comm_state(comm, true, &c, false); rc != MPI_SUCCESS) return rc;
   }
   const size_t bytes = static_cast<size_t>(count) * dtype_size(dt);
-  if (g_nb_pending.load(std::memory_order_acquire) == 0 && c->mpi_cached(bytes, dt, rop)) {
+  if (g_front.nb_pending.load(std::memory_order_acquire) == 0 && c->mpi_cached(bytes, dt, rop)) {
     // The small sizes auto hands to the MPI library: its own nonblocking all-reduce (only with
     // the worker idle: the communicator's state is then this thread's alone; a busy worker runs
     // the call the same way, mpi_row_iallreduce).

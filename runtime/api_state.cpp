@@ -15,10 +15,13 @@
 #include "runtime/config.h"
 #include "runtime/log.h"
 
+namespace skipring {
+FrontFlags g_front;
+}  // namespace skipring
+
 namespace skipring::api {
 
 std::atomic<bool> g_ready{false};
-std::atomic<bool> g_finalized{false};
 
 GlobalState& state() {
   static GlobalState* s = new GlobalState();  // never destroyed: used from MPI_Finalize hooks
@@ -27,7 +30,6 @@ GlobalState& state() {
 
 // Any state deletion bumps the generation, which invalidates every thread's cached entries (a
 // freed MPI_Comm handle can be reused).
-std::atomic<uint64_t> g_comm_generation{1};
 
 namespace {
 
@@ -44,7 +46,7 @@ struct CommCache {
 thread_local CommCache t_comm_cache;
 
 int delete_comm_state(MPI_Comm, int, void* attr, void*) {
-  g_comm_generation.fetch_add(1, std::memory_order_acq_rel);
+  g_front.comm_generation.fetch_add(1, std::memory_order_acq_rel);
   auto* c = static_cast<Communicator*>(attr);
   drain_nonblocking(c);  // MPI lets a communicator with pending operations be freed
   absorb_fast_totals(c);
@@ -60,7 +62,7 @@ int delete_comm_state(MPI_Comm, int, void* attr, void*) {
 int on_self_delete(MPI_Comm, int, void*, void*) {
   stop_nonblocking();
   log_fallbacks();
-  g_finalized.store(true, std::memory_order_release);
+  g_front.finalized.store(true, std::memory_order_release);
   g_ready.store(false, std::memory_order_release);
   free_all_states();
   close_outputs();
@@ -128,7 +130,7 @@ int mpi_inactive_error(const char* fn) {
   const char* when = nullptr;
   if (!mpi_init) {
     when = "before MPI_Init";
-  } else if (mpi_fin || g_finalized.load(std::memory_order_acquire)) {
+  } else if (mpi_fin || g_front.finalized.load(std::memory_order_acquire)) {
     when = "after MPI_Finalize";
   } else {
     return MPI_SUCCESS;
@@ -177,7 +179,7 @@ int ensure_init_slow(const char* fn) {
 
 int comm_state(MPI_Comm comm, bool create, Communicator** out, bool drain) {
   CommCache& cache = t_comm_cache;
-  const uint64_t generation = g_comm_generation.load(std::memory_order_acquire);
+  const uint64_t generation = g_front.comm_generation.load(std::memory_order_acquire);
   if (cache.comm == comm && cache.generation == generation && comm != MPI_COMM_NULL) {
     *out = cache.state;
     if (drain) drain_nonblocking(*out);

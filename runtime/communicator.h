@@ -208,6 +208,15 @@ class Communicator {
     return choice_.algo == Algo::kMpi && choice_.holds(bytes, cfg_.skip) &&
            cfg_.algo == Algo::kAuto && !broken_.on && !cfg_.check;
   }
+  // The front path's test (runtime/api_allreduce.cpp): a caller that found mpi_cached true reads
+  // front_epoch() first and keeps it; front_holds(that epoch) stays true until something
+  // mpi_choice_holds reads may have changed (auto's choice, the configuration's algorithm or
+  // skip-ahead, the broken flag: bump_front() at each), in one cache line with the counters
+  // count_mpi_call writes, where mpi_choice_holds reads four lines of this object.
+  uint64_t front_epoch() const { return front_.epoch.load(std::memory_order_acquire); }
+  bool front_holds(uint64_t epoch) const {
+    return front_.epoch.load(std::memory_order_acquire) == epoch;
+  }
   // Records a fast-path call: the sequence number and what skipring_last_stats reports (no
   // time: the two clock reads cost about a third of what the skipring path added to it).
   // The fast path's calls and bytes on this communicator (api_counters.cpp adds them to the process
@@ -218,12 +227,11 @@ class Communicator {
     std::atomic<uint64_t> calls{0};
     std::atomic<uint64_t> bytes{0};
   };
-  const FastTotals& fast_totals() const { return fast_totals_; }
+  const FastTotals& fast_totals() const { return front_.totals; }
   void count_mpi_call(size_t bytes) {
-    fast_totals_.calls.store(fast_totals_.calls.load(std::memory_order_relaxed) + 1,
-                             std::memory_order_relaxed);
-    fast_totals_.bytes.store(fast_totals_.bytes.load(std::memory_order_relaxed) + bytes,
-                             std::memory_order_relaxed);
+    FastTotals& t = front_.totals;
+    t.calls.store(t.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    t.bytes.store(t.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
     // After an `mpi` call every other field is already clear (mpi_allreduce resets them).
     if (last_stats_.algo != static_cast<int>(Algo::kMpi)) last_stats_ = CollectiveStats{};
     last_stats_.seq = seq_++;
@@ -242,8 +250,14 @@ class Communicator {
     return transport_->unmatched_message_waiting(waiting);
   }
   void set_inject(const InjectPlan& plan) { inject_ = plan; }
-  void set_skip(bool on) { cfg_.skip = on; }
-  void set_algo(Algo a) { cfg_.algo = a; }
+  void set_skip(bool on) {
+    cfg_.skip = on;
+    bump_front();
+  }
+  void set_algo(Algo a) {
+    cfg_.algo = a;
+    bump_front();
+  }
   // The algorithm an all-reduce of `bytes` runs: SKIPRING_ALGO, or the cost model's choice.
   // With auto, the first call measures the cost model's parameters (collective: every rank
   // reaches it in the same all-reduce). A failed measurement breaks the communicator (the
@@ -372,10 +386,19 @@ class Communicator {
   RingParams params_;                       // reused: the ring order is copied once
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
   InjectPlan inject_;
-  uint64_t seq_ = 0;
   BrokenState broken_;
+  // What the `mpi` row's front path reads and writes on every repeat of a call (count_mpi_call),
+  // in two cache lines: the epoch and the counters; the sequence number and the fields of
+  // last_stats_ it sets (seq, bytes, algo, start, end: 40 bytes).
+  struct alignas(64) FrontLine {
+    std::atomic<uint64_t> epoch{1};
+    FastTotals totals;
+  };
+  FrontLine front_;
+  alignas(64) uint64_t seq_ = 0;
   CollectiveStats last_stats_;
-  FastTotals fast_totals_;
+  // Something mpi_choice_holds reads changed: every front entry of this communicator is stale.
+  void bump_front() { front_.epoch.fetch_add(1, std::memory_order_acq_rel); }
 };
 
 }  // namespace skipring

@@ -203,6 +203,7 @@ Status Communicator::measure_mpi_offsets() {
   const CollectiveStats saved_stats = last_stats_;
   const Algo saved_algo = cfg_.algo;
   cfg_.algo = Algo::kRd;
+  bump_front();
   const size_t largest = kMpiProbeBytes[k - 1];
   std::vector<uint64_t> in(largest / sizeof(uint64_t), 1), out(in.size(), 0);
   std::vector<double> mine(2 * k + 1, 0.0), all(2 * k + 1, 0.0);
@@ -257,6 +258,7 @@ Status Communicator::measure_mpi_offsets() {
     }
   }
   cfg_.algo = saved_algo;
+  bump_front();
   params_ = saved_params;
   seq_ = saved_seq;
   last_stats_ = saved_stats;

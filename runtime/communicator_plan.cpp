@@ -21,6 +21,7 @@ Algo Communicator::choose_algo(size_t bytes) {
                                           cfg_.skip_min_wait_us * 1e-6);
     choice_.bytes = bytes;
     choice_.skip = cfg_.skip;
+    bump_front();
     return true;
   };
   if (!decide()) return Algo::kRing;

@@ -420,6 +420,7 @@ bool Communicator::keeps_usable(Status st) {
 void Communicator::note_error(Status st, uint64_t seq, const std::string& reason) {
   if (keeps_usable(st) || broken_.on) return;
   broken_.on = true;
+  bump_front();
   broken_.status = st;
   broken_.seq = seq;
   broken_.reason = reason.empty() ? status_string(st) : reason;

@@ -105,6 +105,7 @@ Status Communicator::agree_stragglers() {
   if (all[0] != 0) {
     straggler_.seen = true;
     choice_.forget();  // decide again with the skip-ahead preference
+    bump_front();
     if (rank_ == 0) {
       SKIPRING_LOG_INFO(
           "auto: late arrivals seen on this communicator (before all-reduce #{}): skip-ahead "

@@ -52,7 +52,7 @@ GetAttributes driver() {
     if (!g_looked_up.load(std::memory_order_relaxed)) {
       load_driver();
       g_looked_up.store(true, std::memory_order_release);
-      g_memory_host_only.store(
+      g_front.memory_host_only.store(
           g_get == nullptr && g_hook.load(std::memory_order_acquire) == nullptr,
           std::memory_order_release);
     }
@@ -61,8 +61,6 @@ GetAttributes driver() {
 }
 
 }  // namespace
-
-std::atomic<bool> g_memory_host_only{false};
 
 const char* memtype_name(MemType t) {
   switch (t) {
@@ -128,7 +126,7 @@ void set_memtype_hook(MemTypeHook hook) {
   g_hook.store(hook, std::memory_order_release);
   // A hook may answer anything; without one, only the driver's absence makes every buffer host.
   std::lock_guard<std::mutex> lock(g_load_mutex);
-  g_memory_host_only.store(
+  g_front.memory_host_only.store(
       hook == nullptr && g_looked_up.load(std::memory_order_acquire) && g_get == nullptr,
       std::memory_order_release);
 }

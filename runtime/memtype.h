@@ -13,6 +13,8 @@
 #include <atomic>
 #include <string>
 
+#include "runtime/front_flags.h"
+
 namespace skipring {
 
 enum class MemType { kHost, kPinnedHost, kDevice, kManaged };
@@ -33,10 +35,9 @@ std::string cuda_driver_status();
 // transport yet), the CUDA driver found at run time, and where device buffers go.
 std::string gpu_support_summary();
 
-// True once classify_memory can only answer kHost: the CUDA driver was looked up and is absent,
-// and no test hook is set (false before the lookup). A per-call check can skip classify_memory
-// on this one load (api_allreduce.cpp's front path).
-extern std::atomic<bool> g_memory_host_only;
+// g_front.memory_host_only (runtime/front_flags.h): true once classify_memory can only answer
+// kHost; a per-call check can skip classify_memory on this one load (api_allreduce.cpp's front
+// path).
 // Tests only: classify through `hook` instead of the driver (nullptr restores the driver).
 using MemTypeHook = MemType (*)(const void* p);
 void set_memtype_hook(MemTypeHook hook);

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 
 // Marks a symbol that the preloaded library must export (everything else is hidden).
@@ -62,7 +63,15 @@ inline constexpr int kMpiNotActive = -1;
 // Runs skipring_init() once per process and returns its result; later calls return the
 // stored result without calling skipring_init again. Returns kMpiNotActive (and does not
 // initialize) before MPI_Init and from the start of MPI_Finalize on.
-int ensure_skipring_init();
+// Per call it is one load of g_init_state (the result once known, kMpiNotActive once
+// finalization began, kInitPending before): it runs before every intercepted all-reduce.
+inline constexpr int kInitPending = -2;
+extern std::atomic<int> g_init_state;
+int ensure_skipring_init_slow();
+inline int ensure_skipring_init() {
+  const int s = g_init_state.load(std::memory_order_acquire);
+  return s != kInitPending ? s : ensure_skipring_init_slow();
+}
 
 // Called right after PMPI_Init / PMPI_Init_thread (or their Fortran counterparts) returned
 // `init_rc`. On success it initializes skipring; a bad SKIPRING_* value (which

@@ -28,6 +28,9 @@
 #include "skipring/skipring.h"
 
 namespace skipring::pmpi {
+
+std::atomic<int> g_init_state{kInitPending};
+
 namespace {
 
 std::mutex g_init_mutex;
@@ -37,6 +40,13 @@ int g_init_rc = MPI_SUCCESS;  // written before g_init_done is set (and by after
 std::atomic<bool> g_finalizing{false};     // before_finalize has started
 std::atomic<bool> g_finalized{false};      // PMPI_Finalize has returned (after_finalize)
 thread_local bool t_in_lifecycle = false;  // inside an init / finalize wrapper (LifecycleScope)
+
+// ensure_skipring_init's per-call answer (pmpi_internal.h), from the three above: kept after
+// each change of them (under g_init_mutex, or at finalization's start).
+void publish_init_state() {
+  g_init_state.store(g_finalizing.load(std::memory_order_acquire) ? kMpiNotActive : g_init_rc,
+                     std::memory_order_release);
+}
 
 bool mpi_active() {
   int initialized = 0;
@@ -154,6 +164,7 @@ int agree_at_init(int local_rc, std::string* why) {
 // finalize wrapper, or the delete callback below.
 void finalize_once() {
   if (g_finalizing.exchange(true)) return;  // second MPI_Finalize, or the callback after a wrapper
+  g_init_state.store(kMpiNotActive, std::memory_order_release);
   if (g_init_done.load(std::memory_order_acquire) && g_init_rc == MPI_SUCCESS &&
       global_config().report) {
     write_report();
@@ -189,7 +200,7 @@ void set_finalize_hook() {
 LifecycleScope::LifecycleScope() : nested_(t_in_lifecycle) { t_in_lifecycle = true; }
 LifecycleScope::~LifecycleScope() { t_in_lifecycle = nested_; }
 
-int ensure_skipring_init() {
+int ensure_skipring_init_slow() {
   if (g_init_done.load(std::memory_order_acquire)) {
     return g_finalizing.load(std::memory_order_relaxed) ? kMpiNotActive : g_init_rc;
   }
@@ -205,6 +216,7 @@ int ensure_skipring_init() {
     }
     g_init_rc = rc;
     g_init_done.store(true, std::memory_order_release);
+    publish_init_state();
   }
   return g_init_rc;
 }
@@ -241,6 +253,7 @@ int after_init(int init_rc) {
         // Every later intercepted all-reduce raises the error too (when the handler returns).
         std::lock_guard<std::mutex> lock(g_init_mutex);
         g_init_rc = agreed;
+        publish_init_state();
       }
       int rank = -1;
       PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
