@@ -50,8 +50,7 @@ inline int front_path(FrontEntry& f, const void* sendbuf, void* recvbuf, int cou
       g_front.finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
       recvbuf == nullptr || sendbuf == nullptr || aliased(sendbuf, recvbuf, count) ||
       (sendbuf != MPI_IN_PLACE && overlapping(sendbuf, recvbuf, f.bytes)) ||
-      (!host_only_memory_fast() && device_buffers({sendbuf, recvbuf}) != 0) ||
-      !f.c->front_holds(f.epoch)) {
+      device_buffers({sendbuf, recvbuf}) != 0 || !f.c->front_holds(f.epoch)) {
     return -1;
   }
   const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, f.mpi_dt, f.mpi_op, comm);

@@ -25,12 +25,13 @@ namespace skipring::api {
 
 class StagingPool;  // a communicator's pinned buffers and stream (api_device.cpp)
 
-// Which of `bufs` are device or managed memory: bit i for bufs[i] (0: all host).
-unsigned device_buffers(std::initializer_list<const void*> bufs);
-// device_buffers' first test, inlined for the front path: true where every buffer is host memory
-// (no CUDA driver, no test hook), without a call.
-inline bool host_only_memory_fast() {
-  return g_front.memory_host_only.load(std::memory_order_acquire);
+// Which of `bufs` are device or managed memory: bit i for bufs[i] (0: all host). Inline where
+// no buffer can be device memory (no CUDA driver, no test hook: one load, no call; the `mpi`
+// row's front path runs it on every repeat), else classify_buffers.
+unsigned classify_buffers(std::initializer_list<const void*> bufs);
+inline unsigned device_buffers(std::initializer_list<const void*> bufs) {
+  if (g_front.memory_host_only.load(std::memory_order_acquire)) return 0;
+  return classify_buffers(bufs);
 }
 // The device path for a call with device buffers, or nullptr (the call goes to PMPI). Said once
 // per process at info level (a CUDA-aware application passes device buffers on every call).

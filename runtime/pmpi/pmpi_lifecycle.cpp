@@ -164,7 +164,7 @@ int agree_at_init(int local_rc, std::string* why) {
 // finalize wrapper, or the delete callback below.
 void finalize_once() {
   if (g_finalizing.exchange(true)) return;  // second MPI_Finalize, or the callback after a wrapper
-  g_init_state.store(kMpiNotActive, std::memory_order_release);
+  publish_init_state();
   if (g_init_done.load(std::memory_order_acquire) && g_init_rc == MPI_SUCCESS &&
       global_config().report) {
     write_report();
