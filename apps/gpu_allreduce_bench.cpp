@@ -8,6 +8,9 @@
 // samples after one warm-up call, which is also checked against the exact sum (small integers)
 // on every rank. Device calls must be skipring's own (skipring_get_totals: no fallback), else
 // the staged path was not taken and the program fails. GB/s = buffer bytes / time.
+// --fastest adds the fastest rank's time per call (MPI_MIN, median over the calls) for host and
+// device buffers: with a straggler injected (SKIPRING_INJECT), the time of the ranks that were
+// on time, which skip-ahead shortens while the slowest rank's time includes the delay.
 //
 // Output (rank 0): a Markdown table, then "gpu_allreduce_bench: OK". Exit status: 0 OK, 1 error
 // (MPI or CUDA call failed, wrong result, device calls fell back), 77 no CUDA device.
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   std::vector<size_t> sizes_mib = {1, 4, 16, 64, 256};
   int runs = 7;
+  bool fastest = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -99,11 +103,13 @@ int main(int argc, char** argv) {
     } else if (a == "--runs" && v && std::atoi(v) >= 1 && std::atoi(v) <= 1000) {
       runs = std::atoi(v);
       ++i;
+    } else if (a == "--fastest") {
+      fastest = true;
     } else {
       if (g_rank == 0) {
         std::fprintf(stderr,
                      "usage: mpirun -np N gpu_allreduce_bench [--sizes-mib 1,4,16,64,256]"
-                     " [--runs 7]\n");
+                     " [--runs 7] [--fastest]\n");
       }
       MPI_Finalize();
       return 1;
@@ -140,7 +146,7 @@ int main(int argc, char** argv) {
   // spent outside the collective (skipring_last_stats times the collective only: for device
   // buffers the rest is the staging copies); the algorithm that ran in *algo.
   struct Sample {
-    double call_s, outside_s;
+    double call_s, outside_s, fastest_s;
   };
   auto timed_call = [&](const void* send, void* recv, size_t n, std::string* algo = nullptr) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -155,7 +161,9 @@ int main(int argc, char** argv) {
     if (algo != nullptr) *algo = have_stats ? st.algo : "?";
     double mine[2] = {t, have_stats ? std::max(0.0, t - st.time_s) : -1e9}, slowest[2] = {0, 0};
     MPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return Sample{slowest[0], slowest[1]};
+    double quickest = 0;
+    MPI_Allreduce(&t, &quickest, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    return Sample{slowest[0], slowest[1], quickest};
   };
 
   if (g_rank == 0) {
@@ -167,8 +175,10 @@ int main(int argc, char** argv) {
         ranks, devices, prop.name, runs);
     std::printf(
         "| MiB | algorithm | host buffers ms | host GB/s | device buffers (staged) ms | "
-        "of which copies ms | device GB/s | device / host time |\n"
-        "|---|---|---|---|---|---|---|---|\n");
+        "of which copies ms | device GB/s | device / host time |%s\n"
+        "|---|---|---|---|---|---|---|---|%s\n",
+        fastest ? " host fastest rank ms | device fastest rank ms |" : "",
+        fastest ? "---|---|" : "");
   }
   for (const size_t mib : sizes_mib) {
     const size_t n = (mib << 20) / sizeof(float);
@@ -176,10 +186,12 @@ int main(int argc, char** argv) {
     std::fill(hrecv.begin(), hrecv.begin() + static_cast<long>(n), -1.0f);
     timed_call(hsend.data(), hrecv.data(), n);
     check(hrecv, n, ranks, "host", mib);
-    std::vector<double> host_s, dev_s, copies_s;
+    std::vector<double> host_s, dev_s, copies_s, host_fast_s, dev_fast_s;
     std::string host_algo, dev_algo;
     for (int r = 0; r < runs; ++r) {
-      host_s.push_back(timed_call(hsend.data(), hrecv.data(), n, &host_algo).call_s);
+      const Sample s = timed_call(hsend.data(), hrecv.data(), n, &host_algo);
+      host_s.push_back(s.call_s);
+      host_fast_s.push_back(s.fastest_s);
     }
     // Device buffers: the same, and every call must be skipring's (staged), none a fallback.
     skipring_totals_t before{}, after{};
@@ -192,6 +204,7 @@ int main(int argc, char** argv) {
       const Sample s = timed_call(dsend, drecv, n, &dev_algo);
       dev_s.push_back(s.call_s);
       copies_s.push_back(s.outside_s);
+      dev_fast_s.push_back(s.fastest_s);
     }
     skipring_get_totals(&after);
     if (after.fallbacks != before.fallbacks || after.calls - before.calls != uint64_t(runs + 1)) {
@@ -206,8 +219,12 @@ int main(int argc, char** argv) {
       const double copies = median(copies_s);
       char copies_text[32] = "n/a";
       if (copies >= 0) std::snprintf(copies_text, sizeof(copies_text), "%.2f", copies * 1e3);
-      std::printf("| %zu | %s | %.2f | %.1f | %.2f | %s | %.1f | %.2f |\n", mib, algo.c_str(),
+      std::printf("| %zu | %s | %.2f | %.1f | %.2f | %s | %.1f | %.2f |", mib, algo.c_str(),
                   h * 1e3, bytes / h / 1e9, d * 1e3, copies_text, bytes / d / 1e9, d / h);
+      if (fastest) {
+        std::printf(" %.2f | %.2f |", median(host_fast_s) * 1e3, median(dev_fast_s) * 1e3);
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }

@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_bundle.sh pack [--build-dir DIR] [--out FILE]
 #       here (Debian 12 with scripts/setup.sh's packages): writes FILE (default
-#       .gpu_bundle/runtime.tar.gz, a folder .git/info/exclude ignores) holding Open MPI's
+#       .gpu_bundle/runtime.tar.gz, a folder .gitignore ignores) holding Open MPI's
 #       runtime (mpirun, its components, PMIx, help texts, config) and every shared library that
 #       it and the built GPU-check programs in DIR (default build-gpu/) load, except the C
 #       library's own and the NVIDIA driver's. Build DIR first (scripts/gpu_check.sh --build-only).
