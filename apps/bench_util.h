@@ -57,6 +57,16 @@ inline double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(index, sorted.size() - 1)];
 }
 
+// Interquartile mean of an ascending-sorted sample: the mean after dropping the lowest and
+// the highest quarter (floor(n / 4) values each side); 0 for an empty sample.
+inline double interquartile_mean(const std::vector<double>& sorted) {
+  if (sorted.empty()) return 0.0;
+  const size_t cut = sorted.size() / 4;
+  double sum = 0;
+  for (size_t i = cut; i < sorted.size() - cut; ++i) sum += sorted[i];
+  return sum / static_cast<double>(sorted.size() - 2 * cut);
+}
+
 // Summary of a sample of durations (any unit): nearest-rank p50 / p99, mean, min and max.
 struct SampleSummary {
   double p50 = 0, p99 = 0, mean = 0, min = 0, max = 0;

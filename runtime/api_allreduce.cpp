@@ -41,21 +41,14 @@ int staged_allreduce(Communicator* c, DeviceOps* ops, unsigned dev, const void* 
 // skipring's own code took 33 ns of it before).
 thread_local FrontEntry t_fast;  // skipring_allreduce's (the drop-in passes its own)
 
-// The front path's call, or -1 where the call must take the full path.
-inline int front_path(FrontEntry& f, const void* sendbuf, void* recvbuf, int count,
+// The front path's call (runtime/api_front.h), or -1 where the call must take the full path.
+inline int front_path(const FrontEntry& f, const void* sendbuf, void* recvbuf, int count,
                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  if (f.count <= 0 || count != f.count || comm != f.comm || datatype != f.datatype || op != f.op ||
-      f.generation != g_front.comm_generation.load(std::memory_order_acquire) ||
-      g_front.nb_pending.load(std::memory_order_acquire) != 0 ||
-      g_front.finalized.load(std::memory_order_acquire) || recvbuf == MPI_IN_PLACE ||
-      recvbuf == nullptr || sendbuf == nullptr || aliased(sendbuf, recvbuf, count) ||
-      (sendbuf != MPI_IN_PLACE && overlapping(sendbuf, recvbuf, f.bytes)) ||
-      device_buffers({sendbuf, recvbuf}) != 0 || !f.c->front_holds(f.epoch)) {
+  if (!front_hit(f, sendbuf, recvbuf, count, datatype, op, comm) ||
+      device_buffers({sendbuf, recvbuf}) != 0) {
     return -1;
   }
-  const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, f.mpi_dt, f.mpi_op, comm);
-  if (rc == MPI_SUCCESS) f.c->count_mpi_call(f.bytes);
-  return rc;
+  return front_call(f, sendbuf, recvbuf, count, op, comm);
 }
 
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -111,10 +104,18 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     const MPI_Op mop = mpi_op(rop);
     const int rc = PMPI_Allreduce(sendbuf, recvbuf, count, mdt, mop, comm);
     if (rc != MPI_SUCCESS) return rc;
-    if (count > 0) {
-      *fast = FrontEntry{
-          comm, datatype, op,  count, g_front.comm_generation.load(std::memory_order_acquire),
-          c,    bytes,    mdt, mop,   epoch};
+    // (An entry passes the caller's op to the MPI library: made only where it is skipring's.)
+    if (count > 0 && mop == op) {
+      FrontEntry& e = *fast;
+      e.comm = comm;
+      e.datatype = datatype;
+      e.op = op;
+      e.line = c->front_line();
+      e.mpi_dt = mdt;
+      e.generation = g_front.comm_generation.load(std::memory_order_acquire);
+      e.epoch = epoch;
+      e.count = count;
+      e.elem_bytes = static_cast<uint32_t>(dtype_size(dt));
     }
     // Counted on the communicator (no locked instruction; the totals add them up), not timed,
     // not traced (no steps).

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 
+#include "runtime/api_front.h"
 #include "runtime/communicator.h"
 #include "runtime/front_flags.h"
 #include "runtime/include/skipring/skipring.h"
@@ -91,20 +92,7 @@ int guarded(F&& body) noexcept {
 }
 
 // --- Arguments and handles (api_args.cpp) --------------------------------------------------
-// sendbuf and recvbuf the same buffer without MPI_IN_PLACE: erroneous in MPI (aliased
-// arguments). MPI_BOTTOM is exempt (absolute addresses in a derived datatype).
-inline bool aliased(const void* sendbuf, const void* recvbuf, int count) {
-  return count > 0 && sendbuf == recvbuf && sendbuf != MPI_BOTTOM && sendbuf != MPI_IN_PLACE;
-}
-// The input and output ranges of `bytes` each overlap without being the same buffer (that is
-// aliased()'s case): erroneous in MPI (the output must not share storage with the input), and
-// the result would depend on when each part is read.
-inline bool overlapping(const void* sendbuf, const void* recvbuf, size_t bytes) {
-  if (bytes == 0 || sendbuf == recvbuf || sendbuf == nullptr || recvbuf == nullptr) return false;
-  const auto s = reinterpret_cast<uintptr_t>(sendbuf);
-  const auto r = reinterpret_cast<uintptr_t>(recvbuf);
-  return s < r + bytes && r < s + bytes;
-}
+// aliased() and overlapping(): runtime/api_front.h.
 inline constexpr const char* kOverlapWhy =
     "sendbuf and recvbuf overlap (aliasing is erroneous in MPI; pass MPI_IN_PLACE as sendbuf "
     "for an in-place call)";

@@ -141,7 +141,7 @@ void count_fallback(int reason, const char* fn, MPI_Datatype datatype, MPI_Op op
 }
 
 void absorb_fast_totals(const Communicator* c) {
-  const Communicator::FastTotals& f = c->fast_totals();
+  const FrontLine::Totals& f = c->fast_totals();
   const uint64_t calls = f.calls.load(std::memory_order_relaxed);
   state().calls.fetch_add(calls, std::memory_order_relaxed);
   state().mpi_calls.fetch_add(calls, std::memory_order_relaxed);

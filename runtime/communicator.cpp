@@ -39,7 +39,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
   p.op = op;
   p.sendbuf = sendbuf;
   p.recvbuf = recvbuf;
-  p.seq = static_cast<uint32_t>(seq_);
+  p.seq = static_cast<uint32_t>(front_.seq);
   const size_t bytes = count * dtype_size(dtype);
   // The `mpi` row runs the direct recursive doubling for what MPI cannot reduce right
   // (mpi_runs): every rank decides alike (agreed type and op).
@@ -53,7 +53,7 @@ Status Communicator::allreduce(const void* sendbuf, void* recvbuf, size_t count,
     SKIPRING_LOG_ERROR(
         "allreduce #{}: {} elements of {} bytes ({} bytes) exceed what recursive doubling can "
         "send in one MPI message ({} bytes); use another SKIPRING_ALGO for this size",
-        seq_, count, dtype_size(dtype), bytes, INT32_MAX);
+        front_.seq, count, dtype_size(dtype), bytes, INT32_MAX);
     return Status::kErrCount;
   }
   // The MPI library's own all-reduce (runtime/communicator_mpi.cpp): auto picks it at small
@@ -95,7 +95,7 @@ Status Communicator::rd_direct(const void* sendbuf, void* recvbuf, size_t count,
                                         op, &scratch_, wait_, s.seq, &timeout, &s.messages_sent,
                                         &s.messages_received);
   s.end = clock_->now();
-  ++seq_;
+  ++front_.seq;
   if (!ok(st)) return collective_failed("allreduce", s.seq, st, timeout, " (recursive doubling)");
   return st;
 }
@@ -148,15 +148,15 @@ Status Communicator::prepare_engine_call(Algo algo, size_t bytes, size_t seg_byt
     if (plan->late_path && !suspects.empty()) {
       extra += fmt::format(", suspects {}", fmt::join(suspects, ","));
     }
-    SKIPRING_LOG_DEBUG("allreduce seq {}: {}{}", seq_, plan->to_string(), extra);
+    SKIPRING_LOG_DEBUG("allreduce seq {}: {}{}", front_.seq, plan->to_string(), extra);
   }
-  SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", seq_, bytes, p.skip,
-                     p.skip_threshold_s);
+  SKIPRING_LOG_TRACE("allreduce seq {} bytes {} skip {} threshold {:.6f}s", front_.seq, bytes,
+                     p.skip, p.skip_threshold_s);
   // Straggler injection: late arrival here, slow steps through the engine.
   if (!inject_.empty()) {
-    const double arrive = inject_.delay(rank_, seq_, InjectPoint::kArrive, 0);
+    const double arrive = inject_.delay(rank_, front_.seq, InjectPoint::kArrive, 0);
     if (arrive > 0) std::this_thread::sleep_for(std::chrono::duration<double>(arrive));
-    const uint64_t seq = seq_;
+    const uint64_t seq = front_.seq;
     engine_->set_step_delay([this, seq](Phase ph, int step) {
       return inject_.delay(
           rank_, seq,
@@ -185,11 +185,11 @@ Status Communicator::engine_allreduce(Algo algo, size_t bytes, size_t seg_bytes)
     st = make != nullptr ? make(algo_ctx_, &core) : Status::kErrInternal;
   }
   if (!ok(st)) {
-    const std::string why = fmt::format("allreduce #{}: building {} failed: {}", seq_,
+    const std::string why = fmt::format("allreduce #{}: building {} failed: {}", front_.seq,
                                         algo_name(algo), status_string(st));
     SKIPRING_LOG_ERROR("{}", why);
-    note_error(st, seq_, why);
-    ++seq_;
+    note_error(st, front_.seq, why);
+    ++front_.seq;
     return st;
   }
   // Every rank of a correct program passes the same count, type and op: the transport checks

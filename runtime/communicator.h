@@ -27,6 +27,7 @@
 #include "collectives/ring_allreduce.h"
 #include "collectives/select.h"
 #include "common/step_stats.h"
+#include "runtime/api_front.h"
 #include "runtime/clock.h"
 #include "runtime/config.h"
 #include "runtime/mpi_wait.h"
@@ -190,7 +191,12 @@ class Communicator {
   // recvbuf is written (and needed) at the root only.
   Status reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ROp op, int root);
 
-  const CollectiveStats& last_stats() const { return last_stats_; }
+  // The last collective's stats; for a call the `mpi` row's front path made, built here from
+  // what FrontLine kept (the front path writes one line, not these).
+  const CollectiveStats& last_stats() const {
+    if (front_.stats_pending) settle_front_stats();
+    return last_stats_;
+  }
   // skipring's duplicate of the application's communicator: the nonblocking all-reduce's `mpi`
   // row runs PMPI_Iallreduce on it (api_nonblocking.cpp), whichever thread issues it.
   MPI_Comm internal_comm() const { return internal_.comm; }
@@ -208,37 +214,19 @@ class Communicator {
     return choice_.algo == Algo::kMpi && choice_.holds(bytes, cfg_.skip) &&
            cfg_.algo == Algo::kAuto && !broken_.on && !cfg_.check;
   }
-  // The front path's test (runtime/api_allreduce.cpp): a caller that found mpi_cached true reads
-  // front_epoch() first and keeps it; front_holds(that epoch) stays true until something
-  // mpi_choice_holds reads may have changed (auto's choice, the configuration's algorithm or
-  // skip-ahead, the broken flag: bump_front() at each), in one cache line with the counters
-  // count_mpi_call writes, where mpi_choice_holds reads four lines of this object.
+  // The front path's test (runtime/api_front.h): a caller that found mpi_cached true reads
+  // front_epoch() first and keeps it with front_line() in its entry; the line's epoch stays the
+  // same until something mpi_choice_holds reads may have changed (auto's choice, the
+  // configuration's algorithm or skip-ahead, the broken flag: bump_front() at each), in one cache
+  // line with the counters, where mpi_choice_holds reads four lines of this object.
   uint64_t front_epoch() const { return front_.epoch.load(std::memory_order_acquire); }
-  bool front_holds(uint64_t epoch) const {
-    return front_.epoch.load(std::memory_order_acquire) == epoch;
-  }
-  // Records a fast-path call: the sequence number and what skipring_last_stats reports (no
-  // time: the two clock reads cost about a third of what the skipring path added to it).
-  // The fast path's calls and bytes on this communicator (api_counters.cpp adds them to the process
-  // totals): one writer at a time (the thread calling the communicator: MPI orders collectives
-  // on a communicator), so a relaxed load and store, no locked instruction on the per-call path;
-  // readers (skipring_get_totals) load them.
-  struct FastTotals {
-    std::atomic<uint64_t> calls{0};
-    std::atomic<uint64_t> bytes{0};
-  };
-  const FastTotals& fast_totals() const { return front_.totals; }
-  void count_mpi_call(size_t bytes) {
-    FastTotals& t = front_.totals;
-    t.calls.store(t.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    t.bytes.store(t.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
-    // After an `mpi` call every other field is already clear (mpi_allreduce resets them).
-    if (last_stats_.algo != static_cast<int>(Algo::kMpi)) last_stats_ = CollectiveStats{};
-    last_stats_.seq = seq_++;
-    last_stats_.bytes = bytes;
-    last_stats_.algo = static_cast<int>(Algo::kMpi);
-    last_stats_.start = last_stats_.end = 0;
-  }
+  FrontLine* front_line() { return &front_; }
+  // The front path's calls and bytes on this communicator (api_counters.cpp adds them to the
+  // process totals; readers load them).
+  const FrontLine::Totals& fast_totals() const { return front_.totals; }
+  // Records an `mpi` row call made without the skipring path (no time: the two clock reads cost
+  // about a third of what the skipring path added to it); skipring_last_stats reports it.
+  void count_mpi_call(size_t bytes) { front_.count_call(bytes); }
   // After an error other than a local argument error (keeps_usable) the state is unusable;
   // every later call is refused saying why (refuse_broken).
   bool broken() const { return broken_.on; }
@@ -387,16 +375,24 @@ class Communicator {
   AlgoContext algo_ctx_;                    // what the algorithm table's factories build from
   InjectPlan inject_;
   BrokenState broken_;
-  // What the `mpi` row's front path reads and writes on every repeat of a call (count_mpi_call),
-  // in two cache lines: the epoch and the counters; the sequence number and the fields of
-  // last_stats_ it sets (seq, bytes, algo, start, end: 40 bytes).
-  struct alignas(64) FrontLine {
-    std::atomic<uint64_t> epoch{1};
-    FastTotals totals;
-  };
-  FrontLine front_;
-  alignas(64) uint64_t seq_ = 0;
-  CollectiveStats last_stats_;
+  // What the `mpi` row's front path reads and writes on every repeat of a call, in one cache
+  // line (runtime/api_front.h): the epoch, the counters, the sequence number (front_.seq: every
+  // collective's), the last front call's bytes. Mutable: last_stats() settles a pending front
+  // call's stats into last_stats_ (the calling thread's; MPI orders a communicator's collectives).
+  mutable FrontLine front_;
+  mutable CollectiveStats last_stats_;
+  void settle_front_stats() const {
+    last_stats_ = CollectiveStats{};
+    last_stats_.seq = front_.seq - 1;
+    last_stats_.bytes = front_.last_bytes;
+    last_stats_.algo = static_cast<int>(Algo::kMpi);
+    front_.stats_pending = false;
+  }
+  // Stores a collective's stats (every writer of last_stats_ but the front path).
+  void set_stats(const CollectiveStats& s) {
+    front_.stats_pending = false;
+    last_stats_ = s;
+  }
   // Something mpi_choice_holds reads changed: every front entry of this communicator is stale.
   void bump_front() { front_.epoch.fetch_add(1, std::memory_order_acq_rel); }
 };

@@ -33,13 +33,13 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   }
   WaitWhat w;
   w.what = "SKIPRING_CHECK's argument agreement before the collective";
-  w.seq = static_cast<int64_t>(seq_);
+  w.seq = static_cast<int64_t>(front_.seq);
   MPI_Request req;
   Status st = wait_collectives(
       PMPI_Iallreduce(mine.data(), all.data(), 10, MPI_INT64_T, MPI_MAX, internal_.comm, &req),
       &req, 1, wait_, w, nullptr, &mine, &all);
   if (!ok(st)) {
-    note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
+    note_error(st, front_.seq, "SKIPRING_CHECK's argument agreement failed");
     return st;
   }
   bool same = true;
@@ -63,7 +63,7 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
   st = wait_collectives(started, reqs, 2, wait_, w, nullptr, &mine_v, &every, &mine_name,
                         &every_name);
   if (!ok(st)) {
-    note_error(st, seq_, "SKIPRING_CHECK's argument agreement failed");
+    note_error(st, front_.seq, "SKIPRING_CHECK's argument agreement failed");
     return st;
   }
   std::string calls;
@@ -81,7 +81,7 @@ Status Communicator::agree_call(const char* name, size_t count, DType dtype, int
                      : all[4] != -all[5] ? "the datatype"
                      : all[6] != -all[7] ? "the op"
                                          : "the root";
-  SKIPRING_LOG_ERROR("{} #{} (SKIPRING_CHECK): {} differs across ranks: {}", name, seq_, what,
+  SKIPRING_LOG_ERROR("{} #{} (SKIPRING_CHECK): {} differs across ranks: {}", name, front_.seq, what,
                      calls);
   if (all[2] != -all[3]) return Status::kErrCount;
   if (all[4] != -all[5]) return Status::kErrType;
@@ -98,21 +98,21 @@ Status Communicator::run_collective(CollectiveCore* core, const char* name) {
 Status Communicator::finish_collective(CollectiveCore* core, Status st, const char* name,
                                        int algo) {
   transport_->set_call(0);
-  ++seq_;
+  ++front_.seq;
   if (!ok(st)) {
     // keeps_usable's rule: a local argument error leaves the communicator usable, any other
     // status (protocol, transport, timeout, ...) breaks it, and every later call says so.
     // The watchdog logged what a timed-out collective waited for; messages may still be in
     // flight.
-    return collective_failed(name, seq_ - 1, st, engine_->timeout_message(),
+    return collective_failed(name, front_.seq - 1, st, engine_->timeout_message(),
                              core->error().empty() ? std::string() : ": " + core->error());
   }
-  last_stats_ = core->stats();
+  set_stats(core->stats());
   last_stats_.algo = algo;
   if (cfg_.log_level <= LogLevel::kDebug) {
     SKIPRING_LOG_DEBUG("{} {}", name, last_stats_.to_string());
   }
-  if (cfg_.check) return check_leftovers(name, seq_ - 1);
+  if (cfg_.check) return check_leftovers(name, front_.seq - 1);
   return Status::kOk;
 }
 
@@ -143,8 +143,8 @@ Status Communicator::check_leftovers(const char* name, uint64_t seq) {
 }
 
 CollectiveStats& Communicator::begin_stats(size_t bytes, Algo algo) {
-  last_stats_ = CollectiveStats{};
-  last_stats_.seq = seq_;
+  set_stats(CollectiveStats{});
+  last_stats_.seq = front_.seq;
   last_stats_.bytes = bytes;
   last_stats_.algo = static_cast<int>(algo);
   return last_stats_;
@@ -208,11 +208,12 @@ Status Communicator::reduce_scatter_block(const void* sendbuf, void* recvbuf, si
   CollParams c;
   c.result = recvbuf;
   // recvbuf is not used by the core when `result` is set; keep it non-null and distinct.
-  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, op, sendbuf, nullptr);
+  RingParams p =
+      params_for(params_, cfg_.segment_bytes, front_.seq, count, dtype, op, sendbuf, nullptr);
   p.recvbuf = const_cast<void*>(sendbuf);
   if (p.recvbuf == nullptr) p.recvbuf = recvbuf;
   if (count == 0) {
-    ++seq_;
+    ++front_.seq;
     return Status::kOk;
   }
   RingReduceScatter core(p, c, &scratch_);
@@ -228,8 +229,8 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
     std::memmove(static_cast<uint8_t*>(recvbuf) + static_cast<size_t>(rank_) * count * elem,
                  sendbuf, count * elem);
   }
-  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count * static_cast<size_t>(size_),
-                            dtype, ROp::kMax, recvbuf, recvbuf);
+  RingParams p = params_for(params_, cfg_.segment_bytes, front_.seq,
+                            count * static_cast<size_t>(size_), dtype, ROp::kMax, recvbuf, recvbuf);
   CollParams c;
   RingAllgather core(p, c, &scratch_);
   return run_collective(&core, "allgather");
@@ -238,7 +239,8 @@ Status Communicator::allgather(const void* sendbuf, void* recvbuf, size_t count,
 Status Communicator::bcast(void* buf, size_t count, DType dtype, int root) {
   if (broken_.on) return refuse_broken("bcast");
   if (cfg_.check) SKIPRING_RETURN_IF_ERROR(agree_call("bcast", count, dtype, -1, root));
-  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, ROp::kMax, buf, buf);
+  RingParams p =
+      params_for(params_, cfg_.segment_bytes, front_.seq, count, dtype, ROp::kMax, buf, buf);
   CollParams c;
   c.root = root;
   ChainBroadcast core(p, c, &scratch_);
@@ -254,7 +256,8 @@ Status Communicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DT
   }
   // recvbuf is only written at the root; elsewhere it may be null.
   void* out = rank_ == root ? recvbuf : const_cast<void*>(sendbuf);
-  RingParams p = params_for(params_, cfg_.segment_bytes, seq_, count, dtype, op, sendbuf, out);
+  RingParams p =
+      params_for(params_, cfg_.segment_bytes, front_.seq, count, dtype, op, sendbuf, out);
   CollParams c;
   c.root = root;
   ChainReduce core(p, c, &scratch_);

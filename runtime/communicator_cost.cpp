@@ -28,7 +28,7 @@ Status Communicator::ensure_cost_params() {
     if (ok(st) && !sigma_failed) mpi_st = measure_mpi_offsets();
     if (!ok(st) || sigma_failed || !ok(mpi_st)) {
       const Status bad = !ok(st) ? st : !ok(mpi_st) ? mpi_st : Status::kErrTransport;
-      note_error(bad, seq_,
+      note_error(bad, front_.seq,
                  fmt::format("the cost model's measurement failed ({}{})", status_string(bad),
                              sigma_failed ? ", engine probe" : ""));
       SKIPRING_LOG_ERROR("cost model: measurement failed on some rank: {}", status_string(bad));

@@ -151,7 +151,7 @@ Status Communicator::mpi_allreduce(const void* sendbuf, void* recvbuf, size_t co
   // Timed and counted like the direct recursive doubling (the totals, skipring_last_stats and
   // the report line cover this path too); no per-step records.
   CollectiveStats& s = begin_stats(count * dtype_size(dtype), Algo::kMpi);
-  ++seq_;
+  ++front_.seq;
   if (count > static_cast<size_t>(INT_MAX)) {
     // Local: every rank with this count stops here before calling MPI.
     SKIPRING_LOG_ERROR(
@@ -199,8 +199,8 @@ Status Communicator::measure_mpi_offsets() {
   // path (records, injection, SKIPRING_CHECK) the probe times rd_direct_allreduce alone.
   const bool through_allreduce = !any_records_ && inject_.empty() && !cfg_.check;
   const RingParams saved_params = params_;
-  const uint64_t saved_seq = seq_;
-  const CollectiveStats saved_stats = last_stats_;
+  const uint64_t saved_seq = front_.seq;
+  const CollectiveStats saved_stats = last_stats();  // a pending front call's settled
   const Algo saved_algo = cfg_.algo;
   cfg_.algo = Algo::kRd;
   bump_front();
@@ -260,8 +260,8 @@ Status Communicator::measure_mpi_offsets() {
   cfg_.algo = saved_algo;
   bump_front();
   params_ = saved_params;
-  seq_ = saved_seq;
-  last_stats_ = saved_stats;
+  front_.seq = saved_seq;
+  set_stats(saved_stats);
   mine[2 * k] = failed ? 1.0 : 0.0;
   MPI_Request reqs[2];
   WaitWhat w;

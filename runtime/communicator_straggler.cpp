@@ -93,13 +93,13 @@ Status Communicator::agree_stragglers() {
   std::vector<int> mine(1, straggler_.local_late ? 1 : 0), all(1, 0);
   WaitWhat w;
   w.what = "the straggler agreement of SKIPRING_AUTO_STRAGGLER before the all-reduce";
-  w.seq = static_cast<int64_t>(seq_);
+  w.seq = static_cast<int64_t>(front_.seq);
   MPI_Request req;
   const Status st = wait_collectives(
       PMPI_Iallreduce(mine.data(), all.data(), 1, MPI_INT, MPI_MAX, internal_.comm, &req), &req, 1,
       wait_, w, nullptr, &mine, &all);
   if (!ok(st)) {
-    note_error(st, seq_, "the straggler agreement (SKIPRING_AUTO_STRAGGLER) failed");
+    note_error(st, front_.seq, "the straggler agreement (SKIPRING_AUTO_STRAGGLER) failed");
     return st;
   }
   if (all[0] != 0) {
@@ -110,7 +110,7 @@ Status Communicator::agree_stragglers() {
       SKIPRING_LOG_INFO(
           "auto: late arrivals seen on this communicator (before all-reduce #{}): skip-ahead "
           "preferred where it costs at most {}x the cheapest (SKIPRING_AUTO_STRAGGLER)",
-          seq_, cfg_.auto_straggler);
+          front_.seq, cfg_.auto_straggler);
     }
   }
   return Status::kOk;
@@ -203,7 +203,8 @@ void Communicator::start_rest_agreement(double wait_s) {
   const int rc = PMPI_Iallreduce(a.mine.data(), a.all.data(), 2, MPI_DOUBLE_INT, MPI_MAXLOC,
                                  internal_.comm, &a.req);
   if (rc != MPI_SUCCESS) {
-    note_error(Status::kErrTransport, seq_, "the census's agreement after a rested call failed");
+    note_error(Status::kErrTransport, front_.seq,
+               "the census's agreement after a rested call failed");
     return;
   }
   straggler_.rest_agreements.push_back(std::move(a));
@@ -219,7 +220,7 @@ Status Communicator::read_rest_agreements(bool all) {
     w.seq = static_cast<int64_t>(a.seq);
     const Status st = wait_collectives(MPI_SUCCESS, &a.req, 1, wait_, w, nullptr, &a.mine, &a.all);
     if (!ok(st)) {
-      note_error(st, seq_, "the census's agreement after a rested call failed");
+      note_error(st, front_.seq, "the census's agreement after a rested call failed");
       q.pop_front();
       return st;
     }
@@ -234,7 +235,7 @@ Status Communicator::read_rest_agreements(bool all) {
       SKIPRING_LOG_DEBUG(
           "allreduce seq {}: in the rested call seq {} rank {} came {:.1f} ms after its ring "
           "successor, past the census's wait of {:.1f} ms: counted as a take-out",
-          seq_, a.seq, who, late * 1e3, wait * 1e3);
+          front_.seq, a.seq, who, late * 1e3, wait * 1e3);
     }
     q.pop_front();
   }

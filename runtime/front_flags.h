@@ -22,6 +22,7 @@ struct alignas(64) FrontFlags {
   // test hook is set (memtype.cpp; false before the lookup).
   std::atomic<bool> memory_host_only{false};
 };
-extern FrontFlags g_front;
+// Exported (runtime/libskipring.map): the drop-in's inline front path reads it too.
+extern __attribute__((visibility("default"))) FrontFlags g_front;
 
 }  // namespace skipring

@@ -14,7 +14,7 @@ pmpi="${2:-}"
 
 # Names the linker itself defines in every shared object.
 linker='^(_init|_fini|_edata|_end|__bss_start)$'
-skipring_allowed='^(skipring_[a-z0-9_]+|skipring::(global_config|load_config|process_env|allreduce_front_path|allreduce_front_remember)(\[abi:[a-z0-9]+\])?\(.*)$'
+skipring_allowed='^(skipring_[a-z0-9_]+|skipring::(global_config|load_config|process_env|allreduce_front_path|allreduce_front_remember)(\[abi:[a-z0-9]+\])?\(.*|skipring::g_front)$'
 pmpi_allowed='^(MPI_(Allreduce|Iallreduce|Wait|Waitall|Init|Init_thread|Finalize|ALLREDUCE|INIT|INIT_THREAD|FINALIZE)|MPI_(Reduce_scatter_block|Reduce_scatter|Allgather|Bcast|Reduce|REDUCE_SCATTER_BLOCK|REDUCE_SCATTER|ALLGATHER|BCAST|REDUCE)|mpi_(allreduce|init|init_thread|finalize|reduce_scatter_block|reduce_scatter|allgather|bcast|reduce)_{0,2}|mpi_(init|init_thread|finalize)_f08_|ompi_(allreduce|init|init_thread|finalize|reduce_scatter_block|reduce_scatter|allgather|bcast|reduce)_f)$'
 
 check() {

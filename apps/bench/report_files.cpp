@@ -118,6 +118,7 @@ Json Report::to_json(const Row& row) const {
     j[p + "wrong"] = s ? opt_json(s->wrong) : Json(nullptr);
     j[p + "p50_us"] = num(s, &ImplResult::p50_us);
     j[p + "p99_us"] = num(s, &ImplResult::p99_us);
+    j[p + "iqm_us"] = num(s, &ImplResult::iqm_us);
     j[p + "min_us"] = num(s, &ImplResult::min_us);
     j[p + "max_us"] = num(s, &ImplResult::max_us);
     j[p + "rank_avg_us"] = num(s, &ImplResult::rank_avg_us);
@@ -135,6 +136,7 @@ Json Report::to_json(const Row& row) const {
       j[p + "mpi_wrong"] = mp ? opt_json(mp->wrong) : Json(nullptr);
       j[p + "mpi_p50_us"] = num(mp, &ImplResult::p50_us);
       j[p + "mpi_p99_us"] = num(mp, &ImplResult::p99_us);
+      j[p + "mpi_iqm_us"] = num(mp, &ImplResult::iqm_us);
       j[p + "speedup"] = mp ? Json(m->speedup) : Json(nullptr);
     }
   }

@@ -50,6 +50,7 @@ ImplResult summarize(const RawRun& raw, uint64_t bytes, int nranks) {
   for (double v : us) sum += v;
   r.avg_us = sum / static_cast<double>(us.size());
   r.p50_us = percentile(us, 50);
+  r.iqm_us = interquartile_mean(us);
   r.p99_us = percentile(us, 99);
   r.min_us = us.front();
   r.max_us = us.back();

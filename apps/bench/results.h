@@ -15,6 +15,10 @@ namespace skipring_bench {
 struct ImplResult {
   // Per iteration the slowest rank's time (nccl-tests' convention): mean, percentiles, extremes.
   double avg_us = 0, p50_us = 0, p99_us = 0, min_us = 0, max_us = 0, algbw = 0, busbw = 0;
+  // The interquartile mean: the mean of the samples between the 25th and 75th percentile. Like
+  // the median it ignores the tails; unlike it, it resolves differences below the clock's tick
+  // (~10 ns here), which decide a ratio on a 0.25 us call.
+  double iqm_us = 0;
   // OSU's convention (osu_allreduce -f): each rank's mean over the iterations, then the mean,
   // minimum and maximum of those over the ranks.
   double rank_avg_us = 0, rank_min_us = 0, rank_max_us = 0;

@@ -38,6 +38,12 @@ std::string algo_of(MPI_Comm comm) {
   return std::string(st.algo, strnlen(st.algo, sizeof(st.algo)));
 }
 
+skipring_stats_t stats_of(MPI_Comm comm) {
+  skipring_stats_t st{};
+  check(skipring_last_stats(comm, &st) == MPI_SUCCESS, "skipring_last_stats failed");
+  return st;
+}
+
 uint64_t mpi_counter() {
   uint64_t v = 0;
   skipring_get_counter("mpi", &v);
@@ -124,13 +130,29 @@ int main(int argc, char** argv) {
   }
   sum_one(comm, 9, "after the buffer errors");
 
+  // The stats of front-path calls (built on demand from the communicator's front line): each
+  // call one sequence number, its bytes, no time; the skipring path's calls continue the count.
+  const skipring_stats_t s0 = stats_of(comm);
+  for (int k = 0; k < 3; ++k) sum_one(comm, 20 + k, "stats repeat");
+  const skipring_stats_t s1 = stats_of(comm);
+  check(s1.seq == s0.seq + 3 && s1.bytes == sizeof(double) && s1.time_s == 0 && s1.skips == 0,
+        "front-path stats: seq " + std::to_string(s0.seq) + " -> " + std::to_string(s1.seq) +
+            ", bytes " + std::to_string(s1.bytes) + ", time " + std::to_string(s1.time_s));
+  check(stats_of(comm).seq == s1.seq, "asking twice changed the stats");
+
   // A forced algorithm leaves the front path, auto takes it again.
   check(skipring_set_algo("ring") == MPI_SUCCESS, "set_algo ring");
   sum_one(comm, 10, "forced ring");
   check(algo_of(comm) == "ring", "forced ring: last algorithm " + algo_of(comm));
+  const skipring_stats_t s2 = stats_of(comm);
+  check(s2.seq == s1.seq + 1 && s2.time_s > 0, "forced ring after front calls: seq " +
+                                                   std::to_string(s2.seq) + ", time " +
+                                                   std::to_string(s2.time_s));
   check(skipring_set_algo(nullptr) == MPI_SUCCESS, "set_algo back");
   sum_one(comm, 11, "auto again");
   check(algo_of(comm) == "mpi", "auto again: last algorithm " + algo_of(comm));
+  sum_one(comm, 12, "auto again, a repeat");
+  check(stats_of(comm).seq == s2.seq + 2, "auto again: seq " + std::to_string(stats_of(comm).seq));
 
   // A nonblocking all-reduce still running on the communicator (the progress thread, under
   // MPI_THREAD_MULTIPLE): the blocking call must wait for it (MPI orders collectives per

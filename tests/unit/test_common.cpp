@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <vector>
 
+#include "apps/bench_util.h"
 #include "common/align.h"
 #include "common/hash.h"
 #include "common/phases.h"
@@ -104,3 +106,16 @@ TEST(CommonPhases, DistinctAndBelowTheCount) {
 
 }  // namespace
 }  // namespace skipring
+
+// skipring_bench's interquartile mean (apps/bench_util.h): the latency tables' second statistic.
+TEST(BenchUtil, InterquartileMeanDropsAQuarterEachSide) {
+  EXPECT_EQ(skipring_bench::interquartile_mean({}), 0.0);
+  EXPECT_EQ(skipring_bench::interquartile_mean({3.0}), 3.0);
+  EXPECT_EQ(skipring_bench::interquartile_mean({1.0, 2.0, 3.0}), 2.0);  // n < 4: the plain mean
+  // n = 8: the two lowest and two highest dropped, whatever they are.
+  EXPECT_EQ(skipring_bench::interquartile_mean({0.0, 0.0, 2.0, 3.0, 4.0, 5.0, 100.0, 1e9}), 3.5);
+  // Resolves below a tick: samples of 250 or 260, 5 of one and 3 of the other in the middle.
+  const std::vector<double> a{240, 250, 250, 250, 250, 260, 260, 300};
+  EXPECT_DOUBLE_EQ(skipring_bench::interquartile_mean(a), 252.5);
+  EXPECT_EQ(skipring_bench::percentile(a, 50), 250.0);
+}
