@@ -32,8 +32,10 @@ struct alignas(64) FrontLine {
     std::atomic<uint64_t> calls{0};
     std::atomic<uint64_t> bytes{0};
   } totals;
-  uint64_t seq = 0;         // the communicator's collectives so far (each call's sequence number)
-  uint64_t last_bytes = 0;  // the last front-path call's bytes, while stats_pending
+  uint64_t seq = 0;  // the communicator's collectives so far (each call's sequence number)
+  // The last front-path call's sequence number and bytes, while stats_pending.
+  uint64_t last_seq = 0;
+  uint64_t last_bytes = 0;
   bool stats_pending = false;  // that call is the communicator's last and not yet in its stats
 
   // Counts one call handed to the MPI library through the `mpi` row.
@@ -41,9 +43,9 @@ struct alignas(64) FrontLine {
     totals.calls.store(totals.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     totals.bytes.store(totals.bytes.load(std::memory_order_relaxed) + bytes,
                        std::memory_order_relaxed);
+    last_seq = seq++;
     last_bytes = bytes;
     stats_pending = true;
-    ++seq;
   }
 };
 
@@ -65,6 +67,7 @@ struct alignas(64) FrontEntry {
   uint32_t elem_bytes = 0;
 };
 static_assert(sizeof(FrontEntry) == 64, "one cache line");
+static_assert(sizeof(FrontLine) == 64, "one cache line");
 
 // sendbuf and recvbuf the same buffer without MPI_IN_PLACE: erroneous in MPI (aliased
 // arguments). MPI_BOTTOM is exempt (absolute addresses in a derived datatype).

@@ -383,7 +383,7 @@ class Communicator {
   mutable CollectiveStats last_stats_;
   void settle_front_stats() const {
     last_stats_ = CollectiveStats{};
-    last_stats_.seq = front_.seq - 1;
+    last_stats_.seq = front_.last_seq;
     last_stats_.bytes = front_.last_bytes;
     last_stats_.algo = static_cast<int>(Algo::kMpi);
     front_.stats_pending = false;
