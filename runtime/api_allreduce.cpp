@@ -106,16 +106,15 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     if (rc != MPI_SUCCESS) return rc;
     // (An entry passes the caller's op to the MPI library: made only where it is skipring's.)
     if (count > 0 && mop == op) {
-      FrontEntry& e = *fast;
-      e.comm = comm;
-      e.datatype = datatype;
-      e.op = op;
-      e.line = c->front_line();
-      e.mpi_dt = mdt;
-      e.generation = g_front.comm_generation.load(std::memory_order_acquire);
-      e.epoch = epoch;
-      e.count = count;
-      e.elem_bytes = static_cast<uint32_t>(dtype_size(dt));
+      *fast = FrontEntry{comm,
+                         datatype,
+                         op,
+                         c->front_line(),
+                         mdt,
+                         g_front.comm_generation.load(std::memory_order_acquire),
+                         epoch,
+                         count,
+                         static_cast<uint32_t>(dtype_size(dt))};
     }
     // Counted on the communicator (no locked instruction; the totals add them up), not timed,
     // not traced (no steps).
